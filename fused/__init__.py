@@ -1,0 +1,27 @@
+"""fused: fused quantized MLP kernels, their torch.library ops, modules, torchao configs and the CLI.
+
+    from torchao.quantization import quantize_
+    import fused
+    quantize_(model, fused.FusedInt8MLP())                          # every nn.Linear
+    quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
+    fused.explain(model)
+"""
+from fused.configs import FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
+from fused.explain import explain
+from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused import ops  # noqa: F401  (registers the torch.library ops)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "FusedFloat8MLP",
+    "FusedGatedLinear",
+    "FusedGatedMLP",
+    "FusedInt8MLP",
+    "FusedLinear",
+    "FusedMLP",
+    "explain",
+    "is_mlp",
+    "mlp_kind",
+    "quantize",
+]

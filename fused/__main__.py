@@ -1,0 +1,3 @@
+from fused.cli import main
+
+raise SystemExit(main())

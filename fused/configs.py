@@ -1,0 +1,207 @@
+"""torchao configs: ``quantize_(model, FusedInt8MLP())`` and ``quantize_(model, FusedFloat8MLP())``.
+
+With torchao's default filter every ``nn.Linear`` becomes a FusedLinear. With ``filter_fn=fused.is_mlp``
+(or an ``FqnToConfig`` naming the block) a whole MLP block becomes one FusedMLP / FusedGatedMLP.
+Converting an already converted module is a no-op: Fused* modules are not ``nn.Linear`` and not MLPs
+by `is_mlp`, so filters skip them (and `fused.quantize` then warns that nothing was converted).
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torchao.core.config import AOBaseConfig
+from torchao.quantization.transform_module import register_quantize_module_handler
+
+from fused.activations import activation_of
+from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+
+SPARSITY = (None, "2:4")
+
+
+@dataclass
+class FusedInt8MLP(AOBaseConfig):
+    """int8 symmetric per-channel weights. ``weight_only=True``: W8A16 (bf16/fp16 activations);
+    ``False``: W8A8 with per-token dynamic int8 activations."""
+
+    weight_only: bool = True
+    sparsity: str | None = None
+
+    fmt = "int8"
+
+    def __post_init__(self):
+        _check_common(self)
+
+
+@dataclass
+class FusedFloat8MLP(AOBaseConfig):
+    """float8 e4m3 per-channel ("rowwise") weights. ``weight_only=False`` (default): per-token dynamic
+    fp8 activations (W8A8); ``True``: fp8 weights, bf16/fp16 activations. Needs compute capability
+    >= 8.9 on CUDA; emulated exactly on the CPU."""
+
+    weight_only: bool = False
+    sparsity: str | None = None
+
+    fmt = "float8_e4m3"
+
+    def __post_init__(self):
+        _check_common(self)
+
+
+def _check_common(cfg) -> None:
+    if not isinstance(cfg.weight_only, bool):
+        raise TypeError(f"{type(cfg).__name__}.weight_only must be a bool, got {cfg.weight_only!r}")
+    if cfg.sparsity not in SPARSITY:
+        raise ValueError(f"{type(cfg).__name__}.sparsity must be one of {SPARSITY}, got {cfg.sparsity!r}")
+    if cfg.sparsity is not None:
+        raise NotImplementedError("sparsity='2:4' arrives with the 2:4 issue; use sparsity=None for now")
+
+
+# ---------------------------------------------------------------------------------------------- matching
+
+def _linear(m) -> bool:
+    return isinstance(m, nn.Linear) and not isinstance(m, nn.modules.linear.NonDynamicallyQuantizableLinear)
+
+
+def _act_attr(module) -> str | None:
+    for name in ("act_fn", "activation_fn", "act", "activation"):
+        fn = getattr(module, name, None)
+        if fn is not None:
+            return activation_of(fn)
+    return None
+
+
+def mlp_kind(module: nn.Module) -> str | None:
+    """'sequential', 'gated', 'gate_up' (Phi-3), 'fc' or None: which MLP form ``module`` is."""
+    if isinstance(module, nn.Sequential):
+        layers = [m for m in module if not isinstance(m, nn.Dropout)]
+        if (len(layers) == 3 and _linear(layers[0]) and _linear(layers[2])
+                and activation_of(layers[1]) is not None
+                and layers[0].out_features == layers[2].in_features):
+            return "sequential"
+        return None
+    has = lambda *names: all(_linear(getattr(module, n, None)) for n in names)  # noqa: E731
+    if _act_attr(module) is None:
+        return None
+    if has("gate_proj", "up_proj", "down_proj"):
+        return "gated"
+    if has("gate_up_proj", "down_proj"):
+        return "gate_up"
+    if has("fc1", "fc2"):
+        return "fc"
+    return None
+
+
+def is_mlp(module: nn.Module, fqn: str = "") -> bool:
+    """Filter for ``quantize_``: True for MLP blocks this package converts into one fused module.
+
+    Recognised: ``nn.Sequential(Linear, act, Linear)`` (Dropout ignored); HF gated blocks with
+    ``gate_proj``/``up_proj``/``down_proj`` + ``act_fn`` (LlamaMLP, MistralMLP, Qwen2MLP); Phi-3's
+    ``gate_up_proj``/``down_proj`` + ``activation_fn``; ``fc1``/``fc2`` + an activation attribute.
+    The activation must be one we fuse (relu, gelu, gelu_tanh, silu)."""
+    return mlp_kind(module) is not None
+
+
+# -------------------------------------------------------------------------------------------- conversion
+
+def _caller_fqn() -> str | None:
+    # torchao's handler signature carries no fqn; its walkers hold it in a local (`cur_fqn` in the
+    # filter walk, `fqn` in FqnToConfig). Used only to name the module in error messages.
+    f = sys._getframe(2)
+    for _ in range(4):
+        if f is None:
+            break
+        for name in ("cur_fqn", "module_fqn", "fqn"):
+            v = f.f_locals.get(name)
+            if isinstance(v, str):
+                return v.rstrip(".") or "<root>"
+        f = f.f_back
+    return None
+
+
+def _checked_weight(lin: nn.Linear, where: str) -> torch.Tensor:
+    w = lin.weight
+    bad = (~torch.isfinite(w)).sum().item()
+    if bad:
+        raise ValueError(f"{where}: weight has {bad} NaN/Inf value(s); refusing to quantize")
+    return w
+
+
+def _check_device(cfg, w: torch.Tensor, where: str) -> None:
+    if cfg.fmt == "float8_e4m3" and w.is_cuda and torch.cuda.get_device_capability(w.device) < (8, 9):
+        cap = torch.cuda.get_device_capability(w.device)
+        raise RuntimeError(
+            f"{where}: float8 needs compute capability >= 8.9 (Ada/Hopper), this GPU has {cap[0]}.{cap[1]}; "
+            "use FusedInt8MLP, or convert on the CPU for the emulated path")
+
+
+def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear") -> FusedLinear:
+    w = _checked_weight(lin, where)
+    _check_device(cfg, w, where)
+    return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act)
+
+
+def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
+    kind = mlp_kind(block)
+    dynamic = not cfg.weight_only
+    if kind in ("sequential", "fc"):
+        if kind == "sequential":
+            layers = [m for m in block if not isinstance(m, nn.Dropout)]
+            fc1, act, fc2 = layers[0], activation_of(layers[1]), layers[2]
+        else:
+            fc1, act, fc2 = block.fc1, _act_attr(block), block.fc2
+        return FusedMLP(convert_linear(fc1, cfg, act, f"{where}.fc1"), convert_linear(fc2, cfg, "none", f"{where}.fc2"))
+    if kind == "gated":
+        g, u = block.gate_proj, block.up_proj
+        w = torch.cat([_checked_weight(g, f"{where}.gate_proj"), _checked_weight(u, f"{where}.up_proj")])
+        b = None
+        if g.bias is not None or u.bias is not None:
+            zeros = lambda lin: torch.zeros(lin.out_features, dtype=w.dtype, device=w.device)  # noqa: E731
+            b = torch.cat([g.bias if g.bias is not None else zeros(g), u.bias if u.bias is not None else zeros(u)])
+    elif kind == "gate_up":
+        w, b = _checked_weight(block.gate_up_proj, f"{where}.gate_up_proj"), block.gate_up_proj.bias
+    else:
+        raise TypeError(f"{where}: {type(block).__name__} is not an MLP block fused.is_mlp recognises")
+    _check_device(cfg, w, where)
+    gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block))
+    return FusedGatedMLP(gate_up, convert_linear(block.down_proj, cfg, "none", f"{where}.down_proj"))
+
+
+def _transform(module: nn.Module, config) -> nn.Module:
+    where = _caller_fqn() or type(module).__name__
+    if _linear(module):
+        return convert_linear(module, config, where=where)
+    if is_mlp(module):
+        return convert_block(module, config, where=where)
+    raise TypeError(
+        f"{where}: {type(module).__name__} is neither an nn.Linear nor an MLP block that fused.is_mlp "
+        "recognises; use the default filter or filter_fn=fused.is_mlp")
+
+
+register_quantize_module_handler(FusedInt8MLP)(_transform)
+register_quantize_module_handler(FusedFloat8MLP)(_transform)
+
+
+def quantize(model: nn.Module, config, blocks: bool = True, filter_fn=None) -> nn.Module:
+    """torchao's ``quantize_`` with the block filter by default, and a warning if nothing was converted.
+
+    (torchao's ``quantize_`` itself cannot warn: it has no hook after its walk. `fused.explain`
+    warns too when a model holds no converted module.)"""
+    from torchao.quantization import quantize_
+
+    from fused.explain import converted_modules
+
+    before = len(converted_modules(model))
+    if filter_fn is None and blocks:
+        # blocks first, then the Linears outside any block
+        quantize_(model, config, filter_fn=is_mlp)
+        quantize_(model, config)
+    else:
+        quantize_(model, config, filter_fn=filter_fn)
+    if len(converted_modules(model)) == before:
+        warnings.warn(f"fused.quantize: nothing in {type(model).__name__} was converted with {config} "
+                      "(no nn.Linear or recognised MLP block matched)", stacklevel=2)
+    return model

@@ -1,0 +1,106 @@
+"""The one place that decides which implementation runs a fused op.
+
+Per call: the device, the weight format, weight-only vs dynamic activations and the op pick a path.
+  * CPU                         -> "reference" (pure torch; the edge issue makes it fast)
+  * CUDA, a Triton kernel exists -> "triton:<kernel>"
+  * CUDA, no kernel yet          -> "reference", counted in ``stats`` as a fallback; strict mode raises.
+Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import Counter
+
+import torch
+
+from fused import reference
+
+# (op, path) -> calls. Read by fused.explain and the profiler report.
+stats: Counter = Counter()
+_strict = os.environ.get("FUSED_STRICT") == "1"
+_forced: str | None = None
+
+
+def set_strict(on: bool = True) -> None:
+    """Strict mode: a CUDA call that would fall back to the slow reference raises instead."""
+    global _strict
+    _strict = on
+
+
+@contextlib.contextmanager
+def force_path(path: str | None):
+    """Force "reference" or "triton" for every call (tests; "triton" on CPU needs TRITON_INTERPRET=1)."""
+    global _forced
+    if path not in (None, "reference", "triton"):
+        raise ValueError(f"path must be None, 'reference' or 'triton', got {path!r}")
+    old, _forced = _forced, path
+    try:
+        yield
+    finally:
+        _forced = old
+
+
+def _fmt(qweight: torch.Tensor) -> str:
+    return "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
+
+
+def triton_kernel_for(op: str, fmt: str, dynamic: bool) -> str | None:
+    """The Triton kernel that implements (op, format, mode), or None where none exists yet."""
+    if op == "linear" and fmt == "int8" and not dynamic:
+        return "int8_linear"
+    return None
+
+
+def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str) -> tuple[str, str]:
+    """(path, why) for a call of ``op`` on ``device``: what `explain` prints."""
+    device = torch.device(device)
+    kernel = triton_kernel_for(op, fmt, dynamic)
+    if _forced == "reference":
+        return "reference", "forced"
+    if device.type == "cuda" or _forced == "triton":
+        if kernel is not None:
+            return f"triton:{kernel}", "fused Triton kernel"
+        return "reference", f"FALLBACK: no Triton kernel yet for {op}/{fmt}/{'W8A8' if dynamic else 'weight-only'}"
+    return "reference", "CPU path (pure torch)"
+
+
+def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
+    if not x.is_floating_point():
+        raise TypeError(f"{name}: activations must be float16/bfloat16/float32, got {x.dtype}")
+    if x.device != qweight.device:
+        raise RuntimeError(
+            f"{name}: device mismatch: activations on {x.device}, weights on {qweight.device}; "
+            f"move the input or the model (model.to({x.device.type!r}))")
+    if x.shape[-1] != qweight.shape[1]:
+        raise ValueError(f"{name}: input has {x.shape[-1]} features, weight expects {qweight.shape[1]}")
+
+
+def _run(op: str, x, qweight, wscale, bias, act, dynamic):
+    _check(x, qweight, op)
+    path, why = plan(op, _fmt(qweight), dynamic, x.device)
+    stats[(op, path)] += 1
+    if path == "reference":
+        if _strict and x.device.type == "cuda":
+            raise RuntimeError(f"fused strict mode: {why}")
+        ref = reference.linear_ref if op == "linear" else reference.gated_ref
+        return ref(x, qweight, wscale, bias, act, dynamic)
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    if op == "linear":
+        from fused.kernels.int8_linear import int8_linear
+
+        y = int8_linear(x2, qweight, wscale, bias, act)
+    else:  # pragma: no cover - plan() only names kernels that exist
+        raise AssertionError(path)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):
+    """y = act(x · dequant(W)ᵀ + b) through the chosen implementation."""
+    return _run("linear", x, qweight, wscale, bias, act, dynamic)
+
+
+def gated(x, qweight, wscale, bias=None, act="silu", dynamic=False):
+    """y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u) with W_g/W_u stacked in qweight [2H, K]."""
+    return _run("gated", x, qweight, wscale, bias, act, dynamic)

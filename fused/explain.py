@@ -1,0 +1,59 @@
+"""`fused.explain(model)`: what was converted, into what format, which path each op takes, bytes saved."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from torch import nn
+
+from fused import dispatch
+from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
+
+_OPS = (FusedLinear, FusedGatedLinear)
+_BLOCKS = (FusedMLP, FusedGatedMLP)
+
+
+def converted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    return [(n, m) for n, m in model.named_modules() if isinstance(m, _OPS)]
+
+
+def explain(model: nn.Module, device: torch.device | str | None = None, print_table: bool = True) -> list[dict]:
+    """One row per fused op: fqn, kind, format, mode, activation, the path it takes on ``device``
+    (default: where its weights are), bytes before/after. Warns when nothing is converted."""
+    rows = []
+    blocks = {n for n, m in model.named_modules() if isinstance(m, _BLOCKS)}
+    for name, mod in converted_modules(model):
+        dev = torch.device(device) if device is not None else mod.qweight.device
+        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev)
+        parent = name.rsplit(".", 1)[0] if "." in name else ""
+        rows.append({
+            "module": name,
+            "block": parent if parent in blocks else None,
+            "op": mod.op_name,
+            "format": mod.fmt,
+            "mode": "W8A8 dynamic" if mod.dynamic else "weight-only",
+            "act": mod.act,
+            "device": str(dev),
+            "path": path,
+            "why": why,
+            "bytes_before": mod.source_bytes,
+            "bytes_after": mod.weight_bytes(),
+        })
+    if not rows:
+        warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
+    if print_table:
+        print(format_table(rows))
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    head = ["module", "op", "format", "mode", "act", "path", "KiB before", "KiB after"]
+    lines = [head]
+    for r in rows:
+        lines.append([r["module"], r["op"], r["format"], r["mode"], r["act"], f'{r["path"]} ({r["why"]})',
+                      f'{r["bytes_before"] / 1024:.1f}', f'{r["bytes_after"] / 1024:.1f}'])
+    before = sum(r["bytes_before"] for r in rows)
+    after = sum(r["bytes_after"] for r in rows)
+    lines.append(["TOTAL", "", "", "", "", f"{len(rows)} fused ops", f"{before / 1024:.1f}", f"{after / 1024:.1f}"])
+    widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
+    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)

@@ -1,0 +1,19 @@
+"""Shared Triton epilogue pieces (inlined into every kernel)."""
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def activation(y, ACT: tl.constexpr):
+    """Apply the activation named by ACT to an fp32 block; the names match fused.activations."""
+    if ACT == "relu":
+        y = tl.maximum(y, 0.0)
+    elif ACT == "gelu":
+        y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
+    elif ACT == "gelu_tanh":
+        # tanh(z) = 2·sigmoid(2z) − 1, so 0.5·y·(1 + tanh(z)) = y·sigmoid(2z)
+        z = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+        y = y * tl.sigmoid(2.0 * z)
+    elif ACT == "silu":
+        y = y * tl.sigmoid(y)
+    return y

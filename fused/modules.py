@@ -1,0 +1,155 @@
+"""Converted modules: 8-bit weights as plain buffers, forward through the fused ops.
+
+FusedLinear      one Linear (+ optional activation)           -> 1 op
+FusedGatedLinear gate and up stacked in one [2H, K] weight     -> 1 op: act(gate) ⊙ up
+FusedGatedMLP    FusedGatedLinear + FusedLinear (down)        -> 2 ops
+FusedMLP         FusedLinear(act) + FusedLinear (fc1-act-fc2) -> 2 ops
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fused import dispatch, ops
+from fused.activations import check_activation
+from lowbit import get_format, quantize_weight
+
+
+def _input_for(x: torch.Tensor) -> torch.Tensor:
+    # Under autocast, a Linear runs in the autocast dtype; do the same (custom ops are not autocast-aware).
+    dev = x.device.type
+    if torch.is_autocast_enabled(dev) and x.is_floating_point():
+        return x.to(torch.get_autocast_dtype(dev))
+    return x
+
+
+def _use_op(x: torch.Tensor) -> bool:
+    # Eager calls go straight to the dispatch (a custom op costs ~10 µs of host time per call); the
+    # compiler and autograd see the registered op (its backward raises: inference only).
+    return torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled())
+
+
+class _Fused8bit(nn.Module):
+    """Shared buffer layout and checkpoint checks for an 8-bit weight + per-row fp32 scale (+ bias)."""
+
+    def _init_weight(self, n: int, k: int, fmt, bias: bool, bias_dtype, device):
+        fmt = get_format(fmt)
+        self.register_buffer("qweight", torch.empty(n, k, dtype=fmt.dtype, device=device))
+        self.register_buffer("scale", torch.empty(n, dtype=torch.float32, device=device))
+        self.register_buffer("bias", torch.empty(n, dtype=bias_dtype, device=device) if bias else None)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        # load_state_dict would silently cast an fp8 checkpoint into int8 buffers (or the reverse), or
+        # load a tensor of another shape's bytes: refuse, naming the key.
+        for name, buf in self._buffers.items():
+            key = prefix + name
+            if key in state_dict and buf is not None:
+                src = state_dict[key]
+                if src.dtype != buf.dtype or src.shape != buf.shape:
+                    raise ValueError(
+                        f"checkpoint key {key!r}: expected {buf.dtype} {tuple(buf.shape)}, got {src.dtype} "
+                        f"{tuple(src.shape)} (checkpoint made with another config or model?)")
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+
+    def _quantize_from(self, weight, bias, fmt):
+        q, s = quantize_weight(weight.detach(), fmt)
+        self.qweight.copy_(q)
+        self.scale.copy_(s)
+        if bias is not None:
+            self.bias.copy_(bias.detach())
+        self.source_bytes = weight.numel() * weight.element_size() + (
+            bias.numel() * bias.element_size() if bias is not None else 0)
+        return self
+
+    @property
+    def fmt(self) -> str:
+        return "int8" if self.qweight.dtype == torch.int8 else "float8_e4m3"
+
+    def weight_bytes(self) -> int:
+        return sum(b.numel() * b.element_size() for b in self.buffers())
+
+
+class FusedLinear(_Fused8bit):
+    """y = act(x · dequant(W)ᵀ + b) with W int8 or float8 e4m3, per-output-channel fp32 scales."""
+
+    op_name = "linear"
+
+    def __init__(self, in_features, out_features, bias=True, fmt="int8", dynamic=False, act="none",
+                 bias_dtype=torch.float32, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.dynamic = dynamic
+        self.act = check_activation(act)
+        self._init_weight(out_features, in_features, fmt, bias, bias_dtype, device)
+        self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
+
+    @classmethod
+    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none"):
+        mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
+                  bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
+        return mod._quantize_from(weight, bias, fmt)
+
+    def forward(self, x):
+        x = _input_for(x)
+        run = ops.linear if _use_op(x) else dispatch.linear
+        return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
+
+    def extra_repr(self):
+        mode = "W8A8" if self.dynamic else "weight-only"
+        return f"{self.in_features}, {self.out_features}, fmt={self.fmt}, {mode}, act={self.act}, bias={self.bias is not None}"
+
+
+class FusedGatedLinear(_Fused8bit):
+    """h = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u), gate and up stacked as one [2H, K] weight (read in one pass)."""
+
+    op_name = "gated"
+
+    def __init__(self, in_features, hidden_features, bias=False, fmt="int8", dynamic=False, act="silu",
+                 bias_dtype=torch.float32, device=None):
+        super().__init__()
+        self.in_features, self.hidden_features = in_features, hidden_features
+        self.dynamic = dynamic
+        self.act = check_activation(act)
+        self._init_weight(2 * hidden_features, in_features, fmt, bias, bias_dtype, device)
+        self.source_bytes = 0
+
+    @classmethod
+    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu"):
+        """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection."""
+        if gate_up_weight.shape[0] % 2:
+            raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
+        b = gate_up_bias
+        mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
+                  bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
+        return mod._quantize_from(gate_up_weight, b, fmt)
+
+    def forward(self, x):
+        x = _input_for(x)
+        run = ops.gated if _use_op(x) else dispatch.gated
+        return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
+
+    def extra_repr(self):
+        mode = "W8A8" if self.dynamic else "weight-only"
+        return f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt}, {mode}, act={self.act}(gate)*up, bias={self.bias is not None}"
+
+
+class FusedGatedMLP(nn.Module):
+    """down(act(gate(x)) ⊙ up(x)): LlamaMLP / MistralMLP / Qwen2MLP / Phi-3 gate_up_proj blocks."""
+
+    def __init__(self, gate_up: FusedGatedLinear, down: FusedLinear):
+        super().__init__()
+        self.gate_up, self.down = gate_up, down
+
+    def forward(self, x):
+        return self.down(self.gate_up(x))
+
+
+class FusedMLP(nn.Module):
+    """fc2(act(fc1(x))): nn.Sequential(Linear, act, Linear) and fc1/act/fc2 blocks."""
+
+    def __init__(self, fc1: FusedLinear, fc2: FusedLinear):
+        super().__init__()
+        self.fc1, self.fc2 = fc1, fc2
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))

@@ -1,0 +1,49 @@
+"""Pure-torch reference ops: the test oracle for every kernel and the CPU path.
+
+linear:  y = act((x · dequant(W)ᵀ) + b)                     weight-only (W8A16)
+         y = act((q(x) · Wqᵀ) · s_x · s_w + b)              dynamic activations (W8A8)
+gated:   y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u)        W_g, W_u stacked as one [2H, K] weight
+
+Accumulation in fp32; the output has the activation's dtype. Inputs may be N-D and strided.
+"""
+from __future__ import annotations
+
+import torch
+
+from fused.activations import apply_activation
+from lowbit import get_format, quantize_activation
+
+
+def _matmul_fp32(x2: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, dynamic: bool) -> torch.Tensor:
+    """[M, K] x, [N, K] 8-bit weight -> fp32 [M, N] with all scales applied."""
+    if dynamic:
+        fmt = "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
+        xq, xs = quantize_activation(x2, fmt)
+        # int8·int8 products summed in fp32 are exact while K·127² < 2²⁴; past that the rounding
+        # is far below the quantization error.
+        return (xq.float() @ qweight.float().t()) * xs * wscale
+    return (x2.float() @ qweight.float().t()) * wscale
+
+
+def linear_ref(x, qweight, wscale, bias=None, act="none", dynamic=False):
+    """Reference fused linear: dequant → matmul → bias → activation."""
+    get_format("int8" if qweight.dtype == torch.int8 else "float8_e4m3")
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    y = _matmul_fp32(x2, qweight, wscale, dynamic)
+    if bias is not None:
+        y = y + bias.float()
+    y = apply_activation(y, act)
+    return y.to(x.dtype).reshape(*x.shape[:-1], qweight.shape[0])
+
+
+def gated_ref(x, qweight, wscale, bias=None, act="silu", dynamic=False):
+    """Reference gated MLP up-projection: act(gate) ⊙ up with gate/up stacked in ``qweight`` [2H, K]."""
+    K = x.shape[-1]
+    H = qweight.shape[0] // 2
+    x2 = x.reshape(-1, K)
+    y = _matmul_fp32(x2, qweight, wscale, dynamic)
+    if bias is not None:
+        y = y + bias.float()
+    h = apply_activation(y[:, :H], act) * y[:, H:]
+    return h.to(x.dtype).reshape(*x.shape[:-1], H)
