@@ -38,6 +38,12 @@ def _cmd_explain(args) -> int:
     return 0
 
 
+def _cmd_bench(args) -> int:
+    from fused.bench import main as bench_main
+
+    return bench_main(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusedmlp", description="Fused quantized MLP toolkit")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -50,6 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--config", default="int8 W8A16 (blocks)", help="a demo config name")
     e.add_argument("--device", default=None, help="device to plan for (default: where the weights are)")
     e.set_defaults(func=_cmd_explain)
+    b = sub.add_parser("bench", help="time our configs against bf16 and torchao (CUDA graphs on a GPU)")
+    b.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    b.add_argument("--blocks", default="llama,gpt", help="comma list of llama,gpt")
+    b.add_argument("--m", default=None, help="comma list of M (default 1,16,128,1024,8192 on GPU; small on CPU)")
+    b.add_argument("--d", type=int, default=None, help="model width (default 4096 on GPU, 256 on CPU)")
+    b.add_argument("--h", type=int, default=None, help="hidden width (default 14336 llama / 16384 gpt on GPU)")
+    b.add_argument("--full", action="store_true", help="full sizes on the CPU too")
+    b.add_argument("--no-baselines", action="store_true", help="skip torch.compile and torchao baselines")
+    b.add_argument("--out", default="bench_out", help="folder for bench.json, bench.md, bench.png")
+    b.set_defaults(func=_cmd_bench)
     return p
 
 

@@ -1,9 +1,9 @@
 """The one place that decides which implementation runs a fused op.
 
-Per call: the device, the weight format, weight-only vs dynamic activations and the op pick a path.
-  * CPU                         -> "reference" (pure torch; the edge issue makes it fast)
-  * CUDA, a Triton kernel exists -> "triton:<kernel>"
-  * CUDA, no kernel yet          -> "reference", counted in ``stats`` as a fallback; strict mode raises.
+Per call: the device, M, the weight format, weight-only vs dynamic activations and the op pick a path.
+  * CPU                -> "reference" (pure torch; the edge issue makes it fast)
+  * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M)
+  * CUDA, M > 16       -> tiled GEMM: W8A16, or per-token activation quantization + W8A8 GEMM
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
 from __future__ import annotations
@@ -41,27 +41,31 @@ def force_path(path: str | None):
         _forced = old
 
 
+# At M <= GEMV_MAX_M the weight-only split-K GEMV runs, also for W8A8 configs: decode is bound by the
+# weight bytes, and skipping the activation quantization is faster and no less accurate.
+GEMV_MAX_M = 16
+
+
 def _fmt(qweight: torch.Tensor) -> str:
     return "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
 
 
-def triton_kernel_for(op: str, fmt: str, dynamic: bool) -> str | None:
-    """The Triton kernel that implements (op, format, mode), or None where none exists yet."""
-    if op == "linear" and fmt == "int8" and not dynamic:
-        return "int8_linear"
-    return None
+def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
+    """The Triton kernel(s) for (op, format, mode) at batch size M (None: every M, as text)."""
+    small = "w8a16_gemv (split-K)"
+    large = "act_quant + w8_gemm[W8A8]" if dynamic else "w8_gemm[W8A16]"
+    if M is None:
+        return f"{small} if M<={GEMV_MAX_M} else {large}"
+    return small if M <= GEMV_MAX_M else large
 
 
-def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str) -> tuple[str, str]:
-    """(path, why) for a call of ``op`` on ``device``: what `explain` prints."""
+def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None) -> tuple[str, str]:
+    """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints."""
     device = torch.device(device)
-    kernel = triton_kernel_for(op, fmt, dynamic)
     if _forced == "reference":
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
-        if kernel is not None:
-            return f"triton:{kernel}", "fused Triton kernel"
-        return "reference", f"FALLBACK: no Triton kernel yet for {op}/{fmt}/{'W8A8' if dynamic else 'weight-only'}"
+        return f"triton:{triton_kernel_for(op, fmt, dynamic, M)}", f"fused Triton ({op}, {fmt})"
     return "reference", "CPU path (pure torch)"
 
 
@@ -78,21 +82,31 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
 
 def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     _check(x, qweight, op)
-    path, why = plan(op, _fmt(qweight), dynamic, x.device)
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    M = x2.shape[0]
+    path, why = plan(op, _fmt(qweight), dynamic, x.device, M)
     stats[(op, path)] += 1
     if path == "reference":
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.linear_ref if op == "linear" else reference.gated_ref
         return ref(x, qweight, wscale, bias, act, dynamic)
-    K = x.shape[-1]
-    x2 = x.reshape(-1, K)
-    if op == "linear":
-        from fused.kernels.int8_linear import int8_linear
+    gated = op == "gated"
+    if M <= GEMV_MAX_M:
+        from fused.kernels.w8a16_gemv import w8a16_gemv
 
-        y = int8_linear(x2, qweight, wscale, bias, act)
-    else:  # pragma: no cover - plan() only names kernels that exist
-        raise AssertionError(path)
+        y = w8a16_gemv(x2, qweight, wscale, bias, act, gated)
+    elif dynamic:
+        from fused.kernels.act_quant import act_quant
+        from fused.kernels.w8_gemm import w8_gemm
+
+        xq, xs = act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
+        y = w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
+    else:
+        from fused.kernels.w8_gemm import w8_gemm
+
+        y = w8_gemm(x2, qweight, wscale, bias, act, gated)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 

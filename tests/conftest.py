@@ -6,6 +6,8 @@ import os
 
 if not os.path.exists("/dev/nvidiactl"):
     os.environ.setdefault("TRITON_INTERPRET", "1")
+# tests use the heuristic kernel configs: timing every candidate for every test shape costs minutes
+os.environ.setdefault("FUSED_TUNE", "0")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -1,0 +1,248 @@
+"""`python -m fused bench`: our fused configs side by side with bf16 and torchao, in one process.
+
+Method (../shared/gpu/README.md): build the block, convert it, run it once (compile, tune), check the
+output against the pure-torch reference, capture one forward in a CUDA graph and report the median of
+triton.testing.do_bench(graph.replay) as GPU time; the plain call's median too (difference = host
+overhead). Fresh random inputs, weights far larger than L2. On the CPU it runs at small sizes with
+wall-clock timing (a smoke test of the same code).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+import fused
+from fused import dispatch
+from fused.demo import LlamaMLP
+from lowbit import sqnr
+
+OURS = {
+    "ours int8 W8A16": lambda: fused.FusedInt8MLP(),
+    "ours int8 W8A8": lambda: fused.FusedInt8MLP(weight_only=False),
+    "ours fp8 W8A8": lambda: fused.FusedFloat8MLP(),
+    "ours fp8 W8A16": lambda: fused.FusedFloat8MLP(weight_only=True),
+}
+
+
+def _torchao_configs():
+    from torchao.quantization import (
+        Float8DynamicActivationFloat8WeightConfig,
+        Float8WeightOnlyConfig,
+        Int8DynamicActivationInt8WeightConfig,
+        Int8WeightOnlyConfig,
+        PerRow,
+    )
+
+    return {
+        "torchao int8 wo + compile": lambda: Int8WeightOnlyConfig(),
+        "torchao int8 dyn + compile": lambda: Int8DynamicActivationInt8WeightConfig(),
+        "torchao fp8 rowwise + compile": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
+        "torchao fp8 wo + compile": lambda: Float8WeightOnlyConfig(),
+    }
+
+
+def make_block(kind: str, d: int, h: int, device, dtype=torch.bfloat16) -> nn.Module:
+    torch.manual_seed(0)
+    if kind == "llama":
+        m = LlamaMLP(d, h)
+    elif kind == "gpt":
+        m = nn.Sequential(nn.Linear(d, h), nn.GELU(approximate="tanh"), nn.Linear(h, d))
+    else:
+        raise ValueError(f"block must be 'llama' or 'gpt', got {kind!r}")
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn_like(p) * (p.shape[-1] ** -0.5 if p.dim() == 2 else 0.02))
+    return m.to(device=device, dtype=dtype).eval()
+
+
+@dataclass
+class Row:
+    block: str
+    config: str
+    M: int
+    gpu_us: float | None
+    plain_us: float | None
+    sqnr_vs_ref_db: float | None  # our kernels vs the pure-torch reference of the same weights
+    sqnr_vs_bf16_db: float | None
+    weight_mib: float
+    note: str = ""
+
+
+def _time(fn, device) -> tuple[float | None, float | None]:
+    """(CUDA-graph GPU µs, plain-call µs); on the CPU (None, wall µs)."""
+    if device.type != "cuda":
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(3):
+                fn()
+            best = min(best, (time.perf_counter() - t) / 3)
+        return None, best * 1e6
+    from triton.testing import do_bench
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    gpu = do_bench(g.replay, warmup=25, rep=100, return_mode="median") * 1e3
+    plain = do_bench(fn, warmup=25, rep=100, return_mode="median") * 1e3
+    del g
+    return gpu, plain
+
+
+def _weight_mib(model) -> float:
+    total = 0
+    for m in model.modules():
+        for t in list(m._parameters.values()) + list(m._buffers.values()):
+            if t is not None:
+                total += t.numel() * t.element_size()
+    return total / 2**20
+
+
+def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, baselines=True,
+        device=None, d=4096, h=None, log=print) -> list[Row]:
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows: list[Row] = []
+    torch._dynamo.config.cache_size_limit = 64
+    for kind in blocks:
+        hidden = h or (14336 if kind == "llama" else 16384)
+        base = make_block(kind, d, hidden, device)
+        variants: dict[str, tuple] = {"bf16 eager": (base, None)}
+        if baselines:
+            variants["bf16 compile"] = (torch.compile(base, dynamic=False), None)
+        for name, cfg in (configs or OURS).items():
+            m = copy.deepcopy(base)
+            try:
+                fused.quantize(m, cfg(), blocks=True)
+            except (RuntimeError, NotImplementedError) as e:
+                rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"unavailable: {e}"))
+                continue
+            variants[name] = (m, "ours")
+        if baselines and device.type == "cuda":
+            from torchao.quantization import quantize_
+
+            for name, cfg in _torchao_configs().items():
+                m = copy.deepcopy(base)
+                try:
+                    quantize_(m, cfg())
+                except Exception as e:  # report, keep going
+                    rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"error: {type(e).__name__}: {e}"))
+                    continue
+                variants[name] = (torch.compile(m, dynamic=False), "torchao")
+        for M in Ms:
+            x = torch.randn(M, d, device=device, dtype=torch.bfloat16)
+            with torch.no_grad():
+                ref_bf16 = base(x)
+            for name, (model, who) in variants.items():
+                note = ""
+                try:
+                    with torch.no_grad():
+                        out = model(x)
+                        vs_ref = None
+                        if who == "ours":
+                            with dispatch.force_path("reference"):
+                                vs_ref = sqnr(model(x), out)
+                        gpu, plain = _time(lambda: model(x), device)
+                    vs_bf16 = sqnr(ref_bf16, out)
+                except Exception as e:
+                    gpu = plain = vs_ref = vs_bf16 = None
+                    note = f"error: {type(e).__name__}: {str(e)[:120]}"
+                r = Row(kind, name, M, gpu, plain, vs_ref, vs_bf16, _weight_mib(getattr(model, "_orig_mod", model)), note)
+                rows.append(r)
+                log(_fmt_row(r))
+        del variants, base
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _f(v, nd=1):
+    return "–" if v is None else f"{v:.{nd}f}"
+
+
+def _fmt_row(r: Row) -> str:
+    return (f"{r.block:6s} {r.config:30s} M={r.M:<5d} gpu {_f(r.gpu_us):>8s} µs  plain {_f(r.plain_us):>8s} µs  "
+            f"vs-ref {_f(r.sqnr_vs_ref_db):>6s} dB  vs-bf16 {_f(r.sqnr_vs_bf16_db):>6s} dB  {r.weight_mib:.0f} MiB {r.note}")
+
+
+def markdown(rows: list[Row], field: str = "gpu_us") -> str:
+    Ms = sorted({r.M for r in rows if r.M})
+    out = []
+    for block in dict.fromkeys(r.block for r in rows):
+        out.append(f"\n**{block}** ({field}; µs)\n")
+        out.append("| config | " + " | ".join(f"M={m}" for m in Ms) + " | weights MiB |")
+        out.append("|---" * (len(Ms) + 2) + "|")
+        for cfg in dict.fromkeys(r.config for r in rows if r.block == block):
+            cells, mib = [], 0.0
+            for m in Ms:
+                rr = [r for r in rows if r.block == block and r.config == cfg and r.M == m]
+                if rr:
+                    mib = rr[0].weight_mib or mib
+                cells.append(_f(getattr(rr[0], field)) if rr and getattr(rr[0], field) is not None else
+                             ("err" if rr and rr[0].note else "–"))
+            out.append(f"| {cfg} | " + " | ".join(cells) + f" | {mib:.0f} |")
+    return "\n".join(out)
+
+
+def plot(rows: list[Row], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    blocks = list(dict.fromkeys(r.block for r in rows))
+    fig, axes = plt.subplots(1, len(blocks), figsize=(7 * len(blocks), 5), squeeze=False)
+    for ax, block in zip(axes[0], blocks):
+        for cfg in dict.fromkeys(r.config for r in rows if r.block == block):
+            pts = [(r.M, r.gpu_us if r.gpu_us is not None else r.plain_us) for r in rows
+                   if r.block == block and r.config == cfg and r.M and (r.gpu_us or r.plain_us)]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, marker="o", label=cfg, linestyle="-" if cfg.startswith("ours") else "--")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel("µs per block (CUDA graph)" if rows and rows[0].gpu_us is not None else "µs per block (wall)")
+        ax.set_title(f"{block} MLP block")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(args) -> int:
+    import os
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    small = device.type != "cuda" and not args.full
+    d = args.d or (256 if small else 4096)
+    h = args.h or (704 if small else None)
+    Ms = [int(m) for m in args.m.split(",")] if args.m else ([1, 3, 17, 64] if small else [1, 16, 128, 1024, 8192])
+    rows = run(blocks=args.blocks.split(","), Ms=Ms, baselines=not args.no_baselines, device=device, d=d, h=h)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                   "torch": torch.__version__, "d": d, "h": h, "rows": [asdict(r) for r in rows],
+                   "tuned": {str(k): v for k, v in __import__("fused.kernels.tuning", fromlist=["picks"]).picks.items()}},
+                  f, indent=1)
+    md = markdown(rows, "gpu_us" if device.type == "cuda" else "plain_us")
+    if device.type == "cuda":
+        md += "\n\nPlain call (host overhead included):\n" + markdown(rows, "plain_us")
+    with open(os.path.join(args.out, "bench.md"), "w") as f:
+        f.write(md + "\n")
+    try:
+        plot(rows, os.path.join(args.out, "bench.png"))
+    except ImportError:
+        print("matplotlib not installed: no plot")
+    print(md)
+    return 0

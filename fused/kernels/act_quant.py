@@ -1,0 +1,87 @@
+"""Per-token dynamic activation quantization in one pass: x [M, K] -> (q [M, K] int8 | e4m3, scale [M] fp32).
+
+scale = max(absmax(row) / qmax, MIN_SCALE); q = round(x / scale), to nearest int8 or e4m3 value, ties
+to even: bit-identical to the reference.
+Reference: lowbit.quantize_activation. One program per token; a row up to MAX_ONE_PASS elements is
+loaded once into registers (absmax and cast from the same registers: one read of x, one write of q).
+Longer rows take a second read (K > 16384 does not occur in the MLPs this targets).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from lowbit.quant import MIN_SCALE
+
+MAX_ONE_PASS = 16384
+
+
+@triton.jit
+def _rint(t):
+    """Round half to even (as torch.round) for |t| < 2²²: adding 1.5·2²³ leaves no fraction bits."""
+    return (t + 12582912.0) - 12582912.0
+
+
+@triton.jit
+def _round_e4m3(v):
+    """Round |v| <= 448 to the nearest e4m3 value (ties to even) in fp32, so the cast that follows is
+    exact. Done by hand because Triton's interpreter truncates in its fp32→fp8 cast (124.3 -> 64)."""
+    e = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
+    e = tl.maximum(e, -6)  # e4m3 subnormals share the quantum 2^-9
+    quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
+    return _rint(v / quantum) * quantum
+
+
+@triton.jit
+def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr):
+    v = tl.minimum(tl.maximum(x / scale, -QMAX), QMAX)
+    if FP8:
+        return _round_e4m3(v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    return _rint(v).to(tl.int8)
+
+
+@triton.jit
+def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
+                      QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
+                      ONE_PASS: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + row * stride_xm
+    q_row = q_ptr + row * stride_qm
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    if ONE_PASS:  # the whole row stays in registers: x is read once
+        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
+        amax = tl.abs(x)
+        nans = tl.where(x == x, 0.0, 1.0)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(xk))
+            nans += tl.where(xk == xk, 0.0, 1.0)
+    # NaN must survive (NaN in -> NaN out, as in the unquantized layer) but max() drops it: count them
+    scale = tl.maximum(tl.max(amax, axis=0) / QMAX, MIN_S)
+    scale = tl.where(tl.sum(nans, axis=0) > 0, float("nan"), scale)
+    tl.store(s_ptr + row, scale)
+    if ONE_PASS:
+        tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8), mask=offs < K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            tl.store(q_row + k0 + offs, _quantize(xk, scale, QMAX, FP8), mask=k0 + offs < K)
+
+
+def act_quant(x: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    M, K = x.shape
+    q = torch.empty((M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    s = torch.empty((M,), device=x.device, dtype=torch.float32)
+    if M == 0:
+        return q, s
+    block = min(triton.next_power_of_2(K), MAX_ONE_PASS)
+    qv = q.view(torch.uint8) if fp8 else q
+    _act_quant_kernel[(M,)](x, qv, s, K, x.stride(0), x.stride(1), qv.stride(0),
+                            QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, BLOCK_K=block,
+                            ONE_PASS=K <= block,
+                            num_warps=8 if block >= 4096 else 4)
+    return q, s

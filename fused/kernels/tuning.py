@@ -1,0 +1,54 @@
+"""Config choice for the kernels: tuned tables kept as data, a measured pick on first use otherwise.
+
+No CUDA query and no tuning at import. On the first call for a new key on a GPU the candidates are timed
+once with triton.testing.do_bench and the winner is cached in-process (warm up before capturing a CUDA
+graph). Under the interpreter, or with FUSED_TUNE=0 (tests), the first candidate, a heuristic default,
+is taken.
+"""
+from __future__ import annotations
+
+import os
+
+from fused.kernels import INTERPRET
+from fused.kernels.tuned_h200 import TUNED
+
+_cache: dict = {}
+# (kernel, key) -> config for every pick made in this process: what `explain`/bench report
+picks: dict = {}
+
+
+def m_bucket(M: int) -> int:
+    """Bucket M so tuning keys stay few: 1, 2, 4, 8, 16, 32, ... 4096, then 8192+."""
+    b = 1
+    while b < M and b < 8192:
+        b *= 2
+    return b
+
+
+def pick(kernel: str, key: tuple, candidates: list[dict], launch, device_name: str | None = None) -> dict:
+    """Return the config to use for ``key``; ``launch(cfg)`` runs the kernel once with that config."""
+    full = (kernel,) + key
+    cfg = _cache.get(full)
+    if cfg is not None:
+        return cfg
+    if INTERPRET or len(candidates) == 1 or os.environ.get("FUSED_TUNE") == "0":
+        cfg = candidates[0]
+    elif full in TUNED and TUNED[full] in candidates:
+        cfg = TUNED[full]
+    else:
+        from triton.testing import do_bench
+
+        best = None
+        for c in candidates:
+            try:
+                t = do_bench(lambda: launch(c), warmup=5, rep=20, return_mode="median")
+            except Exception:  # a config that does not fit (shared memory, registers) is skipped
+                continue
+            if best is None or t < best[0]:
+                best = (t, c)
+        if best is None:
+            raise RuntimeError(f"{kernel}: no candidate config runs for key {key}")
+        cfg = best[1]
+    _cache[full] = cfg
+    picks[full] = cfg
+    return cfg

@@ -1,0 +1,169 @@
+"""Tiled 8-bit-weight GEMM for M > 16, weight-only (W8A16) or with quantized activations (W8A8).
+
+y = epilogue(x · Wᵀ): per-channel weight scale (× per-token activation scale for W8A8), bias, activation,
+and for gated weights act(gate) ⊙ up. x [M, K]: bf16/fp16/fp32 for W8A16; int8 or float8 e4m3 (as uint8)
+with an fp32 per-token scale [M] for W8A8 (made by fused.kernels.act_quant). W [R, K] int8 or e4m3 (uint8).
+Reference: fused.reference.linear_ref / gated_ref.
+
+Tutorial-03 structure: each program owns a BLOCK_M × BLOCK_N output tile (for gated: the gate tile and
+the matching up tile, both accumulated in the same K loop so x is loaded once for both), grouped tile
+order for L2 reuse of the weight. W8A16 converts the 8-bit tile to the activation dtype in registers
+(exact: int8 and e4m3 values are all representable in bf16/fp16); W8A8 feeds int8·int8→int32 or
+fp8·fp8→fp32 tensor-core dots directly.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import INTERPRET, dot_mode
+from fused.kernels.epilogue import activation
+from fused.kernels.tuning import m_bucket, pick
+
+
+@triton.jit
+def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8: tl.constexpr):
+    x = tl.load(x_ptrs, mask=x_mask, other=0)
+    w = tl.load(w_ptrs, mask=w_mask, other=0)
+    if FP8:  # loaded as uint8 (masked fp8 loads are not supported everywhere), bitcast in registers
+        w = w.to(tl.float8e4nv, bitcast=True)
+        if A8:
+            x = x.to(tl.float8e4nv, bitcast=True)
+    return x, w
+
+
+@triton.jit
+def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
+    """acc += x · wᵀ with w a [BLOCK_N, BLOCK_K] tile."""
+    if A8:
+        if FP8:
+            acc = tl.dot(x, tl.trans(w), acc)
+        else:
+            acc = tl.dot(x, tl.trans(w), acc, out_dtype=tl.int32)
+    elif DOT == "fp32":
+        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    return acc
+
+
+@triton.jit
+def _w8_gemm_kernel(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    DOT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk
+    u_ptrs = w_ptrs + N * stride_wn  # up rows follow the gate rows
+
+    ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_ok = offs_k < K - k * BLOCK_K
+        x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8, FP8)
+        acc = _mma(x, w, acc, A8, FP8, DOT)
+        if GATED:
+            u = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
+            if FP8:
+                u = u.to(tl.float8e4nv, bitcast=True)
+            acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
+            u_ptrs += BLOCK_K * stride_wk
+        x_ptrs += BLOCK_K * stride_xk
+        w_ptrs += BLOCK_K * stride_wk
+
+    y = acc.to(tl.float32)
+    if A8:
+        xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
+        y = y * xs
+    y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u.to(tl.float32)
+        if A8:
+            u = u * xs
+        u = u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        if HAS_BIAS:
+            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * u
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
+             y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _candidates(M: int, gated: bool, a8: bool) -> list[dict]:
+    """First entry: the heuristic default for this M (used untuned with FUSED_TUNE=0)."""
+    bk = 128 if a8 else 64
+    if M <= 64:
+        c = [(32, 128, 128, 4, 4), (16, 128, 128, 4, 4), (64, 128, bk, 4, 4), (32, 64, 128, 4, 4)]
+    elif M <= 256:
+        c = [(64, 128, bk, 4, 4), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 64, bk, 4, 4)]
+    else:
+        c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
+             (128, 64, bk, 4, 4)]
+    out = []
+    for bm, bn, k, stages, warps in c:
+        if gated and bm * bn > 128 * 128:
+            bn //= 2  # two accumulators
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps))
+    return list({tuple(sorted(d.items())): d for d in out}.values())
+
+
+def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
+            act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
+            out_dtype: torch.dtype | None = None, config: dict | None = None) -> torch.Tensor:
+    """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant)."""
+    M, K = x.shape
+    assert qweight.shape[1] == K, (x.shape, qweight.shape)
+    a8 = x_scale is not None
+    fp8 = qweight.dtype == torch.float8_e4m3fn
+    R = qweight.shape[0]
+    N = R // 2 if gated else R
+    out_dtype = out_dtype or x.dtype
+    y = torch.empty((M, N), device=x.device, dtype=out_dtype)
+    if M == 0:
+        return y
+    w = qweight.view(torch.uint8) if fp8 else qweight
+    xk = x.view(torch.uint8) if (a8 and fp8) else x
+
+    def launch(cfg):
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+        _w8_gemm_kernel[grid](
+            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale, y,
+            M, N, K,
+            xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
+            GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
+            DOT=dot_mode(x.dtype) if not a8 else "native",
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
+            num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
+        )
+
+    if config is None:
+        if INTERPRET:
+            cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]
+        else:
+            cands = _candidates(M, gated, a8)
+        key = (m_bucket(M), N, K, gated, a8, str(qweight.dtype))
+        config = pick("w8_gemm", key, cands, launch)
+    launch(config)
+    return y

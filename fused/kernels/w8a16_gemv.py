@@ -1,0 +1,191 @@
+"""Small-M (decode) weight-only kernel: y = epilogue(x · dequant(W)ᵀ) for M <= 16, split over K.
+
+x [M, K] bf16/fp16/fp32 (any strides); W [R, K] int8, or float8 e4m3 passed as uint8 (bitcast in
+registers); s_w [R] fp32; optional bias [R]. Linear: R = N outputs. Gated: rows [0, H) are the gate,
+[H, 2H) the up projection, and y = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) [M, H].
+Reference: fused.reference.linear_ref / gated_ref with dynamic=False.
+
+Decode is memory-bound: the weight is read once, in [BLOCK_N, BLOCK_K] tiles contiguous along K (wide
+loads). Tall-K weights (the down projection) need more programs than N / BLOCK_N to fill 132 SMs, so K is
+split SPLIT_K ways. Split-K without atomics on the data: each program stores its fp32 partial tile, bumps
+a per-tile counter, and the program that arrives last sums the SPLIT_K partials in a fixed order and runs
+the epilogue (scale, bias, activation, gate) — one launch, and bit-identical results from run to run.
+The last program also resets the counter, so the workspace needs no memset between calls.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import dot_mode
+from fused.kernels.epilogue import activation
+from fused.kernels.tuning import m_bucket, pick
+
+
+@triton.jit
+def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
+             stride_xm, stride_xk, stride_wn, stride_wk,
+             W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+             DOT: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled)."""
+    rows = row0 + offs_n
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                    mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
+        if W_FP8:
+            w = w.to(tl.float8e4nv, bitcast=True)
+        if BLOCK_M == 1:
+            # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
+            acc += tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1)[None, :]
+        elif DOT == "fp32":
+            acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    return acc
+
+
+@triton.jit
+def _w8a16_gemv_kernel(
+    x_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
+                   stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+    if GATED:
+        acc_u = _partial(x_ptr, w_ptr, offs_m, offs_n, N, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
+                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+    else:
+        acc_u = acc
+
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
+    live = BLOCK_M * BLOCK_N
+    if SPLIT_K > 1:
+        # partials: [num_tiles_n, SPLIT_K, (2 if GATED), BLOCK_M, BLOCK_N] fp32
+        NPART: tl.constexpr = 2 if GATED else 1
+        base = part_ptr + (pid_n * SPLIT_K * NPART) * (BLOCK_M * BLOCK_N)
+        tl.store(base + (pid_k * NPART) * (BLOCK_M * BLOCK_N) + tile, acc)
+        if GATED:
+            tl.store(base + (pid_k * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, acc_u)
+        tl.debug_barrier()  # every thread's partial is issued before the release below
+        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+        live = tl.where(count == SPLIT_K - 1, BLOCK_M * BLOCK_N, 0)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        tile_mask = tile < live
+        for s in range(SPLIT_K):  # fixed order: deterministic
+            acc += tl.load(base + (s * NPART) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask, other=0.0,
+                           cache_modifier=".cg")
+            if GATED:
+                acc_u += tl.load(base + (s * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask,
+                                 other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + pid_n, 0, mask=live > 0)  # ready for the next call
+
+    n_ok = offs_n < N
+    y = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        if HAS_BIAS:
+            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * u
+    out_mask = (offs_m[:, None] < M) & n_ok[None, :] & (tile < live)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
+             y.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+_workspace: dict = {}
+
+
+def _buffers(device, part_numel: int, tiles: int):
+    """Per-device partials (fp32) and counters (int32, kept at zero by the kernel)."""
+    ws = _workspace.get(device)
+    if ws is None or ws[0].numel() < part_numel or ws[1].numel() < tiles:
+        part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
+        count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
+        ws = _workspace[device] = (part, count)
+    return ws
+
+
+def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
+    """Smallest power-of-two split giving ~2 programs per SM (132 on the H200), K/split >= bk."""
+    split = 1
+    while tiles * split < target and K // (2 * split) >= bk and split < 16:
+        split *= 2
+    return split
+
+
+def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+    """First entry: the heuristic default (used untuned with FUSED_TUNE=0)."""
+    bm = 1 if M == 1 else 16
+    bks = (512, 256) if bm == 1 else (128, 256)
+    out = []
+    for bn in (64, 32):
+        for bk in bks:
+            if bm == 16 and bn * bk > 64 * 256:
+                continue
+            s = _split_for(triton.cdiv(N, bn), K, bk)
+            for split in dict.fromkeys((s, min(2 * s, 16))):
+                if split == 1 or K // split >= bk:
+                    out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4))
+    return out
+
+
+def _interpret_config(M, N, K):
+    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4)
+
+
+def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
+               act: str = "none", gated: bool = False, config: dict | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated) in x's dtype."""
+    M, K = x.shape
+    assert M <= 16 and qweight.shape[1] == K, (x.shape, qweight.shape)
+    R = qweight.shape[0]
+    N = R // 2 if gated else R
+    w_fp8 = qweight.dtype == torch.float8_e4m3fn
+    w = qweight.view(torch.uint8) if w_fp8 else qweight
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if M == 0:
+        return y
+
+    def launch(cfg):
+        bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        tiles = triton.cdiv(N, bn)
+        k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk
+        split = triton.cdiv(K, k_per)  # no empty splits
+        part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+        _w8a16_gemv_kernel[(tiles, split)](
+            x, w, wscale, bias if bias is not None else wscale, y, part, count,
+            M, N, K, k_per,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
+            GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
+            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype),
+            num_warps=cfg["num_warps"],
+        )
+
+    if config is None:
+        from fused.kernels import INTERPRET
+
+        cands = [_interpret_config(M, N, K)] if INTERPRET else _candidates(M, N, K, gated)
+        key = (m_bucket(M), N, K, gated, str(qweight.dtype))
+        config = pick("w8a16_gemv", key, cands, launch)
+    launch(config)
+    return y
