@@ -123,7 +123,7 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
         for name, cfg in (configs or OURS).items():
             m = copy.deepcopy(base)
             try:
-                fused.quantize(m, cfg(), blocks=True)
+                m = fused.quantize(m, cfg(), blocks=True)
             except (RuntimeError, NotImplementedError) as e:
                 rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"unavailable: {e}"))
                 continue
@@ -220,8 +220,36 @@ def plot(rows: list[Row], path: str) -> None:
     fig.savefig(path, dpi=110)
 
 
+def host_profile(d=4096, h=14336, M=1, calls=200) -> str:
+    """cProfile of plain eager calls of our int8 W8A16 Llama block: where the host time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    m = fused.quantize(make_block("llama", d, h, "cuda"), fused.FusedInt8MLP())
+    x = torch.randn(M, d, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(3):
+            m(x)
+        torch.cuda.synchronize()
+        pr = cProfile.Profile()
+        t = time.perf_counter()
+        pr.enable()
+        for _ in range(calls):
+            m(x)
+        pr.disable()
+        torch.cuda.synchronize()
+    s = io.StringIO()
+    s.write(f"host profile: {(time.perf_counter() - t) / calls * 1e6:.1f} µs per call (profiled)\n")
+    pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(18)
+    return s.getvalue()
+
+
 def main(args) -> int:
     import os
+
+    if getattr(args, "host_profile", False):
+        print(host_profile())
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     small = device.type != "cuda" and not args.full

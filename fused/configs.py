@@ -187,12 +187,17 @@ register_quantize_module_handler(FusedFloat8MLP)(_transform)
 
 def quantize(model: nn.Module, config, blocks: bool = True, filter_fn=None) -> nn.Module:
     """torchao's ``quantize_`` with the block filter by default, and a warning if nothing was converted.
+    Returns the converted model: use the return value, since a model that *is* one MLP block (the root)
+    cannot be swapped in place and comes back as a new fused module.
 
     (torchao's ``quantize_`` itself cannot warn: it has no hook after its walk. `fused.explain`
     warns too when a model holds no converted module.)"""
     from torchao.quantization import quantize_
 
     from fused.explain import converted_modules
+
+    if filter_fn is None and blocks and is_mlp(model):
+        return convert_block(model, config, where=type(model).__name__)
 
     before = len(converted_modules(model))
     if filter_fn is None and blocks:

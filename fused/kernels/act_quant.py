@@ -37,8 +37,10 @@ def _round_e4m3(v):
 def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr):
     v = tl.minimum(tl.maximum(x / scale, -QMAX), QMAX)
     if FP8:
-        return _round_e4m3(v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-    return _rint(v).to(tl.int8)
+        q = _round_e4m3(v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+    else:
+        q = _rint(v).to(tl.int8)
+    return q
 
 
 @triton.jit

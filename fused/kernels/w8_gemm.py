@@ -35,7 +35,10 @@ def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8: tl.conste
 
 @triton.jit
 def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
-    """acc += x · wᵀ with w a [BLOCK_N, BLOCK_K] tile."""
+    """acc += x · wᵀ with w a [BLOCK_N, BLOCK_K] tile. For W8A16 on tensor cores the product is taken
+    transposed, accᵀ[BLOCK_N, BLOCK_M] += w · xᵀ: Hopper's wgmma reads its A operand from registers,
+    where the 8-bit tile has just been widened, and B (the bf16 activations) straight from shared memory,
+    so the conversion does not go through a shared-memory round trip."""
     if A8:
         if FP8:
             acc = tl.dot(x, tl.trans(w), acc)
@@ -44,7 +47,7 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
     elif DOT == "fp32":
         acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
     else:
-        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+        acc = tl.dot(w.to(x.dtype), tl.trans(x), acc)  # transposed accumulator, see above
     return acc
 
 
@@ -76,8 +79,13 @@ def _w8_gemm_kernel(
     u_ptrs = w_ptrs + N * stride_wn  # up rows follow the gate rows
 
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    SWAP: tl.constexpr = (not A8) and DOT == "native"
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC)
+        acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_ok = offs_k < K - k * BLOCK_K
         x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8, FP8)
@@ -91,6 +99,9 @@ def _w8_gemm_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
+    if SWAP:
+        acc = tl.trans(acc)
+        acc_u = tl.trans(acc_u)
     y = acc.to(tl.float32)
     if A8:
         xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]

@@ -138,14 +138,16 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     bm = 1 if M == 1 else 16
     bks = (512, 256) if bm == 1 else (128, 256)
     out = []
-    for bn in (64, 32):
+    for bn in (64, 32, 16):
         for bk in bks:
             if bm == 16 and bn * bk > 64 * 256:
                 continue
             s = _split_for(triton.cdiv(N, bn), K, bk)
             for split in dict.fromkeys((s, min(2 * s, 16))):
-                if split == 1 or K // split >= bk:
-                    out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4))
+                if split > 1 and K // split < bk:
+                    continue
+                for warps in ((4, 8) if bm == 1 else (4,)):
+                    out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps))
     return out
 
 
