@@ -25,16 +25,19 @@ def m_bucket(M: int) -> int:
     return b
 
 
-def pick(kernel: str, key: tuple, candidates: list[dict], launch, device_name: str | None = None) -> dict:
-    """Return the config to use for ``key``; ``launch(cfg)`` runs the kernel once with that config."""
+def pick(kernel: str, key: tuple, candidates, launch) -> dict:
+    """Return the config to use for ``key``. ``candidates()`` lists configs (called only on a cache
+    miss: this is on every call's host path), ``launch(cfg)`` runs the kernel once with one."""
     full = (kernel,) + key
     cfg = _cache.get(full)
     if cfg is not None:
         return cfg
+    candidates = candidates()
+    tuned = TUNED.get((kernel,) + tuple(str(k) for k in key))
     if INTERPRET or len(candidates) == 1 or os.environ.get("FUSED_TUNE") == "0":
         cfg = candidates[0]
-    elif full in TUNED and TUNED[full] in candidates:
-        cfg = TUNED[full]
+    elif tuned is not None:
+        cfg = tuned
     else:
         from triton.testing import do_bench
 

@@ -23,10 +23,10 @@ from fused.kernels.tuning import m_bucket, pick
 
 
 @triton.jit
-def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8: tl.constexpr):
+def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8_AS_U8: tl.constexpr):
     x = tl.load(x_ptrs, mask=x_mask, other=0)
     w = tl.load(w_ptrs, mask=w_mask, other=0)
-    if FP8:  # loaded as uint8 (masked fp8 loads are not supported everywhere), bitcast in registers
+    if FP8_AS_U8:  # interpreter only: fp8 loaded as uint8, bitcast in registers
         w = w.to(tl.float8e4nv, bitcast=True)
         if A8:
             x = x.to(tl.float8e4nv, bitcast=True)
@@ -57,7 +57,7 @@ def _w8_gemm_kernel(
     M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -88,11 +88,12 @@ def _w8_gemm_kernel(
         acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_ok = offs_k < K - k * BLOCK_K
-        x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8, FP8)
+        x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8,
+                           FP8_AS_U8)
         acc = _mma(x, w, acc, A8, FP8, DOT)
         if GATED:
             u = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
-            if FP8:
+            if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
             acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
             u_ptrs += BLOCK_K * stride_wk
@@ -154,8 +155,11 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     y = torch.empty((M, N), device=x.device, dtype=out_dtype)
     if M == 0:
         return y
-    w = qweight.view(torch.uint8) if fp8 else qweight
-    xk = x.view(torch.uint8) if (a8 and fp8) else x
+    # fp8 goes in natively on the GPU (TMA-friendly loads straight into the tensor-core pipeline); the
+    # interpreter cannot do masked fp8 loads, so there it is passed as uint8 and bitcast
+    as_u8 = fp8 and INTERPRET
+    w = qweight.view(torch.uint8) if as_u8 else qweight
+    xk = x.view(torch.uint8) if (a8 and as_u8) else x
 
     def launch(cfg):
         grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
@@ -164,17 +168,16 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             M, N, K,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
-            DOT=dot_mode(x.dtype) if not a8 else "native",
+            DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
             num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
     if config is None:
         if INTERPRET:
-            cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]
+            cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
-            cands = _candidates(M, gated, a8)
-        key = (m_bucket(M), N, K, gated, a8, str(qweight.dtype))
-        config = pick("w8_gemm", key, cands, launch)
+            cands = lambda: _candidates(M, gated, a8)  # noqa: E731
+        config = pick("w8_gemm", (m_bucket(M), N, K, gated, a8, qweight.dtype), cands, launch)
     launch(config)
     return y

@@ -186,8 +186,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if config is None:
         from fused.kernels import INTERPRET
 
-        cands = [_interpret_config(M, N, K)] if INTERPRET else _candidates(M, N, K, gated)
-        key = (m_bucket(M), N, K, gated, str(qweight.dtype))
-        config = pick("w8a16_gemv", key, cands, launch)
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype), cands, launch)
     launch(config)
     return y
