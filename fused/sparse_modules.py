@@ -31,7 +31,10 @@ def _value_dtype(fmt: str) -> torch.dtype:
 
 
 def prepare_24(weight: torch.Tensor, prune: bool, where: str) -> torch.Tensor:
-    """The weight as 2:4: unchanged when it already is; magnitude-pruned when ``prune``; else a ValueError."""
+    """The weight as 2:4: unchanged when it already is; magnitude-pruned when ``prune``; else a ValueError.
+
+    Magnitude pruning leaves rows that are already 2:4 as they are (their non-zeros are the top 2 of each
+    group), so a stacked gate/up weight whose gate alone was Wanda-pruned keeps the gate's mask."""
     w = weight.detach()
     check_packable_k(w.shape[1], where)
     if is_24_sparse(w):

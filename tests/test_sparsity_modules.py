@@ -68,6 +68,16 @@ def test_already_24_weights_keep_their_mask():
             assert torch.equal(unpack_24(m.values, m.meta) != 0, masks[n])
 
 
+def test_prepare_keeps_rows_that_are_already_24():
+    from fused.sparse_modules import prepare_24
+
+    w = torch.randn(6, 16)
+    w[:3] = w[:3] * (torch.rand(3, 4, 4).argsort(-1) < 2).reshape(3, 16).float()  # a random 2:4 mask
+    out = prepare_24(w, prune=True, where="x")
+    assert torch.equal(out[:3], w[:3])
+    assert is_24_sparse(out) and torch.equal(out[3:], w[3:] * magnitude_mask_24(w[3:].abs()))
+
+
 def test_prune_false_refuses_dense_and_k_alignment_is_checked_at_quantize_time():
     model = nn.Sequential(nn.Linear(16, 8))
     with pytest.raises(ValueError, match=r"0: weight is not 2:4 sparse and prune=False"):
