@@ -5,21 +5,26 @@
     quantize_(model, fused.FusedInt8MLP())                          # every nn.Linear
     quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
     fused.explain(model)
+    quantize_(model, fused.FusedInt8MLP(sparsity="2:4"))           # 2:4 packed (magnitude-pruned)
 """
-from fused.configs import FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
+from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 from fused import ops  # noqa: F401  (registers the torch.library ops)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "FusedBF16MLP",
     "FusedFloat8MLP",
     "FusedGatedLinear",
     "FusedGatedMLP",
     "FusedInt8MLP",
     "FusedLinear",
     "FusedMLP",
+    "FusedSparseGatedLinear",
+    "FusedSparseLinear",
     "explain",
     "is_mlp",
     "mlp_kind",

@@ -4,6 +4,11 @@ With torchao's default filter every ``nn.Linear`` becomes a FusedLinear. With ``
 (or an ``FqnToConfig`` naming the block) a whole MLP block becomes one FusedMLP / FusedGatedMLP.
 Converting an already converted module is a no-op: Fused* modules are not ``nn.Linear`` and not MLPs
 by `is_mlp`, so filters skip them (and `fused.quantize` then warns that nothing was converted).
+
+``sparsity="2:4"`` packs the weights 2:4 (sparsity.packing) into FusedSparseLinear / FusedSparseGatedLinear:
+a weight that is already 2:4 (e.g. after ``sparsity.prune_24_(model, "wanda", calibration)``) is packed as
+it is; any other is magnitude-pruned first (``prune=False`` makes that an error instead). int8 and fp8
+values carry per-row scales; ``FusedBF16MLP()`` keeps bf16 values (2:4 only: 1.125 bytes per weight).
 """
 from __future__ import annotations
 
@@ -18,6 +23,7 @@ from torchao.quantization.transform_module import register_quantize_module_handl
 
 from fused.activations import activation_of
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
 SPARSITY = (None, "2:4")
 
@@ -25,10 +31,12 @@ SPARSITY = (None, "2:4")
 @dataclass
 class FusedInt8MLP(AOBaseConfig):
     """int8 symmetric per-channel weights. ``weight_only=True``: W8A16 (bf16/fp16 activations);
-    ``False``: W8A8 with per-token dynamic int8 activations."""
+    ``False``: W8A8 with per-token dynamic int8 activations. ``sparsity="2:4"``: packed 2:4 weights
+    (0.625 bytes per weight + scales); ``prune``: magnitude-prune weights that are not 2:4 yet."""
 
     weight_only: bool = True
     sparsity: str | None = None
+    prune: bool = True
 
     fmt = "int8"
 
@@ -40,10 +48,11 @@ class FusedInt8MLP(AOBaseConfig):
 class FusedFloat8MLP(AOBaseConfig):
     """float8 e4m3 per-channel ("rowwise") weights. ``weight_only=False`` (default): per-token dynamic
     fp8 activations (W8A8); ``True``: fp8 weights, bf16/fp16 activations. Needs compute capability
-    >= 8.9 on CUDA; emulated exactly on the CPU."""
+    >= 8.9 on CUDA; emulated exactly on the CPU. ``sparsity``/``prune`` as in FusedInt8MLP."""
 
     weight_only: bool = False
     sparsity: str | None = None
+    prune: bool = True
 
     fmt = "float8_e4m3"
 
@@ -51,13 +60,32 @@ class FusedFloat8MLP(AOBaseConfig):
         _check_common(self)
 
 
+@dataclass
+class FusedBF16MLP(AOBaseConfig):
+    """2:4-sparse bfloat16 weights (no quantization): values bf16 + 2-bit positions, 1.125 bytes per
+    weight instead of 2, activations as they come (weight-only). Only the 2:4 form exists: a dense bf16
+    model is what ``nn.Linear`` already runs. ``prune`` as in FusedInt8MLP."""
+
+    sparsity: str | None = "2:4"
+    prune: bool = True
+
+    fmt = "bfloat16"
+    weight_only = True
+
+    def __post_init__(self):
+        _check_common(self)
+        if self.sparsity is None:
+            raise ValueError("FusedBF16MLP only has a 2:4 form (sparsity='2:4'); dense bf16 weights are what "
+                             "nn.Linear runs, use FusedInt8MLP / FusedFloat8MLP for dense 8-bit weights")
+
+
 def _check_common(cfg) -> None:
     if not isinstance(cfg.weight_only, bool):
         raise TypeError(f"{type(cfg).__name__}.weight_only must be a bool, got {cfg.weight_only!r}")
     if cfg.sparsity not in SPARSITY:
         raise ValueError(f"{type(cfg).__name__}.sparsity must be one of {SPARSITY}, got {cfg.sparsity!r}")
-    if cfg.sparsity is not None:
-        raise NotImplementedError("sparsity='2:4' arrives with the 2:4 issue; use sparsity=None for now")
+    if not isinstance(cfg.prune, bool):
+        raise TypeError(f"{type(cfg).__name__}.prune must be a bool, got {cfg.prune!r}")
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -138,9 +166,12 @@ def _check_device(cfg, w: torch.Tensor, where: str) -> None:
             "use FusedInt8MLP, or convert on the CPU for the emulated path")
 
 
-def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear") -> FusedLinear:
+def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear") -> nn.Module:
     w = _checked_weight(lin, where)
     _check_device(cfg, w, where)
+    if cfg.sparsity == "2:4":
+        return FusedSparseLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act,
+                                            prune=cfg.prune, where=where)
     return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act)
 
 
@@ -166,7 +197,11 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
     else:
         raise TypeError(f"{where}: {type(block).__name__} is not an MLP block fused.is_mlp recognises")
     _check_device(cfg, w, where)
-    gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block))
+    if cfg.sparsity == "2:4":
+        gate_up = FusedSparseGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block),
+                                                    prune=cfg.prune, where=f"{where}.gate_up")
+    else:
+        gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block))
     return FusedGatedMLP(gate_up, convert_linear(block.down_proj, cfg, "none", f"{where}.down_proj"))
 
 
@@ -183,6 +218,7 @@ def _transform(module: nn.Module, config) -> nn.Module:
 
 register_quantize_module_handler(FusedInt8MLP)(_transform)
 register_quantize_module_handler(FusedFloat8MLP)(_transform)
+register_quantize_module_handler(FusedBF16MLP)(_transform)
 
 
 def quantize(model: nn.Module, config, blocks: bool = True, filter_fn=None) -> nn.Module:

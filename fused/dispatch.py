@@ -4,6 +4,9 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * CPU                -> "reference" (pure torch; the edge issue makes it fast)
   * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M)
   * CUDA, M > 16       -> tiled GEMM: W8A16, or per-token activation quantization + W8A8 GEMM
+2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
+reference unpacks them to dense and runs the dense reference; on CUDA the sparse Triton kernel reads them
+packed (int8 / fp8 / bf16 values, weight-only or dynamic W8A8 for 8-bit values).
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
 from __future__ import annotations
@@ -44,14 +47,19 @@ def force_path(path: str | None):
 # At M <= GEMV_MAX_M the weight-only split-K GEMV runs, also for W8A8 configs: decode is bound by the
 # weight bytes, and skipping the activation quantization is faster and no less accurate.
 GEMV_MAX_M = 16
+SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 
 
 def _fmt(qweight: torch.Tensor) -> str:
+    if qweight.dtype == torch.bfloat16:
+        return "bfloat16"
     return "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
 
 
 def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     """The Triton kernel(s) for (op, format, mode) at batch size M (None: every M, as text)."""
+    if op in SPARSE_OPS:
+        return "sparse24_linear"
     small = "w8a16_gemv (split-K)"
     large = "act_quant + w8_gemm[W8A8]" if dynamic else "w8_gemm[W8A16]"
     if M is None:
@@ -66,6 +74,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
         return f"triton:{triton_kernel_for(op, fmt, dynamic, M)}", f"fused Triton ({op}, {fmt})"
+    if op in SPARSE_OPS:
+        return "reference", "CPU path (pure torch: unpacks the 2:4 weight to dense)"
     return "reference", "CPU path (pure torch)"
 
 
@@ -118,3 +128,36 @@ def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):
 def gated(x, qweight, wscale, bias=None, act="silu", dynamic=False):
     """y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u) with W_g/W_u stacked in qweight [2H, K]."""
     return _run("gated", x, qweight, wscale, bias, act, dynamic)
+
+
+def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
+    if not x.is_floating_point():
+        raise TypeError(f"{op}: activations must be float16/bfloat16/float32, got {x.dtype}")
+    if x.device != values.device:
+        raise RuntimeError(
+            f"{op}: device mismatch: activations on {x.device}, weights on {values.device}; "
+            f"move the input or the model (model.to({x.device.type!r}))")
+    if x.shape[-1] != 2 * values.shape[1]:
+        raise ValueError(f"{op}: input has {x.shape[-1]} features, the packed 2:4 weight expects {2 * values.shape[1]}")
+    path, why = plan(op, _fmt(values), dynamic, x.device)
+    stats[(op, path)] += 1
+    if path == "reference":
+        if _strict and x.device.type == "cuda":
+            raise RuntimeError(f"fused strict mode: {why}")
+        ref = reference.sparse24_linear_ref if op == "sparse24_linear" else reference.sparse24_gated_ref
+        return ref(x, values, meta, wscale, bias, act, dynamic)
+    from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
+
+    kernel = sparse24_linear if op == "sparse24_linear" else sparse24_gated
+    y = kernel(x.reshape(-1, x.shape[-1]), values, meta, wscale, bias, act, dynamic)
+    return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def sparse24_linear(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):
+    """y = act(x · Wᵀ + b) with W 2:4, packed as (values, meta) + per-row scales (None for bf16 values)."""
+    return _run_sparse("sparse24_linear", x, values, meta, wscale, bias, act, dynamic)
+
+
+def sparse24_gated(x, values, meta, wscale=None, bias=None, act="silu", dynamic=False):
+    """act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u) with W_g/W_u stacked in one packed 2:4 [2H, K] weight."""
+    return _run_sparse("sparse24_gated", x, values, meta, wscale, bias, act, dynamic)

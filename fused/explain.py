@@ -8,8 +8,9 @@ from torch import nn
 
 from fused import dispatch
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
+from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
-_OPS = (FusedLinear, FusedGatedLinear)
+_OPS = (FusedLinear, FusedGatedLinear, FusedSparseLinear, FusedSparseGatedLinear)
 _BLOCKS = (FusedMLP, FusedGatedMLP)
 
 
@@ -23,14 +24,14 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
     rows = []
     blocks = {n for n, m in model.named_modules() if isinstance(m, _BLOCKS)}
     for name, mod in converted_modules(model):
-        dev = torch.device(device) if device is not None else mod.qweight.device
+        dev = torch.device(device) if device is not None else next(mod.buffers()).device
         path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev)
         parent = name.rsplit(".", 1)[0] if "." in name else ""
         rows.append({
             "module": name,
             "block": parent if parent in blocks else None,
             "op": mod.op_name,
-            "format": mod.fmt,
+            "format": mod.fmt + (" 2:4" if getattr(mod, "sparsity", None) else ""),
             "mode": "W8A8 dynamic" if mod.dynamic else "weight-only",
             "act": mod.act,
             "device": str(dev),

@@ -34,11 +34,33 @@ def _gated_fake(x, qweight, wscale, bias, act, dynamic):
     return x.new_empty(*x.shape[:-1], qweight.shape[0] // 2)
 
 
+@torch.library.custom_op("fusedmlp::sparse24_linear", mutates_args=())
+def sparse24_linear(x: Tensor, values: Tensor, meta: Tensor, wscale: Optional[Tensor], bias: Optional[Tensor],
+                    act: str, dynamic: bool) -> Tensor:
+    return dispatch.sparse24_linear(x, values, meta, wscale, bias, act, dynamic)
+
+
+@sparse24_linear.register_fake
+def _sparse24_linear_fake(x, values, meta, wscale, bias, act, dynamic):
+    return x.new_empty(*x.shape[:-1], values.shape[0])
+
+
+@torch.library.custom_op("fusedmlp::sparse24_gated", mutates_args=())
+def sparse24_gated(x: Tensor, values: Tensor, meta: Tensor, wscale: Optional[Tensor], bias: Optional[Tensor],
+                   act: str, dynamic: bool) -> Tensor:
+    return dispatch.sparse24_gated(x, values, meta, wscale, bias, act, dynamic)
+
+
+@sparse24_gated.register_fake
+def _sparse24_gated_fake(x, values, meta, wscale, bias, act, dynamic):
+    return x.new_empty(*x.shape[:-1], values.shape[0] // 2)
+
+
 def _no_backward(ctx, grad):
     raise RuntimeError(
         "fusedmlp ops are inference-only: no backward. Run the converted model under torch.no_grad(), "
         "or train the unconverted model.")
 
 
-for _op in (linear, gated):
+for _op in (linear, gated, sparse24_linear, sparse24_gated):
     _op.register_autograd(_no_backward)

@@ -3,6 +3,8 @@
 linear:  y = act((x · dequant(W)ᵀ) + b)                     weight-only (W8A16)
          y = act((q(x) · Wqᵀ) · s_x · s_w + b)              dynamic activations (W8A8)
 gated:   y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u)        W_g, W_u stacked as one [2H, K] weight
+sparse24_*: the same ops on a 2:4 weight packed by sparsity.pack_24 (unpacked to dense first); values
+         int8 / float8_e4m3 with per-row scales, or bfloat16 with no scale (wscale None)
 
 Accumulation in fp32; the output has the activation's dtype. Inputs may be N-D and strided.
 """
@@ -12,10 +14,13 @@ import torch
 
 from fused.activations import apply_activation
 from lowbit import get_format, quantize_activation
+from sparsity.packing import unpack_24
 
 
 def _matmul_fp32(x2: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, dynamic: bool) -> torch.Tensor:
-    """[M, K] x, [N, K] 8-bit weight -> fp32 [M, N] with all scales applied."""
+    """[M, K] x, [N, K] 8-bit weight -> fp32 [M, N] with all scales applied (a bf16 weight: wscale None)."""
+    if wscale is None:
+        return x2.float() @ qweight.float().t()
     if dynamic:
         fmt = "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
         xq, xs = quantize_activation(x2, fmt)
@@ -47,3 +52,13 @@ def gated_ref(x, qweight, wscale, bias=None, act="silu", dynamic=False):
         y = y + bias.float()
     h = apply_activation(y[:, :H], act) * y[:, H:]
     return h.to(x.dtype).reshape(*x.shape[:-1], H)
+
+
+def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):
+    """Reference 2:4 linear: unpack the packed weight to dense, then ``linear_ref``."""
+    return linear_ref(x, unpack_24(values, meta), wscale, bias, act, dynamic)
+
+
+def sparse24_gated_ref(x, values, meta, wscale=None, bias=None, act="silu", dynamic=False):
+    """Reference 2:4 gated up-projection on a stacked packed [2H, K] weight: unpack, then ``gated_ref``."""
+    return gated_ref(x, unpack_24(values, meta), wscale, bias, act, dynamic)

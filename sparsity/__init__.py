@@ -1,7 +1,21 @@
-"""sparsity: 2:4 semi-structured masks (pure torch).
+"""sparsity: 2:4 semi-structured sparsity in pure torch (never imports `fused`).
 
-Pruning with calibration and compact packing arrive with the 2:4 issue; what is here is complete.
+masks    magnitude_mask_24, is_24_sparse
+pruning  prune_24_(model, "magnitude" | "wanda", calibration), activation_norms, kept_energy
+packing  pack_24 / unpack_24: kept values [N, K/2] + 2-bit positions [N, ceil(K/8)] uint8
 """
 from sparsity.masks import is_24_sparse, magnitude_mask_24
+from sparsity.packing import bytes_per_weight, pack_24, packed_bytes, unpack_24
+from sparsity.pruning import activation_norms, kept_energy, prune_24_
 
-__all__ = ["is_24_sparse", "magnitude_mask_24"]
+__all__ = [
+    "activation_norms",
+    "bytes_per_weight",
+    "is_24_sparse",
+    "kept_energy",
+    "magnitude_mask_24",
+    "pack_24",
+    "packed_bytes",
+    "prune_24_",
+    "unpack_24",
+]

@@ -1,0 +1,230 @@
+"""2:4-sparse fused linear: y = act((x · Wᵀ) · s_w + b), W stored packed (sparsity.packing) and expanded
+in registers; the gated form h = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) on a stacked [2H, K] weight.
+
+x [M, K] (fp16/bf16/fp32, any strides); values [N, K/2] int8 / float8_e4m3fn / bfloat16 (the kept entries),
+meta [N, ceil(K/8)] uint8 (2-bit positions), s_w [N] fp32 or None (bf16 values), b [N] or None
+-> y [M, N] (gated: [M, N/2]) in x's dtype.
+Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref (unpack -> dense -> linear_ref).
+
+Each program owns a BLOCK_M × BLOCK_N output tile and streams K in BLOCK_K steps. Per step and row it
+reads BLOCK_K/2 contiguous values and BLOCK_K/8 contiguous meta bytes (the packed weight is 0.625 bytes per
+weight for 8-bit values: the decode win is fewer bytes), decodes the 2-bit positions with a broadcast
+shift, builds the dense [BLOCK_N, BLOCK_K] tile with two `tl.where`s on the raw value bits, and dots it with
+the x tile. Expansion runs on the storage bits (int8 / uint8 for fp8 / bf16), so it costs one byte per
+weight for 8-bit values; the conversion to the dot dtype is exact (|int8| <= 127 and every e4m3 value are
+representable in bf16 and fp16). For small M (decode) there is one M tile: each program streams its
+BLOCK_N rows once.
+
+Weight-only (DOT "native"/"fp32") or dynamic W8A8 (DOT "int8"/"fp8": x quantized per token by the launcher
+with lowbit.quantize_activation, the dot in int8 -> int32 or fp8 -> fp32, scaled by s_x·s_w).
+"""
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import dot_mode
+from fused.kernels.epilogue import activation
+
+VALUE_DTYPES = (torch.int8, torch.float8_e4m3fn, torch.bfloat16)
+
+
+@triton.jit
+def _expand_24(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """v [BLOCK_N, BLOCK_K/2] kept values, meta [BLOCK_N, BLOCK_K/8] uint8 -> dense [BLOCK_N, BLOCK_K].
+
+    Meta byte b holds the positions of values 4b..4b+3 in bit pairs (0-1, 2-3, 4-5, 6-7); values 2g, 2g+1
+    belong to group g, at columns 4g + position. Positions within a group are distinct (pack_24 ensures it)."""
+    shifts = 2 * tl.arange(0, 4)
+    pos = (meta.to(tl.int32)[:, :, None] >> shifts[None, None, :]) & 3           # [BN, BK/8, 4]
+    i0, i1 = tl.split(tl.reshape(pos, (BLOCK_N, BLOCK_K // 4, 2)))              # [BN, BK/4] each
+    v0, v1 = tl.split(tl.reshape(v, (BLOCK_N, BLOCK_K // 4, 2)))
+    col = tl.arange(0, 4)[None, None, :]
+    zero = tl.zeros((BLOCK_N, BLOCK_K // 4, 4), dtype=v.dtype)
+    w = tl.where(col == i0[:, :, None], v0[:, :, None], tl.where(col == i1[:, :, None], v1[:, :, None], zero))
+    return tl.reshape(w, (BLOCK_N, BLOCK_K))
+
+
+@triton.jit
+def _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, x_dtype):
+    """Load one row tile of packed weights and return it dense, transposed [BLOCK_K, BLOCK_N], ready for
+    the dot in DOT's dtype. Masked-off values and meta load as 0: their columns contribute nothing."""
+    v = tl.load(v_ptrs, mask=j_ok, other=0)   # fp8 arrives as uint8 (interpreter: masked fp8 loads fail)
+    meta = tl.load(m_ptrs, mask=b_ok, other=0)
+    w = _expand_24(v, meta, BLOCK_N, BLOCK_K)
+    if VALUE == "fp8":
+        w = w.to(tl.float8e4nv, bitcast=True)  # 0x00 is +0.0, so the zero fill is exact
+    if DOT == "fp32":
+        w = w.to(tl.float32)
+    elif DOT == "native":
+        w = w.to(x_dtype)
+    return tl.trans(w)
+
+
+@triton.jit
+def _sparse24_kernel(
+    x_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr,
+    M, N, K,
+    stride_xm, stride_xk,
+    stride_vn, stride_mn,
+    stride_ym, stride_yn,
+    VALUE: tl.constexpr,       # "int8" | "fp8" | "float" (bf16): how to read the value bits
+    DOT: tl.constexpr,         # "native" | "fp32" (weight-only) | "int8" | "fp8" (dynamic W8A8)
+    GATED: tl.constexpr,       # rows n (gate) and N + n (up) of the stacked weight -> act(gate) * up
+    HAS_SCALE: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # grouped order: GROUP_M row-tiles share the same weight rows while they are in L2
+    group_size = GROUP_M * num_pid_n
+    first_m = (pid // group_size) * GROUP_M
+    rows_in_group = min(num_pid_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % group_size) % rows_in_group
+    pid_n = (pid % group_size) // rows_in_group
+
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    offs_j = tl.arange(0, BLOCK_K // 2)   # kept values of the tile
+    offs_b = tl.arange(0, BLOCK_K // 8)   # meta bytes of the tile
+    m_ok = offs_m < M
+    n_ok = offs_n < N
+    half_k = K // 2
+    meta_k = (K // 4 + 1) // 2
+
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
+    v_ptrs = v_ptr + offs_n[:, None] * stride_vn + offs_j[None, :]
+    m_ptrs = m_ptr + offs_n[:, None] * stride_mn + offs_b[None, :]
+    if GATED:
+        vu_ptrs = v_ptrs + N * stride_vn
+        mu_ptrs = m_ptrs + N * stride_mn
+
+    if DOT == "int8":
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+
+    for kt in range(0, tl.cdiv(K, BLOCK_K)):
+        k0 = kt * BLOCK_K
+        x = tl.load(x_ptrs, mask=m_ok[:, None] & (offs_k[None, :] < K - k0), other=0)
+        if DOT == "fp8":
+            x = x.to(tl.float8e4nv, bitcast=True)
+        elif DOT == "fp32":
+            x = x.to(tl.float32)
+        j_ok = n_ok[:, None] & (offs_j[None, :] < half_k - k0 // 2)
+        b_ok = n_ok[:, None] & (offs_b[None, :] < meta_k - k0 // 8)
+        w = _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
+        if DOT == "fp32":
+            acc = tl.dot(x, w, acc, input_precision="ieee")
+        else:
+            acc = tl.dot(x, w, acc)
+        if GATED:
+            wu = _load_dense_tile(vu_ptrs, mu_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
+                                  x_ptr.dtype.element_ty)
+            if DOT == "fp32":
+                acc_u = tl.dot(x, wu, acc_u, input_precision="ieee")
+            else:
+                acc_u = tl.dot(x, wu, acc_u)
+            vu_ptrs += BLOCK_K // 2
+            mu_ptrs += BLOCK_K // 8
+        x_ptrs += BLOCK_K * stride_xk
+        v_ptrs += BLOCK_K // 2
+        m_ptrs += BLOCK_K // 8
+
+    y = acc.to(tl.float32)
+    if DOT == "int8" or DOT == "fp8":
+        xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
+        y = y * xs
+    if HAS_SCALE:
+        y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u.to(tl.float32)
+        if DOT == "int8" or DOT == "fp8":
+            u = u * xs
+        if HAS_SCALE:
+            u = u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        if HAS_BIAS:
+            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * u
+    y_ptrs = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn
+    tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _dot_for(x: torch.Tensor, values: torch.Tensor, dynamic: bool) -> str:
+    if dynamic:
+        return "int8" if values.dtype == torch.int8 else "fp8"
+    mode = dot_mode(x.dtype)
+    # bf16 values with fp16 activations: neither casts exactly to the other, so dot in fp32
+    if mode == "native" and values.is_floating_point() and values.element_size() == 2 and values.dtype != x.dtype:
+        return "fp32"
+    return mode
+
+
+def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out):
+    from lowbit import quantize_activation
+
+    assert x.dim() == 2 and values.dim() == 2 and meta.dim() == 2, (x.shape, values.shape, meta.shape)
+    assert values.dtype in VALUE_DTYPES and meta.dtype == torch.uint8, (values.dtype, meta.dtype)
+    assert x.shape[1] == 2 * values.shape[1] and meta.shape[0] == values.shape[0], (x.shape, values.shape, meta.shape)
+    assert values.stride(1) == 1 and meta.stride(1) == 1
+    assert wscale is None or wscale.dtype == torch.float32
+    assert not dynamic or values.dtype != torch.bfloat16, "dynamic activations need 8-bit values"
+    M, K = x.shape
+    rows = values.shape[0]
+    N = rows // 2 if gated else rows
+    if out is None:
+        out = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    assert out.shape == (M, N) and out.dtype == x.dtype, (out.shape, out.dtype)
+    if M == 0 or N == 0:
+        return out
+    dot = _dot_for(x, values, dynamic)
+    xs = None
+    if dynamic:
+        x, xs = quantize_activation(x, "int8" if values.dtype == torch.int8 else "float8_e4m3")
+        if x.dtype == torch.float8_e4m3fn:
+            x = x.view(torch.uint8)
+        xs = xs.reshape(M).contiguous()
+    value = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(values.dtype, "float")
+    v = values.view(torch.uint8) if values.dtype == torch.float8_e4m3fn else values
+    BLOCK_M = 16 if M <= 16 else (32 if M <= 32 else 64)
+    BLOCK_N = 64 if N > 32 else 32
+    BLOCK_K = 64 if K <= 64 else 128
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    dummy = v  # never read when the HAS_* flag is off
+    _sparse24_kernel[grid](
+        x, xs if xs is not None else dummy, v, meta,
+        wscale if wscale is not None else dummy, bias if bias is not None else dummy, out,
+        M, N, K,
+        x.stride(0), x.stride(1),
+        v.stride(0), meta.stride(0),
+        out.stride(0), out.stride(1),
+        VALUE=value, DOT=dot, GATED=gated,
+        HAS_SCALE=wscale is not None, HAS_BIAS=bias is not None, ACT=act,
+        BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K, GROUP_M=8,
+    )
+    return out
+
+
+def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor | None,
+                    bias: torch.Tensor | None = None, act: str = "none", dynamic: bool = False,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M, K] with packed values [N, K/2] / meta [N, ceil(K/8)]; returns y [M, N]."""
+    return _launch(x, values, meta, wscale, bias, act, dynamic, False, out)
+
+
+def sparse24_gated(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor | None,
+                   bias: torch.Tensor | None = None, act: str = "silu", dynamic: bool = False,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """Gated form on a stacked packed weight [2H, K/2]: returns act(gate) ⊙ up, [M, H]."""
+    assert values.shape[0] % 2 == 0, values.shape
+    return _launch(x, values, meta, wscale, bias, act, dynamic, True, out)

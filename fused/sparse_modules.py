@@ -1,0 +1,164 @@
+"""2:4-sparse converted modules: packed weights (sparsity.packing) as plain buffers, forward through the
+sparse fused ops.
+
+FusedSparseLinear       one Linear (+ optional activation), W [N, K] 2:4    -> 1 op
+FusedSparseGatedLinear  gate and up stacked as one 2:4 [2H, K] weight       -> 1 op: act(gate) ⊙ up
+(blocks reuse FusedMLP / FusedGatedMLP from fused.modules.)
+
+Buffers: ``values`` [N, K/2] (int8 / float8_e4m3fn with ``scale`` [N] fp32, or bfloat16 with no scale),
+``meta`` [N, ceil(K/8)] uint8, ``bias``. In bytes per original weight: 0.625 + 4/K for 8-bit values
+(int8, fp8), 1.125 for bf16.
+"""
+from __future__ import annotations
+
+import torch
+
+from fused import dispatch, ops
+from fused.activations import check_activation
+from fused.modules import _Fused8bit, _input_for, _use_op
+from lowbit import dequantize, quantize_weight
+from sparsity.masks import is_24_sparse, magnitude_mask_24
+from sparsity.packing import check_packable_k, meta_columns, pack_24, unpack_24
+
+VALUE_FORMATS = {"int8": torch.int8, "float8_e4m3": torch.float8_e4m3fn, "bfloat16": torch.bfloat16}
+
+
+def _value_dtype(fmt: str) -> torch.dtype:
+    try:
+        return VALUE_FORMATS[str(fmt)]
+    except KeyError:
+        raise ValueError(f"2:4 values format must be one of {sorted(VALUE_FORMATS)}, got {fmt!r}") from None
+
+
+def prepare_24(weight: torch.Tensor, prune: bool, where: str) -> torch.Tensor:
+    """The weight as 2:4: unchanged when it already is; magnitude-pruned when ``prune``; else a ValueError.
+
+    Magnitude pruning leaves rows that are already 2:4 as they are (their non-zeros are the top 2 of each
+    group), so a stacked gate/up weight whose gate alone was Wanda-pruned keeps the gate's mask."""
+    w = weight.detach()
+    check_packable_k(w.shape[1], where)
+    if is_24_sparse(w):
+        return w
+    if not prune:
+        raise ValueError(f"{where}: weight is not 2:4 sparse and prune=False; prune the model first "
+                         "(sparsity.prune_24_(model, 'magnitude' | 'wanda', ...)) or convert with prune=True")
+    return w * magnitude_mask_24(w.abs())
+
+
+class _Sparse24(_Fused8bit):
+    """Shared packed-buffer layout; checkpoint checks (dtype and shape per key) come from _Fused8bit."""
+
+    sparsity = "2:4"
+
+    def _init_weight(self, n, k, fmt, bias, bias_dtype, device):
+        check_packable_k(k, type(self).__name__)
+        dtype = _value_dtype(fmt)
+        if self.dynamic and dtype == torch.bfloat16:
+            raise ValueError("dynamic (W8A8) activations need 8-bit values; bfloat16 2:4 is weight-only")
+        self.register_buffer("values", torch.empty(n, k // 2, dtype=dtype, device=device))
+        self.register_buffer("meta", torch.empty(n, meta_columns(k), dtype=torch.uint8, device=device))
+        self.register_buffer("scale", None if dtype == torch.bfloat16 else
+                             torch.empty(n, dtype=torch.float32, device=device))
+        self.register_buffer("bias", torch.empty(n, dtype=bias_dtype, device=device) if bias else None)
+
+    def _pack_from(self, weight, bias, prune, where):
+        w = prepare_24(weight, prune, where)
+        if self.scale is None:
+            q = w.to(torch.bfloat16)
+        else:
+            q, s = quantize_weight(w, self.fmt)  # zeros stay zeros: q is 2:4 too
+            self.scale.copy_(s)
+        values, meta = pack_24(q, where)
+        self.values.copy_(values)
+        self.meta.copy_(meta)
+        if bias is not None:
+            self.bias.copy_(bias.detach())
+        self.source_bytes = weight.numel() * weight.element_size() + (
+            bias.numel() * bias.element_size() if bias is not None else 0)
+        return self
+
+    @property
+    def fmt(self) -> str:
+        return {v: k for k, v in VALUE_FORMATS.items()}[self.values.dtype]
+
+    def dense_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The dequantized dense [N, K] weight (zeros where pruned)."""
+        w = unpack_24(self.values, self.meta)
+        return w.to(dtype) if self.scale is None else dequantize(w, self.scale, dtype)
+
+    def _run(self, op_name, x):
+        x = _input_for(x)
+        if _use_op(x):
+            run = ops.sparse24_linear if op_name == "sparse24_linear" else ops.sparse24_gated
+        else:
+            run = dispatch.sparse24_linear if op_name == "sparse24_linear" else dispatch.sparse24_gated
+        return run(x, self.values, self.meta, self.scale, self.bias, self.act, self.dynamic)
+
+    def _mode(self) -> str:
+        return "W8A8" if self.dynamic else "weight-only"
+
+
+class FusedSparseLinear(_Sparse24):
+    """y = act(x · Wᵀ + b) with W 2:4-sparse, packed: int8 / float8 e4m3 values with per-output-channel
+    fp32 scales, or bfloat16 values."""
+
+    op_name = "sparse24_linear"
+
+    def __init__(self, in_features, out_features, bias=True, fmt="int8", dynamic=False, act="none",
+                 bias_dtype=torch.float32, device=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.dynamic = dynamic
+        self.act = check_activation(act)
+        self._init_weight(out_features, in_features, fmt, bias, bias_dtype, device)
+        self.source_bytes = 0
+
+    @classmethod
+    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", prune=True, where=None):
+        """Pack a float [N, K] weight: magnitude-pruned first unless it is 2:4 already (``prune=False``:
+        a weight that is not 2:4 is a ValueError)."""
+        check_packable_k(weight.shape[1], where or cls.__name__)
+        mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
+                  bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
+        return mod._pack_from(weight, bias, prune, where or cls.__name__)
+
+    def forward(self, x):
+        return self._run(self.op_name, x)
+
+    def extra_repr(self):
+        return (f"{self.in_features}, {self.out_features}, fmt={self.fmt} 2:4, {self._mode()}, act={self.act}, "
+                f"bias={self.bias is not None}")
+
+
+class FusedSparseGatedLinear(_Sparse24):
+    """h = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u), gate and up stacked as one packed 2:4 [2H, K] weight."""
+
+    op_name = "sparse24_gated"
+
+    def __init__(self, in_features, hidden_features, bias=False, fmt="int8", dynamic=False, act="silu",
+                 bias_dtype=torch.float32, device=None):
+        super().__init__()
+        self.in_features, self.hidden_features = in_features, hidden_features
+        self.dynamic = dynamic
+        self.act = check_activation(act)
+        self._init_weight(2 * hidden_features, in_features, fmt, bias, bias_dtype, device)
+        self.source_bytes = 0
+
+    @classmethod
+    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", prune=True,
+                   where=None):
+        """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection."""
+        if gate_up_weight.shape[0] % 2:
+            raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
+        check_packable_k(gate_up_weight.shape[1], where or cls.__name__)
+        b = gate_up_bias
+        mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
+                  bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
+        return mod._pack_from(gate_up_weight, b, prune, where or cls.__name__)
+
+    def forward(self, x):
+        return self._run(self.op_name, x)
+
+    def extra_repr(self):
+        return (f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt} 2:4, {self._mode()}, "
+                f"act={self.act}(gate)*up, bias={self.bias is not None}")

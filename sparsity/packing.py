@@ -1,0 +1,124 @@
+"""Compact 2:4 packing: the kept values plus a 2-bit position for each, laid out for a GPU decode kernel.
+
+A weight W [N, K] that is 2:4 along K (every group of 4 consecutive entries in a row has <= 2 non-zeros)
+packs into
+
+    values [N, K/2]        the 2 kept entries of each group, in ascending position, any dtype
+                           (int8 / float8_e4m3fn / bfloat16 here); row n, group g -> values[n, 2g : 2g+2]
+    meta   [N, ceil(K/8)]  uint8; byte b of a row holds the 4 positions of groups 2b and 2b+1:
+                           bits 0-1: position (0..3) of group 2b's first kept value, bits 2-3: its second,
+                           bits 4-5 / 6-7: the same for group 2b+1
+
+so kept value j of a row (j = 0..K/2-1) has its position in bits 2·(j%4)..2·(j%4)+1 of meta byte j//4 and
+sits at column 4·(j//2) + position. The nibble per group (idx0 | idx1 << 2, idx0 < idx1) is the encoding
+NVIDIA's sparse tensor cores use, but rows are plain row-major along K, not CUTLASS's interleaved tiles
+(a cuSPARSELt / CUTLASS path repacks from the dense weight).
+
+Why this layout:
+  * A kernel tile of BLOCK_K weights of one row (BLOCK_K a multiple of 8) reads BLOCK_K/2 contiguous values
+    and BLOCK_K/8 contiguous meta bytes: two wide, aligned, coalesced loads; nothing is interleaved, so
+    the same layout serves int8, fp8 and bf16 values and the values tensor is an ordinary matrix.
+  * One meta byte = 4 positions = the 4 values at ``values[n, 4b : 4b+4]``: decoding is a broadcast shift
+    ``(byte >> 2·s) & 3`` and a reshape, no cross-lane shuffles.
+  * 2 bits per kept value is the minimum for this encoding: 8-bit values cost 0.5 + 0.125 = 0.625 bytes per
+    original weight, + 4/K for an fp32 per-row scale (0.626 at K=4096). bf16 values cost 1.125.
+
+Alignment: K % 4 == 0 (the 2:4 groups) is the only requirement. When K % 8 == 4 the last meta byte of each
+row holds one group; its high nibble is padding (0) and is never read.
+
+Groups with fewer than 2 non-zeros (zero rows included) still keep 2 positions: the non-zeros plus the
+lowest zero positions, so positions are always distinct and the values hold the exact zeros. The round trip
+is exact in value and, for kept entries, in bits; a -0.0 at a dropped position comes back as +0.0.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def _check_2d(name: str, t: torch.Tensor) -> None:
+    if not isinstance(t, torch.Tensor) or t.dim() != 2:
+        shape = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected a 2-D [out_features, in_features] tensor, got {shape}")
+
+
+def check_packable_k(k: int, where: str = "pack_24") -> None:
+    """Raise the ValueError a 2:4 weight with in_features ``k`` gets when k is not a multiple of 4."""
+    if k % 4:
+        raise ValueError(f"{where}: 2:4 sparsity groups the input dim by 4, so in_features (K) must be a "
+                         f"multiple of 4; got K={k}")
+
+
+def meta_columns(k: int) -> int:
+    """Bytes of metadata per row for in_features ``k`` (one byte per 8 weights, rounded up)."""
+    return (k // 4 + 1) // 2
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    # Gather/scatter on an integer view: exact for every dtype (fp8 included, where CPU kernels are
+    # missing) and keeps -0.0 / NaN payloads bit for bit.
+    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+
+
+def pack_24(w: torch.Tensor, where: str = "pack_24") -> tuple[torch.Tensor, torch.Tensor]:
+    """Pack a 2:4-sparse weight [N, K] into (values [N, K/2] of w's dtype, meta [N, ceil(K/8)] uint8).
+
+    Raises ValueError when w is not 2-D, K % 4 != 0, or some group of 4 has more than 2 non-zeros
+    (prune first: ``sparsity.prune_24_`` or ``w * magnitude_mask_24(w.abs())``)."""
+    _check_2d(where, w)
+    n, k = w.shape
+    check_packable_k(k, where)
+    groups = w.reshape(n, k // 4, 4)
+    nz = groups != 0
+    dense_groups = nz.sum(-1) > 2
+    if dense_groups.any():
+        bad = int(dense_groups.sum())
+        row, grp = (int(i) for i in dense_groups.nonzero()[0])
+        raise ValueError(
+            f"{where}: weight is not 2:4 sparse: {bad} of {dense_groups.numel()} groups of 4 have more than 2 "
+            f"non-zeros (first: row {row}, columns {4 * grp}..{4 * grp + 3}); prune it first "
+            "(sparsity.prune_24_, or a config with prune=True)")
+    # non-zeros first, then the lowest positions: 2 distinct ascending positions per group
+    pos = torch.arange(4, device=w.device)
+    key = (~nz).to(torch.int8) * 4 + pos
+    idx = key.topk(2, dim=-1, largest=False).indices.sort(dim=-1).values  # [N, G, 2]
+    values = _bits(groups).gather(-1, idx).reshape(n, k // 2).view(w.dtype)
+
+    nib = (idx[..., 0] | (idx[..., 1] << 2)).to(torch.uint8)  # [N, G]
+    if nib.shape[1] % 2:
+        nib = torch.nn.functional.pad(nib, (0, 1))  # padding nibble, never read
+    nib = nib.reshape(n, -1, 2)
+    meta = nib[..., 0] | (nib[..., 1] << 4)
+    return values.contiguous(), meta.contiguous()
+
+
+def unpack_24(values: torch.Tensor, meta: torch.Tensor, where: str = "unpack_24") -> torch.Tensor:
+    """The dense [N, K] weight (K = 2·values.shape[1]) of a packed pair; exact inverse of ``pack_24``."""
+    _check_2d(f"{where} values", values)
+    _check_2d(f"{where} meta", meta)
+    n, half = values.shape
+    k = 2 * half
+    if k % 4:
+        raise ValueError(f"{where}: values must have K/2 columns with K % 4 == 0, got {half} columns")
+    if meta.dtype != torch.uint8 or tuple(meta.shape) != (n, meta_columns(k)):
+        raise ValueError(f"{where}: meta must be uint8 of shape {(n, meta_columns(k))} for values "
+                         f"{tuple(values.shape)}, got {meta.dtype} {tuple(meta.shape)}")
+    g = k // 4
+    nib = torch.stack([meta & 15, meta >> 4], dim=-1).reshape(n, -1)[:, :g].long()
+    idx = torch.stack([nib & 3, nib >> 2], dim=-1)  # [N, G, 2]
+    if (idx[..., 0] == idx[..., 1]).any():
+        raise ValueError(f"{where}: corrupt metadata: a group names the same position twice")
+    dense = torch.zeros(n, g, 4, dtype=_bits(values).dtype, device=values.device)
+    dense.scatter_(-1, idx, _bits(values).reshape(n, g, 2))
+    return dense.reshape(n, k).view(values.dtype)
+
+
+def packed_bytes(n: int, k: int, value_dtype: torch.dtype, scale: bool = True) -> int:
+    """Bytes of a packed [n, k] weight: values + meta (+ one fp32 scale per row)."""
+    check_packable_k(k, "packed_bytes")
+    itemsize = torch.empty((), dtype=value_dtype).element_size()
+    return n * (k // 2) * itemsize + n * meta_columns(k) + (4 * n if scale else 0)
+
+
+def bytes_per_weight(n: int, k: int, value_dtype: torch.dtype, scale: bool = True) -> float:
+    """Packed bytes per original weight (``packed_bytes / (n·k)``): 0.625 + 4/K for 8-bit values + scales."""
+    return packed_bytes(n, k, value_dtype, scale) / (n * k)
