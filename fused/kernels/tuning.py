@@ -15,6 +15,8 @@ from fused.kernels.tuned_h200 import TUNED
 _cache: dict = {}
 # (kernel, key) -> config for every pick made in this process: what `explain`/bench report
 picks: dict = {}
+# (kernel, key) -> [(µs, config), ...] for every candidate timed in this process
+timings: dict = {}
 
 
 def m_bucket(M: int) -> int:
@@ -47,6 +49,7 @@ def pick(kernel: str, key: tuple, candidates, launch) -> dict:
                 t = do_bench(lambda: launch(c), warmup=5, rep=20, return_mode="median")
             except Exception:  # a config that does not fit (shared memory, registers) is skipped
                 continue
+            timings.setdefault(full, []).append((round(t * 1e3, 2), c))
             if best is None or t < best[0]:
                 best = (t, c)
         if best is None:

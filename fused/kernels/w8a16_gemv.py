@@ -31,6 +31,9 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled)."""
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # GEMV: elementwise products accumulate in a [BLOCK_N, BLOCK_K] register tile and are reduced across
+    # threads once after the loop, not once per K step
+    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
@@ -41,12 +44,13 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
         if W_FP8:
             w = w.to(tl.float8e4nv, bitcast=True)
         if BLOCK_M == 1:
-            # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
-            acc += tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1)[None, :]
+            acc2 += w.to(tl.float32) * x.to(tl.float32)
         elif DOT == "fp32":
             acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
         else:
             acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    if BLOCK_M == 1:
+        acc = tl.sum(acc2, axis=1)[None, :]
     return acc
 
 
