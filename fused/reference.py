@@ -16,6 +16,12 @@ from lowbit import get_format, quantize_activation
 
 def _matmul_fp32(x2: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, dynamic: bool) -> torch.Tensor:
     """[M, K] x, [N, K] 8-bit weight -> fp32 [M, N] with all scales applied."""
+    dev = x2.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        # autocast would run these fp32 matmuls in bf16 and round the accumulator: the oracle must not
+        # depend on the caller's autocast state (the modules already cast x to the autocast dtype).
+        with torch.autocast(dev, enabled=False):
+            return _matmul_fp32(x2, qweight, wscale, dynamic)
     if dynamic:
         fmt = "int8" if qweight.dtype == torch.int8 else "float8_e4m3"
         xq, xs = quantize_activation(x2, fmt)

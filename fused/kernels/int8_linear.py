@@ -66,13 +66,22 @@ def _int8_linear_kernel(
 
 
 def int8_linear(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
-                bias: torch.Tensor | None = None, act: str = "none") -> torch.Tensor:
-    """Launch the W8A16 kernel on a 2-D x [M, K]; returns y [M, N] in x's dtype."""
+                bias: torch.Tensor | None = None, act: str = "none",
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch the W8A16 kernel on a 2-D x [M, K]; returns y [M, N] in x's dtype.
+
+    ``out``: an [M, N] tensor of x's dtype (any strides) to write into instead of a fresh one."""
     assert x.dim() == 2 and qweight.dim() == 2 and x.shape[1] == qweight.shape[1], (x.shape, qweight.shape)
     assert qweight.dtype == torch.int8 and wscale.dtype == torch.float32
     M, K = x.shape
     N = qweight.shape[0]
-    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if out is None:
+        y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    else:
+        if out.shape != (M, N) or out.dtype != x.dtype or out.device != x.device:
+            raise ValueError(f"int8_linear: out must be {x.dtype} {(M, N)} on {x.device}, got "
+                             f"{out.dtype} {tuple(out.shape)} on {out.device}")
+        y = out
     if M == 0:
         return y
     BLOCK_M = 16 if M <= 16 else (32 if M <= 32 else 64)
