@@ -26,6 +26,8 @@ OURS = {
     "ours int8 W8A8": lambda: fused.FusedInt8MLP(weight_only=False),
     "ours fp8 W8A8": lambda: fused.FusedFloat8MLP(),
     "ours fp8 W8A16": lambda: fused.FusedFloat8MLP(weight_only=True),
+    "ours int8 2:4 W8A16": lambda: fused.FusedInt8MLP(sparsity="2:4"),
+    "ours fp8 2:4 W8A8": lambda: fused.FusedFloat8MLP(sparsity="2:4"),
 }
 
 

@@ -13,7 +13,7 @@ def _cmd_demo(args) -> int:
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     rows = run_demo(device, tokens=args.tokens)
-    print(format_rows(rows, device))
+    print(format_rows(rows, device, args.tokens))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=2)

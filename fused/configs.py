@@ -180,11 +180,13 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
     dynamic = not cfg.weight_only
     if kind in ("sequential", "fc"):
         if kind == "sequential":
-            layers = [m for m in block if not isinstance(m, nn.Dropout)]
-            fc1, act, fc2 = layers[0], activation_of(layers[1]), layers[2]
+            # the children's real names ("0", "2"), so an error names the module's actual fqn
+            layers = [(n, m) for n, m in block._modules.items() if not isinstance(m, nn.Dropout)]
+            (n1, fc1), (_, act_mod), (n2, fc2) = layers
+            act = activation_of(act_mod)
         else:
-            fc1, act, fc2 = block.fc1, _act_attr(block), block.fc2
-        return FusedMLP(convert_linear(fc1, cfg, act, f"{where}.fc1"), convert_linear(fc2, cfg, "none", f"{where}.fc2"))
+            (n1, fc1), act, (n2, fc2) = ("fc1", block.fc1), _act_attr(block), ("fc2", block.fc2)
+        return FusedMLP(convert_linear(fc1, cfg, act, f"{where}.{n1}"), convert_linear(fc2, cfg, "none", f"{where}.{n2}"))
     if kind == "gated":
         g, u = block.gate_proj, block.up_proj
         w = torch.cat([_checked_weight(g, f"{where}.gate_proj"), _checked_weight(u, f"{where}.up_proj")])

@@ -128,8 +128,8 @@ def run_demo(device: str | None = None, tokens: int = 16, d=512, h=1408, layers=
     return rows
 
 
-def format_rows(rows, device) -> str:
-    lines = [f"Demo model: 4 gated SiLU blocks + 1 GELU block (d 512), bf16, 16 tokens, on {device}",
+def format_rows(rows, device, tokens: int = 16) -> str:
+    lines = [f"Demo model: 4 gated SiLU blocks + 1 GELU block (d 512), bf16, {tokens} tokens, on {device}",
              "| config | weight MiB | SQNR vs bf16 (dB) | ms / forward |", "|---|---|---|---|"]
     for r in rows:
         lines.append(f'| {r["config"]} | {r["weight_MiB"]:.2f} | {r["sqnr_db"]:.1f} | {r["ms"]:.2f} |')

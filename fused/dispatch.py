@@ -57,13 +57,13 @@ def _fmt(qweight: torch.Tensor) -> str:
 
 
 def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
-    """The Triton kernel(s) for (op, format, mode) at batch size M (None: every M, as text)."""
+    """The Triton kernel(s) for (op, format, mode) at batch size M (None: both, "small|large")."""
     if op in SPARSE_OPS:
         return "sparse24_linear"
-    small = "w8a16_gemv (split-K)"
-    large = "act_quant + w8_gemm[W8A8]" if dynamic else "w8_gemm[W8A16]"
+    small = "w8a16_gemv"
+    large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
     if M is None:
-        return f"{small} if M<={GEMV_MAX_M} else {large}"
+        return f"{small}|{large}"
     return small if M <= GEMV_MAX_M else large
 
 
@@ -73,7 +73,14 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     if _forced == "reference":
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
-        return f"triton:{triton_kernel_for(op, fmt, dynamic, M)}", f"fused Triton ({op}, {fmt})"
+        kernel = triton_kernel_for(op, fmt, dynamic, M)
+        if "|" in kernel:
+            why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
+            if dynamic:
+                why += " with fused per-token activation quantization (W8A8)"
+        else:
+            why = f"fused Triton ({op}, {fmt})"
+        return f"triton:{kernel}", why
     if op in SPARSE_OPS:
         return "reference", "CPU path (pure torch: unpacks the 2:4 weight to dense)"
     return "reference", "CPU path (pure torch)"

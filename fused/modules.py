@@ -51,6 +51,19 @@ class _Fused8bit(nn.Module):
                         f"{tuple(src.shape)} (checkpoint made with another config or model?)")
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
 
+    def _apply(self, fn, recurse=True):
+        # Module.to(dtype) / .half() cast every floating buffer, and float8 counts as floating: the fp8
+        # qweight would silently become bf16 (2x bytes) and the fp32 scales lose precision (the kernels
+        # need fp32). Keep both dtypes and apply only the device move, as torchao's weight formats do.
+        # The bias follows the model's dtype, as nn.Linear's does.
+        fixed = {n: self._buffers[n] for n in ("qweight", "scale")}
+        super()._apply(fn, recurse)
+        for name, old in fixed.items():
+            new = self._buffers[name]
+            if new is not None and new.dtype != old.dtype:
+                self._buffers[name] = old.to(device=new.device)
+        return self
+
     def _quantize_from(self, weight, bias, fmt):
         q, s = quantize_weight(weight.detach(), fmt)
         self.qweight.copy_(q)

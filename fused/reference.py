@@ -19,6 +19,12 @@ from sparsity.packing import unpack_24
 
 def _matmul_fp32(x2: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, dynamic: bool) -> torch.Tensor:
     """[M, K] x, [N, K] 8-bit weight -> fp32 [M, N] with all scales applied (a bf16 weight: wscale None)."""
+    dev = x2.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        # autocast would run these fp32 matmuls in bf16 and round the accumulator: the oracle must not
+        # depend on the caller's autocast state (the modules already cast x to the autocast dtype).
+        with torch.autocast(dev, enabled=False):
+            return _matmul_fp32(x2, qweight, wscale, dynamic)
     if wscale is None:
         return x2.float() @ qweight.float().t()
     if dynamic:

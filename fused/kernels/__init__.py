@@ -12,3 +12,10 @@ def dot_mode(dtype) -> str:
     import torch
 
     return "fp32" if INTERPRET or dtype == torch.float32 else "native"
+
+
+def check_out(out, shape, dtype, device):
+    """Validate a caller-provided output (any strides: kernels store through its strides)."""
+    if tuple(out.shape) != tuple(shape) or out.dtype != dtype or out.device != device:
+        raise ValueError(f"out must be {tuple(shape)} {dtype} on {device}, got {tuple(out.shape)} {out.dtype} on {out.device}")
+    return out

@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, dot_mode
+from fused.kernels import INTERPRET, check_out, dot_mode
 from fused.kernels.epilogue import activation
 from fused.kernels.tuning import m_bucket, pick
 
@@ -146,7 +146,8 @@ def _candidates(M: int, gated: bool, a8: bool) -> list[dict]:
 
 def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
             act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
-            out_dtype: torch.dtype | None = None, config: dict | None = None) -> torch.Tensor:
+            out_dtype: torch.dtype | None = None, config: dict | None = None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
     """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant)."""
     M, K = x.shape
     assert qweight.shape[1] == K, (x.shape, qweight.shape)
@@ -155,7 +156,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     R = qweight.shape[0]
     N = R // 2 if gated else R
     out_dtype = out_dtype or x.dtype
-    y = torch.empty((M, N), device=x.device, dtype=out_dtype)
+    y = check_out(out, (M, N), out_dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=out_dtype)
     if M == 0:
         return y
     # fp8 goes in natively on the GPU (TMA-friendly loads straight into the tensor-core pipeline); the

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import dot_mode
+from fused.kernels import check_out, dot_mode
 from fused.kernels.epilogue import activation
 from fused.kernels.tuning import m_bucket, pick
 
@@ -160,7 +160,8 @@ def _interpret_config(M, N, K):
 
 
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
-               act: str = "none", gated: bool = False, config: dict | None = None) -> torch.Tensor:
+               act: str = "none", gated: bool = False, config: dict | None = None,
+               out: torch.Tensor | None = None) -> torch.Tensor:
     """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated) in x's dtype."""
     M, K = x.shape
     assert M <= 16 and qweight.shape[1] == K, (x.shape, qweight.shape)
@@ -168,7 +169,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     N = R // 2 if gated else R
     w_fp8 = qweight.dtype == torch.float8_e4m3fn
     w = qweight.view(torch.uint8) if w_fp8 else qweight
-    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0:
         return y
 

@@ -1,0 +1,45 @@
+"""fused.dispatch: which path each (op, format, mode, device) takes, and that fallbacks are visible."""
+import pytest
+import torch
+
+from fused import dispatch
+from lowbit import quantize_weight
+
+
+@pytest.mark.parametrize("op,fmt,dynamic", [
+    ("linear", "int8", False), ("linear", "int8", True), ("linear", "float8_e4m3", False),
+    ("linear", "float8_e4m3", True), ("gated", "int8", False), ("gated", "float8_e4m3", True),
+])
+def test_plan(op, fmt, dynamic):
+    assert dispatch.plan(op, fmt, dynamic, "cpu") == ("reference", "CPU path (pure torch)")
+    large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
+    assert dispatch.plan(op, fmt, dynamic, "cuda")[0] == f"triton:w8a16_gemv|{large}"
+    # by M: decode takes the weight-only GEMV (W8A8 configs too), larger M the tiled GEMM
+    assert dispatch.plan(op, fmt, dynamic, "cuda", M=1)[0] == "triton:w8a16_gemv"
+    assert dispatch.plan(op, fmt, dynamic, "cuda", M=dispatch.GEMV_MAX_M)[0] == "triton:w8a16_gemv"
+    assert dispatch.plan(op, fmt, dynamic, "cuda", M=dispatch.GEMV_MAX_M + 1)[0] == f"triton:{large}"
+    with dispatch.force_path("reference"):
+        assert dispatch.plan(op, fmt, dynamic, "cuda") == ("reference", "forced")
+    with dispatch.force_path("triton"):
+        assert dispatch.plan(op, fmt, dynamic, "cpu", M=1)[0] == "triton:w8a16_gemv"
+    assert dispatch._forced is None  # the context restores
+
+
+def test_stats_count_every_call():
+    q, s = quantize_weight(torch.randn(8, 16), "int8")
+    key = ("gated", "reference")
+    before = dispatch.stats[key]
+    dispatch.gated(torch.randn(2, 16), q, s)
+    dispatch.gated(torch.randn(0, 16), q, s)
+    assert dispatch.stats[key] == before + 2
+
+
+@pytest.mark.cuda
+def test_strict_mode_raises_on_a_cuda_fallback():
+    q, s = quantize_weight(torch.randn(8, 16, device="cuda"), "float8_e4m3")
+    dispatch.set_strict(True)
+    try:
+        with pytest.raises(RuntimeError, match="strict mode: FALLBACK"):
+            dispatch.linear(torch.randn(2, 16, device="cuda", dtype=torch.bfloat16), q, s)
+    finally:
+        dispatch.set_strict(False)

@@ -1,0 +1,20 @@
+"""The README's quick start and .ci/run must stay the same commands."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _commands(text):
+    return [c.strip() for line in text.splitlines() if line.startswith("python3 ")
+            for c in line.split("&&")]
+
+
+def test_ci_runs_the_readme_quick_start():
+    readme = (ROOT / "README.md").read_text()
+    quick = re.search(r"## Quick start.*?```bash\n(.*?)```", readme, re.S).group(1)
+    expected = _commands(quick)
+    assert expected == ['python3 -m pip install torch==2.13.0', 'python3 -m pip install -e ".[test,tools]"',
+                        "python3 -m fused demo", "python3 -m pytest -q tests"]
+    ci = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
+    assert _commands(ci) == expected
