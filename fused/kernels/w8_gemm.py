@@ -24,8 +24,8 @@ from fused.kernels.tuning import m_bucket, pick
 
 @triton.jit
 def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8_AS_U8: tl.constexpr):
-    x = tl.load(x_ptrs, mask=x_mask, other=0)
-    w = tl.load(w_ptrs, mask=w_mask, other=0)
+    x = tl.load(x_ptrs, mask=x_mask, other=0.0)  # a float: int 0 cannot be cast to fp8 on triton 3.6
+    w = tl.load(w_ptrs, mask=w_mask, other=0.0)
     if FP8_AS_U8:  # interpreter only: fp8 loaded as uint8, bitcast in registers
         w = w.to(tl.float8e4nv, bitcast=True)
         if A8:
@@ -34,11 +34,9 @@ def _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8: tl.constexpr, FP8_AS_U8: tl.
 
 
 @triton.jit
-def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr, SWAP: tl.constexpr):
-    """acc += x · wᵀ with w a [BLOCK_N, BLOCK_K] tile. For W8A16 on tensor cores the product is taken
-    transposed, accᵀ[BLOCK_N, BLOCK_M] += w · xᵀ: Hopper's wgmma reads its A operand from registers,
-    where the 8-bit tile has just been widened, and B (the bf16 activations) straight from shared memory,
-    so the conversion does not go through a shared-memory round trip."""
+def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
+    """acc += x · wᵀ with w a [BLOCK_N, BLOCK_K] tile. (A swapped product, accᵀ += w · xᵀ, so that the
+    widened weight is wgmma's register operand, was measured on the H200 and lost everywhere.)"""
     if A8:
         if FP8:
             acc = tl.dot(x, tl.trans(w), acc)
@@ -46,8 +44,6 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr, SWAP
             acc = tl.dot(x, tl.trans(w), acc, out_dtype=tl.int32)
     elif DOT == "fp32":
         acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-    elif SWAP:
-        acc = tl.dot(w.to(x.dtype), tl.trans(x), acc)  # transposed accumulator, see above
     else:
         acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
     return acc
@@ -59,7 +55,7 @@ def _w8_gemm_kernel(
     M, N, K,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SWAP: tl.constexpr,
+    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -81,29 +77,22 @@ def _w8_gemm_kernel(
     u_ptrs = w_ptrs + N * stride_wn  # up rows follow the gate rows
 
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
-    if SWAP:
-        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC)
-        acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=ACC)
-    else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k in range(0, tl.cdiv(K, BLOCK_K)):
         k_ok = offs_k < K - k * BLOCK_K
         x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8,
                            FP8_AS_U8)
-        acc = _mma(x, w, acc, A8, FP8, DOT, SWAP)
+        acc = _mma(x, w, acc, A8, FP8, DOT)
         if GATED:
-            u = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0)
+            u = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
-            acc_u = _mma(x, u, acc_u, A8, FP8, DOT, SWAP)
+            acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
             u_ptrs += BLOCK_K * stride_wk
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
-    if SWAP:
-        acc = tl.trans(acc)
-        acc_u = tl.trans(acc_u)
     y = acc.to(tl.float32)
     if A8:
         xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
@@ -138,9 +127,7 @@ def _candidates(M: int, gated: bool, a8: bool) -> list[dict]:
     for bm, bn, k, stages, warps in c:
         if gated and bm * bn > 128 * 128:
             bn //= 2  # two accumulators
-        for swap in ((False, True) if not a8 else (False,)):
-            out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps,
-                            SWAP=swap))
+        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps))
     return list({tuple(sorted(d.items())): d for d in out}.values())
 
 
@@ -173,7 +160,6 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8,
-            SWAP=cfg.get("SWAP", False) and not a8 and dot_mode(x.dtype) == "native",
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
             num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import check_out, dot_mode
-from fused.kernels.epilogue import activation
+from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.tuning import m_bucket, pick
 
 
@@ -27,13 +27,10 @@ from fused.kernels.tuning import m_bucket, pick
 def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_wn, stride_wk,
              W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             DOT: tl.constexpr):
+             DOT: tl.constexpr, CVT: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled)."""
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    # GEMV: elementwise products accumulate in a [BLOCK_N, BLOCK_K] register tile and are reduced across
-    # threads once after the loop, not once per K step
-    acc2 = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
@@ -42,15 +39,20 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
         w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
                     mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
         if W_FP8:
-            w = w.to(tl.float8e4nv, bitcast=True)
+            wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+        elif CVT == "magic":
+            wf = int8_to_f32(w)
+        else:
+            wf = w.to(tl.float32)
         if BLOCK_M == 1:
-            acc2 += w.to(tl.float32) * x.to(tl.float32)
+            # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
+            acc += tl.sum(wf * x.to(tl.float32), axis=1)[None, :]
         elif DOT == "fp32":
-            acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+            acc = tl.dot(x.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
+        elif W_FP8 or CVT == "magic":
+            acc = tl.dot(x, tl.trans(wf.to(x.dtype)), acc)
         else:
             acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-    if BLOCK_M == 1:
-        acc = tl.sum(acc2, axis=1)[None, :]
     return acc
 
 
@@ -61,7 +63,7 @@ def _w8a16_gemv_kernel(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -70,10 +72,10 @@ def _w8a16_gemv_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+                   stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     if GATED:
         acc_u = _partial(x_ptr, w_ptr, offs_m, offs_n, N, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
         acc_u = acc
 
@@ -138,25 +140,24 @@ def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
-    """First entry: the heuristic default (used untuned with FUSED_TUNE=0)."""
+    """First entry: the heuristic default (used untuned with FUSED_TUNE=0). CVT: how int8 becomes
+    float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit)."""
     bm = 1 if M == 1 else 16
-    bks = (512, 256) if bm == 1 else (128, 256)
+    bks = (256, 512) if bm == 1 else (128, 256)
     out = []
-    for bn in (64, 32, 16):
+    for bn in (32, 64):
         for bk in bks:
             if bm == 16 and bn * bk > 64 * 256:
                 continue
-            s = _split_for(triton.cdiv(N, bn), K, bk)
-            for split in dict.fromkeys((s, min(2 * s, 16))):
-                if split > 1 and K // split < bk:
-                    continue
-                for warps in ((4, 8) if bm == 1 else (4,)):
-                    out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps))
+            split = _split_for(triton.cdiv(N, bn), K, bk)
+            for cvt in ("magic", "native"):
+                out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT=cvt))
     return out
 
 
 def _interpret_config(M, N, K):
-    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4)
+    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4,
+                CVT="magic")
 
 
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -184,7 +185,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             M, N, K, k_per,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
-            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype),
+            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
             num_warps=cfg["num_warps"],
         )
 
