@@ -5,10 +5,12 @@
     quantize_(model, fused.FusedInt8MLP())                          # every nn.Linear
     quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
     fused.explain(model)
+    fused.profile(model, x)                                         # launches, time, idle, memory, paths
 """
 from fused.configs import FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.profile import profile  # the function hides the submodule; it carries .compare, .before_after
 from fused import ops  # noqa: F401  (registers the torch.library ops)
 
 __version__ = "0.1.0"
@@ -23,5 +25,6 @@ __all__ = [
     "explain",
     "is_mlp",
     "mlp_kind",
+    "profile",
     "quantize",
 ]
