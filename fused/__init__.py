@@ -6,11 +6,13 @@
     quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
     fused.explain(model)
     quantize_(model, fused.FusedInt8MLP(sparsity="2:4"))           # 2:4 packed (magnitude-pruned)
+    fused.profile(model, x)                                         # launches, time, idle, memory, paths
 """
 from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
+from fused.profile import profile  # the function hides the submodule; it carries .compare, .before_after
 from fused import ops  # noqa: F401  (registers the torch.library ops)
 
 __version__ = "0.1.0"
@@ -28,5 +30,6 @@ __all__ = [
     "explain",
     "is_mlp",
     "mlp_kind",
+    "profile",
     "quantize",
 ]

@@ -1,0 +1,545 @@
+"""Accuracy vs speed vs memory for one model under a list of configs: ``python -m fused sweep``.
+
+For every config the fp32 reference model is copied, cast to the activation dtype, converted, and run
+on the task's batches beside the reference. Measured per config:
+
+* per-layer SQNR of each converted layer (an MLP block where ``fused.is_mlp`` matches, else an
+  ``nn.Linear``), two ways: *isolated* (the converted layer fed the reference layer's own input: the
+  layer's error alone) and *in model* (the layer's output inside the converted model: error so far);
+* the task's end metric (output SQNR; for sentence encoders cosine similarity and retrieval top-1);
+* latency (median ms per forward of the task's bench input) and weight bytes.
+
+Configs that raise NotImplementedError (e.g. 2:4 before sparsity lands) are reported as not available.
+Results: JSON, a markdown table, and a Pareto plot (error vs time, marker area = weight memory).
+"""
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import math
+import platform
+import re
+import statistics
+import time
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from fused import dispatch
+from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantize
+from fused.tasks import Task, call, cast_inputs
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """One column of the sweep. ``make`` returns a fresh torchao config (None: no conversion, only the
+    dtype cast); ``dtype`` overrides the sweep's activation dtype; ``blocks`` converts whole MLP blocks
+    where fused.is_mlp matches (Linears elsewhere), False converts every Linear on its own."""
+
+    name: str
+    make: Callable[[], Any] | None
+    dtype: torch.dtype | None = None
+    blocks: bool = True
+
+
+# Adding a config is one line. The 2:4 ones report "not available" until sparsity lands.
+CONFIGS: list[SweepConfig] = [
+    SweepConfig("bf16", None, dtype=torch.bfloat16),
+    SweepConfig("int8 W8A16", lambda: FusedInt8MLP()),
+    SweepConfig("int8 W8A8", lambda: FusedInt8MLP(weight_only=False)),
+    SweepConfig("fp8 W8A8", lambda: FusedFloat8MLP()),
+    SweepConfig("fp8 weight-only", lambda: FusedFloat8MLP(weight_only=True)),
+    SweepConfig("int8 W8A16 2:4", lambda: FusedInt8MLP(sparsity="2:4")),
+    SweepConfig("fp8 W8A8 2:4", lambda: FusedFloat8MLP(sparsity="2:4")),
+]
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[\s_\-]+", " ", name.strip().lower())
+
+
+def config_names() -> list[str]:
+    return [c.name for c in CONFIGS]
+
+
+def get_config(name: str | SweepConfig) -> SweepConfig:
+    """A config by name; case, '-', '_' and spaces are interchangeable ("int8-w8a16" = "int8 W8A16")."""
+    if isinstance(name, SweepConfig):
+        return name
+    for c in CONFIGS:
+        if _norm(c.name) == _norm(name):
+            return c
+    raise ValueError(f"unknown config {name!r}; choose from: {', '.join(config_names())}")
+
+
+def resolve_configs(names=None) -> list[SweepConfig]:
+    """None: all of CONFIGS. A comma-separated string or a list of names / SweepConfigs otherwise."""
+    if names is None:
+        return list(CONFIGS)
+    if isinstance(names, str):
+        names = [n for n in names.split(",") if n.strip()]
+    out = [get_config(n) for n in names]
+    if not out:
+        raise ValueError(f"no configs given; choose from: {', '.join(config_names())}")
+    return out
+
+
+def convert(model: nn.Module, entry: SweepConfig, dtype: torch.dtype) -> nn.Module:
+    """Cast ``model`` (in place) to the entry's dtype, then convert it with the entry's config.
+
+    Cast first: ``Module.to(dtype)`` after conversion would also cast fp8 weights and fp32 scales."""
+    model.to(entry.dtype or dtype)
+    if entry.make is not None:
+        quantize(model, entry.make(), blocks=entry.blocks)
+    return model
+
+
+# --------------------------------------------------------------------------------------- measurements
+
+def layer_fqns(model: nn.Module, blocks: bool = True) -> list[str]:
+    """Names of the modules a conversion replaces: MLP blocks (when ``blocks``), then Linears outside them."""
+    out, skip = [], None
+    for name, m in model.named_modules():
+        if skip is not None and (skip == "" or name.startswith(skip)):
+            continue
+        if blocks and is_mlp(m):
+            out.append(name)
+            skip = name + "." if name else ""
+        elif _linear(m):
+            out.append(name)
+    return out
+
+
+def param_bytes(module: nn.Module) -> int:
+    """Bytes of all parameters and buffers, each storage counted once."""
+    seen, total = set(), 0
+    for t in list(module.parameters()) + list(module.buffers()):
+        key = (t.untyped_storage().data_ptr(), t.device)
+        if key in seen:
+            continue
+        seen.add(key)
+        total += t.numel() * t.element_size()
+    return total
+
+
+def _sync_for(inputs):
+    ts = inputs.values() if isinstance(inputs, dict) else inputs if isinstance(inputs, (tuple, list)) else [inputs]
+    cuda = any(isinstance(t, torch.Tensor) and t.is_cuda for t in ts)
+    return torch.cuda.synchronize if cuda else (lambda: None)
+
+
+def time_ms(model: nn.Module, inputs, iters: int = 10, warmup: int = 2) -> float:
+    """Median ms per forward (CUDA-synchronised on the GPU)."""
+    return time_side_by_side([(model, inputs)], iters, warmup)[0]
+
+
+def time_side_by_side(runs: list, iters: int = 10, warmup: int = 2) -> list[float]:
+    """Median ms per forward of each (model, inputs), timed round-robin: on a shared, noisy machine a
+    burst of interference then hits every config alike instead of the one being timed."""
+    times = [[] for _ in runs]
+    with torch.no_grad():
+        for model, inputs in runs:
+            for _ in range(warmup):
+                call(model, inputs)
+        for _ in range(iters):
+            for i, (model, inputs) in enumerate(runs):
+                sync = _sync_for(inputs)
+                sync()
+                t = time.perf_counter()
+                call(model, inputs)
+                sync()
+                times[i].append((time.perf_counter() - t) * 1e3)
+    return [statistics.median(t) for t in times]
+
+
+def _db(signal: float, noise: float) -> float:
+    if math.isnan(signal) or math.isnan(noise):
+        return float("nan")
+    if noise == 0.0:
+        return float("inf")
+    if signal == 0.0:
+        return float("-inf")
+    return 10.0 * math.log10(signal / noise)
+
+
+class _LayerError:
+    """Accumulates ‖ref‖² and ‖ref − out‖² over batches (float64), so SQNR covers every batch."""
+
+    def __init__(self):
+        self.calls = 0
+        self.signal = 0.0
+        self.noise_isolated = 0.0
+        self.noise_in_model = 0.0
+
+    @staticmethod
+    def _sq(t: torch.Tensor) -> float:
+        return t.double().pow(2).sum().item()
+
+    def add(self, ref: torch.Tensor, isolated: torch.Tensor, in_model: torch.Tensor | None) -> None:
+        ref = ref.double()
+        self.calls += 1
+        self.signal += self._sq(ref)
+        self.noise_isolated += self._sq(ref - isolated.double())
+        # a layer the converted model never called has no in-model error: NaN, not a perfect score
+        self.noise_in_model += self._sq(ref - in_model.double()) if in_model is not None else math.nan
+
+    def result(self) -> dict:
+        if not self.calls:  # the model never ran this layer on the batches
+            return {"sqnr_db": math.nan, "sqnr_in_model_db": math.nan}
+        return {"sqnr_db": _db(self.signal, self.noise_isolated),
+                "sqnr_in_model_db": _db(self.signal, self.noise_in_model)}
+
+
+def _capture(model: nn.Module, fqns: list[str], store: dict, inputs_too: bool):
+    hooks = []
+    for fqn in fqns:
+        def hook(mod, args, out, fqn=fqn):
+            store[fqn] = (args[0].detach() if inputs_too else None, out.detach())
+        hooks.append(model.get_submodule(fqn).register_forward_hook(hook))
+    return hooks
+
+
+# --------------------------------------------------------------------------------------------- results
+
+@dataclass
+class SweepRow:
+    config: str
+    status: str  # "reference", "ok" or "not available"
+    reason: str | None = None
+    dtype: str | None = None
+    metrics: dict = field(default_factory=dict)
+    error: float | None = None  # the task's "lower is better" error (Pareto y axis)
+    ms: float | None = None
+    weight_bytes: int | None = None
+    layer_bytes: int | None = None  # bytes of the layers a conversion replaces
+    layers: dict = field(default_factory=dict)  # fqn -> {"sqnr_db", "sqnr_in_model_db"}
+    paths: dict = field(default_factory=dict)  # "op -> path": calls per forward (fused.dispatch.stats)
+
+    @property
+    def layer_sqnr(self) -> list[float]:
+        """Isolated per-layer SQNRs, NaN ones (a layer never called, or NaN outputs) left out."""
+        return [v["sqnr_db"] for v in self.layers.values() if not math.isnan(v["sqnr_db"])]
+
+    def worst_layer(self) -> tuple[str, float] | None:
+        known = {k: v["sqnr_db"] for k, v in self.layers.items() if not math.isnan(v["sqnr_db"])}
+        if not known:
+            return None
+        fqn = min(known, key=known.get)
+        return fqn, known[fqn]
+
+
+def _finite(x):
+    """JSON has no inf/NaN: write them as strings."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
+
+
+@dataclass
+class SweepResult:
+    task: str
+    description: str
+    device: str
+    act_dtype: str
+    error_label: str
+    columns: list
+    rows: list[SweepRow]
+    meta: dict = field(default_factory=dict)
+    targets: list = field(default_factory=list)
+
+    def row(self, config: str) -> SweepRow:
+        for r in self.rows:
+            if _norm(r.config) == _norm(config):
+                return r
+        raise KeyError(config)
+
+    def to_dict(self) -> dict:
+        return _finite(asdict(self))
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=2)
+        if path is not None:
+            Path(path).write_text(text + "\n")
+        return text
+
+    def to_markdown(self) -> str:
+        m = self.meta
+        lines = [
+            f"## Sweep: {self.task} on {self.device}",
+            "",
+            f"{self.description}. Quantized configs run with {self.act_dtype} activations; the reference is the "
+            f"fp32 model. Latency: median of {m.get('iters')} forwards of one batch ({m.get('bench_input')}), all configs "
+            f"timed round-robin — "
+            f"on the CPU the fused ops take the pure-torch reference path, so CPU latency is not the kernels' speed. "
+            f"Per-layer SQNR: each converted layer fed the reference layer's input (isolated)"
+            f"{', padding positions left out' if m.get('token_mask') else ''}; "
+            f"weights MiB: whole model (converted layers). torch {m.get('torch')}, {m.get('machine')}, "
+            f"{m.get('threads')} thread(s), {m.get('date')}.",
+            "",
+        ]
+        if m.get("command"):
+            lines[-1:-1] = ["", f"Command: `{m['command']}`"]
+        if self.targets:
+            lines[-1:-1] = ["", "Targets (dash-dot lines on the plot): " + "; ".join(
+                f"{t[1]} (error {t[0]:.4g})" for t in self.targets) + "."]
+        head = ["config"] + [c[1] for c in self.columns] + [
+            "layer SQNR min / median (dB)", "worst layer", "ms / forward", "weights MiB (layers)", "fused paths / forward"]
+        lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for r in self.rows:
+            if r.status == "not available":
+                lines.append(f"| {r.config} | not available: {r.reason} |" + " |" * (len(head) - 2))
+                continue
+            cells = [r.config if r.status != "reference" else f"{r.config} (reference)"]
+            cells += [fmt.format(r.metrics[k]) if k in r.metrics else "" for k, _, fmt in self.columns]
+            s = r.layer_sqnr
+            nan = len(r.layers) - len(s)
+            cells.append((f"{min(s):.1f} / {statistics.median(s):.1f}" if s and r.status == "ok" else "")
+                         + (f" ({nan} NaN)" if nan else ""))
+            w = r.worst_layer()
+            cells.append(f"`{w[0]}`" if w and r.status == "ok" else "")
+            cells.append(f"{r.ms:.2f}")
+            cells.append(f"{r.weight_bytes / 2**20:.2f} ({r.layer_bytes / 2**20:.2f})")
+            cells.append(", ".join(f"{k}: {v:g}" for k, v in r.paths.items()) or "—")
+            lines.append("| " + " | ".join(cells) + " |")
+        ok = [r for r in self.rows if r.status == "ok" and r.layers]
+        if ok:
+            lines += ["", "### Per-layer SQNR (dB): isolated (in model)", "",
+                      "| layer | " + " | ".join(r.config for r in ok) + " |", "|---|" + "---|" * len(ok)]
+            for fqn in ok[0].layers:
+                cells = []
+                for r in ok:
+                    v = r.layers.get(fqn)
+                    cells.append(f"{v['sqnr_db']:.1f} ({v['sqnr_in_model_db']:.1f})" if v else "")
+                lines.append(f"| `{fqn}` | " + " | ".join(cells) + " |")
+        return "\n".join(lines) + "\n"
+
+    def plot(self, path: str | Path) -> Path:
+        points = [{"label": r.config, "ms": r.ms, "error": r.error, "mib": r.weight_bytes / 2**20}
+                  for r in self.rows if r.status == "ok"]
+        ref = [r for r in self.rows if r.status == "reference"]
+        missing = [r.config for r in self.rows if r.status == "not available"]
+        return plot_pareto(
+            points, path, title=f"{self.task} on {self.device}: error vs time (marker area ∝ weight MiB)",
+            ylabel=self.error_label,
+            xlabel=f"ms / forward ({self.meta.get('bench_input')}, median)",
+            reference=(f"fp32 reference ({ref[0].weight_bytes / 2**20:.1f} MiB)", ref[0].ms,
+                       ref[0].weight_bytes / 2**20) if ref else None,
+            note=("not available: " + ", ".join(missing)) if missing else None, targets=self.targets)
+
+    def write(self, out_dir: str | Path, stem: str = "sweep") -> dict[str, Path]:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        paths = {"json": out / f"{stem}.json", "markdown": out / f"{stem}.md", "plot": out / f"{stem}.png"}
+        self.to_json(paths["json"])
+        paths["markdown"].write_text(self.to_markdown())
+        self.plot(paths["plot"])
+        return paths
+
+
+def pareto_front(points: list[dict]) -> list[dict]:
+    """Points not beaten on both time and error by another point, in order of time."""
+    front, best = [], math.inf
+    for p in sorted(points, key=lambda p: (p["ms"], p["error"])):
+        if p["error"] < best:
+            front.append(p)
+            best = p["error"]
+    return front
+
+
+def plot_pareto(points: list[dict], path: str | Path, title: str, ylabel: str, xlabel: str = "ms / forward",
+                reference: tuple | None = None, note: str | None = None, targets=()) -> Path:
+    """Error (log) vs time, one marker per config with area ∝ ``mib``, the Pareto front as a line.
+    ``points``: dicts with label, ms, error, mib. ``reference``: (label, ms[, mib]) drawn as a vertical line
+    (its error is 0, off a log axis); its mib, when given, sets the marker scale. ``targets``: (error, label)
+    horizontal lines."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(9, 6), dpi=110)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    pos = [p["error"] for p in points if p["error"] and p["error"] > 0 and math.isfinite(p["error"])]
+    floor = min(pos) / 3 if pos else 1e-6
+    # marker area relative to the largest model, the reference included (so 8-bit shows as half of bf16)
+    max_mib = max([p["mib"] for p in points] + ([reference[2]] if reference and len(reference) > 2 else []) + [1e-9])
+    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+              "#bcbd22", "#17becf"]
+    by_error = sorted(range(len(points)), key=lambda i: points[i]["error"])
+    for i, p in enumerate(points):
+        err = p["error"] if p["error"] and p["error"] > 0 else floor
+        ax.scatter([p["ms"]], [err], s=60 + 900 * p["mib"] / max_mib, alpha=0.55,
+                   color=colors[i % len(colors)], edgecolors="black", linewidths=0.8, zorder=3,
+                   label=f'{p["label"]}  ({p["mib"]:.1f} MiB)')
+        # neighbours in error get labels above / below alternately, so close points stay readable
+        dy = 8 if by_error.index(i) % 2 else -14
+        ax.annotate(p["label"], (p["ms"], err), textcoords="offset points", xytext=(10, dy), fontsize=9, zorder=4)
+    front = pareto_front([dict(p, error=p["error"] if p["error"] and p["error"] > 0 else floor) for p in points])
+    if len(front) > 1:
+        ax.plot([p["ms"] for p in front], [p["error"] for p in front], "--", color="gray", lw=1, zorder=2,
+                label="Pareto front")
+    for err, text in targets:
+        ax.axhline(err, color="tab:green", lw=0.8, ls="-.", alpha=0.6, zorder=1)
+        ax.annotate(text, (0, err), xycoords=("axes fraction", "data"), xytext=(4, 2), textcoords="offset points",
+                    fontsize=7, color="tab:green")
+    if reference is not None:
+        ax.axvline(reference[1], color="black", lw=1, ls=":", zorder=1, label=f"{reference[0]}: {reference[1]:.1f} ms")
+    if pos:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    xs = [p["ms"] for p in points] + ([reference[1]] if reference else [])
+    if xs:
+        ax.set_xlim(0, max(xs) * 1.3)
+    leg = ax.legend(fontsize=8, loc="best", markerscale=0.5)
+    for h in leg.legend_handles:
+        if hasattr(h, "set_sizes"):
+            h.set_sizes([40])
+    if note:
+        fig.text(0.01, 0.01, note, fontsize=8, color="dimgray")
+    fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ sweep
+
+def _machine(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    import os
+
+    return f"{platform.processor() or platform.machine()} CPU, {os.cpu_count()} cores"
+
+
+def _describe(inputs) -> str:
+    if isinstance(inputs, dict):
+        t = inputs.get("input_ids", next(iter(inputs.values())))
+        return f"{t.shape[0]} sequences x {t.shape[1]} tokens"
+    if isinstance(inputs, (tuple, list)):
+        inputs = inputs[0]
+    return "x".join(str(s) for s in inputs.shape) + " input"
+
+
+def sweep(task: Task, configs=None, *, device: str | torch.device | None = None,
+          act_dtype: torch.dtype = torch.bfloat16, iters: int = 10, progress: bool = True) -> SweepResult:
+    """Run every config on ``task`` (see the module docstring). ``configs``: names or SweepConfigs
+    (default: all of CONFIGS). Configs raising NotImplementedError are kept as "not available" rows."""
+    entries = resolve_configs(configs)
+    if iters < 1:
+        raise ValueError(f"iters must be >= 1, got {iters}")
+    device = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    ref_model = task.model.to(device).eval()
+    batches = [cast_inputs(b, device=device) for b in task.batches]
+    bench = cast_inputs(task.bench_input, device=device)
+
+    with torch.no_grad():
+        ref_results = torch.cat([task.readout(call(ref_model, b), b) for b in batches])
+    ref_metrics = task.metrics(ref_results, ref_results)
+    rows = [SweepRow("fp32", "reference", dtype="float32", metrics=ref_metrics, error=0.0,
+                     weight_bytes=param_bytes(ref_model),
+                     layer_bytes=sum(param_bytes(ref_model.get_submodule(f)) for f in layer_fqns(ref_model)))]
+    timed = [(rows[0], ref_model, bench)]
+
+    bar = _progress(entries, progress)
+    for entry in bar:
+        if hasattr(bar, "set_postfix_str"):
+            bar.set_postfix_str(entry.name)
+        row, model = _run_one(task, entry, ref_model, batches, bench, ref_results, act_dtype)
+        rows.append(row)
+        if model is not None:
+            timed.append((row, model, cast_inputs(bench, dtype=entry.dtype or act_dtype)))
+    for (row, _, _), ms in zip(timed, time_side_by_side([(m, b) for _, m, b in timed], iters)):
+        row.ms = ms
+
+    meta = {"iters": iters, "bench_input": _describe(task.bench_input), "torch": torch.__version__,
+            "machine": _machine(device), "date": datetime.date.today().isoformat(),
+            "batches": len(batches), "configs": [e.name for e in entries], "threads": torch.get_num_threads(),
+            "token_mask": task.token_mask is not None}
+    return SweepResult(task.name, task.description, str(device), str(act_dtype).replace("torch.", ""),
+                       task.error_label, task.columns, rows, meta, [list(t) for t in task.targets])
+
+
+def _progress(entries, on: bool):
+    if not on:
+        return entries
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is in the `tools` extra; the sweep works without it
+        return entries
+    return tqdm(entries, desc="sweep", unit="config")
+
+
+def _not_available(entry: SweepConfig, e: NotImplementedError) -> SweepRow:
+    return SweepRow(entry.name, "not available", reason=str(e) or type(e).__name__)
+
+
+def _run_one(task, entry, ref_model, batches, bench, ref_results, act_dtype) -> tuple[SweepRow, nn.Module | None]:
+    """Accuracy, memory and paths of one config; returns the converted model for the timing pass."""
+    dtype = entry.dtype or act_dtype
+    fqns = layer_fqns(ref_model, entry.blocks)
+    model = copy.deepcopy(ref_model)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="fused.quantize: nothing")
+            convert(model, entry, dtype)
+    except NotImplementedError as e:
+        return _not_available(entry, e), None
+    model.eval()
+
+    errors = {f: _LayerError() for f in fqns}
+    results = []
+    ref_io, out_io = {}, {}
+    hooks = _capture(ref_model, fqns, ref_io, inputs_too=True) + _capture(model, fqns, out_io, inputs_too=False)
+    try:
+        with torch.no_grad():
+            for b in batches:
+                mask = task.token_mask(b) if task.token_mask is not None else None
+                call(ref_model, b)
+                results.append(task.readout(call(model, cast_inputs(b, dtype=dtype)), b))
+                in_model = dict(out_io)  # the isolated calls below fire the same hooks
+                for f in fqns:
+                    if f not in ref_io:  # not called on this batch
+                        continue
+                    x_ref, y_ref = ref_io[f]
+                    # isolated: this layer alone, fed exactly what the reference layer saw
+                    y_iso = model.get_submodule(f)(x_ref.to(dtype))
+                    y_in = in_model[f][1] if f in in_model else None
+                    if mask is not None and tuple(y_ref.shape[:2]) == tuple(mask.shape):
+                        y_ref, y_iso = y_ref[mask], y_iso[mask]
+                        y_in = y_in[mask] if y_in is not None else None
+                    errors[f].add(y_ref, y_iso, y_in)
+                ref_io.clear()
+                out_io.clear()
+    except NotImplementedError as e:  # a config whose kernels are missing at run time
+        return _not_available(entry, e), None
+    finally:
+        for h in hooks:
+            h.remove()
+    results = torch.cat(results)
+    metrics = task.metrics(ref_results, results)
+
+    before = Counter(dispatch.stats)
+    with torch.no_grad():
+        call(model, cast_inputs(bench, dtype=dtype))
+    paths = {f"{op} -> {path}": n for (op, path), n in (Counter(dispatch.stats) - before).items()}
+    row = SweepRow(
+        entry.name, "ok", dtype=str(dtype).replace("torch.", ""), metrics=metrics, error=task.error(metrics),
+        weight_bytes=param_bytes(model), layer_bytes=sum(param_bytes(model.get_submodule(f)) for f in fqns),
+        layers={f: errors[f].result() for f in fqns}, paths=dict(sorted(paths.items())))
+    return row, model
