@@ -75,7 +75,7 @@ def test_triton_path_shows_in_report():
     fused.quantize(model, fused.FusedInt8MLP(), blocks=False)
     with dispatch.force_path("triton"):
         r = profile(model, torch.randn(3, 32, dtype=torch.bfloat16), forwards=1, warmup=0)
-    assert r.paths == {"linear -> triton:int8_linear": 3.0}
+    assert r.paths == {"linear -> triton:w8a16_gemv": 3.0}
 
 
 def test_before_after_writes_outputs(tmp_path):
@@ -122,7 +122,7 @@ def test_cuda_kernels_idle_memory():
     converted = Layer(LlamaMLP(256, 512)).to("cuda", torch.bfloat16).eval()
     fused.quantize(converted, fused.FusedInt8MLP(), blocks=False)
     after = profile(converted, x, forwards=3)
-    assert after.paths == {"linear -> triton:int8_linear": 3.0}
+    assert after.paths == {"linear -> triton:w8a16_gemv": 3.0}
     assert after.fallbacks == 0
     # a reference path on the GPU is reported as a fallback
     blocks = Layer(LlamaMLP(256, 512)).to("cuda", torch.bfloat16).eval()

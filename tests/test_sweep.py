@@ -28,8 +28,8 @@ def test_rows_statuses_and_layers(tiny_result):
     res, task = tiny_result
     assert [r.config for r in res.rows][:2] == ["fp32", "bf16"]
     assert res.rows[0].status == "reference" and res.rows[0].error == 0.0
-    na = res.row("int8 W8A16 2:4")
-    assert na.status == "not available" and "2:4" in na.reason and na.ms is None
+    sp = res.row("int8 W8A16 2:4")  # 2:4 landed: pruned + packed, measured like the others
+    assert sp.status == "ok" and sp.ms is not None
     fqns = layer_fqns(task.model)
     assert fqns == ["blocks.0.mlp", "blocks.1.mlp"]  # whole MLP blocks, as fused.quantize converts them
     for r in res.rows[1:]:
@@ -68,7 +68,7 @@ def test_outputs(tiny_result, tmp_path):
     data = json.loads(text)
     assert data["rows"][0]["metrics"]["output_sqnr_db"] == "inf"
     md = paths["markdown"].read_text()
-    assert "| config |" in md and "not available" in md and "Per-layer SQNR" in md and "`blocks.0.mlp`" in md
+    assert "| config |" in md and "int8 W8A16 2:4" in md and "Per-layer SQNR" in md and "`blocks.0.mlp`" in md
     assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
