@@ -147,20 +147,25 @@ def _annotate_fused_ops(model: nn.Module) -> list:
     return handles
 
 
+def _activity(e):
+    # FunctionEvent.activity_type exists in newer torch only (2.13 has it, 2.11 does not)
+    return getattr(e, "activity_type", None)
+
+
 def _is_cpu_op(e) -> bool:
     if e.device_type != DeviceType.CPU:
         return False
-    if e.activity_type is not None:
-        return e.activity_type == "cpu_op"
-    return not e.is_user_annotation and not e.name.startswith("[")
+    if _activity(e) is not None:
+        return _activity(e) == "cpu_op"
+    return not getattr(e, "is_user_annotation", False) and not e.name.startswith("[")
 
 
 def _is_annotation(e) -> bool:
-    return bool(e.is_user_annotation) or (e.activity_type or "").endswith("user_annotation")
+    return bool(getattr(e, "is_user_annotation", False)) or (_activity(e) or "").endswith("user_annotation")
 
 
 def _is_copy(e) -> bool:
-    if e.activity_type in ("gpu_memcpy", "gpu_memset"):
+    if _activity(e) in ("gpu_memcpy", "gpu_memset"):
         return True
     return e.name.startswith(("Memcpy", "Memset", "[memcpy", "[memset"))
 

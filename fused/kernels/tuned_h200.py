@@ -1,18 +1,46 @@
-"""Configs measured on the H200 (the `picks` of `python -m fused bench`, bench.json "tuned"). Keys:
-(kernel, M bucket, N, K, gated, [a8,] weight dtype), all as strings -> launch config. Missing keys are
-tuned on first use. fp8 GEMM entries are left to tune: their loads changed after this table was taken."""
+"""Configs measured on the H200: the `picks` of `python -m fused bench` (bench.json "tuned"), runs of
+2026-11-30. Keys: (kernel, M bucket, N, K, gated, [a8,] weight dtype), all as strings -> launch config.
+Missing keys are tuned on first use (`fused.kernels.tuning`)."""
 
 TUNED: dict = {
+    ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
     ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '1024', '16384', '4096', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '1024', '16384', '4096', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8_gemm', '1024', '4096', '14336', 'False', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '1024', '4096', '14336', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '1024', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8},
     ('w8_gemm', '1024', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8_gemm', '1024', '4096', '16384', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
     ('w8_gemm', '1024', '4096', '16384', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8_gemm', '128', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
     ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '128', '16384', '4096', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '128', '16384', '4096', 'False', 'True', 'torch.int8'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '4096', '14336', 'False', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '4096', '14336', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '128', '4096', '16384', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '128', '4096', '16384', 'False', 'True', 'torch.int8'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
+    ('w8_gemm', '8192', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '8192', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '8192', '16384', '4096', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '16384', '4096', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8_gemm', '8192', '4096', '14336', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8_gemm', '8192', '4096', '16384', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '4096', '16384', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 512, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'native'},
+    ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
+    ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 128, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'native'},
 }
