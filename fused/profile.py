@@ -281,7 +281,7 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 1, lab
     # device side: kernels and copies only (GPU annotation ranges would list whole forwards as "kernels")
     ours = lambda a: a.key == FORWARD_RANGE or a.key.startswith("fusedmlp::")  # noqa: E731
     top_device = sorted((a for a in avgs if a.device_type in _DEVICE_TYPES and dev_time(a) > 0
-                         and not a.is_user_annotation and not ours(a)), key=dev_time, reverse=True)[:top]
+                         and not getattr(a, "is_user_annotation", False) and not ours(a)), key=dev_time, reverse=True)[:top]
     top_cpu = sorted((a for a in avgs if a.device_type == DeviceType.CPU and a.self_cpu_time_total > 0),
                      key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
 
