@@ -1,7 +1,7 @@
 """The one place that decides which implementation runs a fused op.
 
 Per call: the device, the weight format, weight-only vs dynamic activations and the op pick a path.
-  * CPU                         -> "reference" (pure torch; the edge issue makes it fast)
+  * CPU                         -> "cpu:<kernel>" (aten kernels, fused/cpu.py; rules in `_plan_cpu`)
   * CUDA, a Triton kernel exists -> "triton:<kernel>"
   * CUDA, no kernel yet          -> "reference", counted in ``stats`` as a fallback; strict mode raises.
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
@@ -14,7 +14,7 @@ from collections import Counter
 
 import torch
 
-from fused import reference
+from fused import cpu, reference
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
@@ -52,8 +52,12 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool) -> str | None:
     return None
 
 
-def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str) -> tuple[str, str]:
-    """(path, why) for a call of ``op`` on ``device``: what `explain` prints."""
+def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, dtype: torch.dtype | None = None,
+         m: int | None = None, k: int | None = None, weight_aligned: bool = True) -> tuple[str, str]:
+    """(path, why) for a call of ``op`` on ``device``: what `explain` prints.
+
+    On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
+    alignment; left out, they default to what `explain` describes: bf16 activations, M=1 (decode)."""
     device = torch.device(device)
     kernel = triton_kernel_for(op, fmt, dynamic)
     if _forced == "reference":
@@ -62,7 +66,30 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str) -> tuple[
         if kernel is not None:
             return f"triton:{kernel}", "fused Triton kernel"
         return "reference", f"FALLBACK: no Triton kernel yet for {op}/{fmt}/{'W8A8' if dynamic else 'weight-only'}"
-    return "reference", "CPU path (pure torch)"
+    if device.type == "cpu":
+        return _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned)
+    return "reference", f"{device.type}: no kernels, pure-torch reference"
+
+
+def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
+    dtype = torch.bfloat16 if dtype is None else dtype
+    m = 1 if m is None else m
+    cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
+    if fmt == "float8_e4m3":
+        return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 1 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
+    if dynamic:
+        return "cpu:int_mm", "W8A8: per-token int8 activations, torch._int_mm (int32), fp32 epilogue"
+    if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
+        return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
+    if dtype != torch.bfloat16:
+        why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
+    elif m > cpu.INT8PACK_MAX_M:
+        why = f"M={m} > {cpu.INT8PACK_MAX_M}: GEMM beats int8pack's GEMV"
+    elif not weight_aligned:
+        why = "weight buffer not contiguous/64-byte aligned: int8pack would read out of bounds"
+    else:
+        why = f"K={k} not a multiple of {cpu.INT8PACK_K_MULTIPLE}: int8pack would read out of bounds"
+    return "cpu:int8_dequant_mm", f"{why}; per-tile dequant + {cdt} GEMM"
 
 
 def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
@@ -78,14 +105,17 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
 
 def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     _check(x, qweight, op)
-    path, why = plan(op, _fmt(qweight), dynamic, x.device)
+    K = x.shape[-1]
+    path, why = plan(op, _fmt(qweight), dynamic, x.device, dtype=x.dtype, m=x.numel() // max(K, 1), k=K,
+                     weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
     stats[(op, path)] += 1
+    if path.startswith("cpu:"):
+        return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
     if path == "reference":
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.linear_ref if op == "linear" else reference.gated_ref
         return ref(x, qweight, wscale, bias, act, dynamic)
-    K = x.shape[-1]
     x2 = x.reshape(-1, K)
     if op == "linear":
         from fused.kernels.int8_linear import int8_linear

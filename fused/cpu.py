@@ -1,0 +1,193 @@
+"""CPU kernels: pure torch / aten, no Triton. `fused.dispatch` decides which path runs; this file runs it.
+
+Paths (names as `dispatch.plan` and `explain` print them):
+
+  cpu:int8pack        int8 weight-only, bf16 activations, small M: ``torch._weight_int8pack_mm`` reads the
+                      int8 weight directly (AVX512/AVX2 kernel, dequantizes in registers), per-row scales
+                      in bf16; bias add and activation in place on its output.
+  cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (~1 MiB) at a time
+                      into the compute dtype and multiplied with ``F.linear`` (bias fused), so the
+                      full-precision weight never exists in memory at once.
+  cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
+                      reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
+  cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
+                      on the CPU is ~100x slower than int8), so N-tiles of the fp8 weight are converted
+                      exactly to bf16 by integer bit arithmetic (3x faster than ``.to(bfloat16)``) and
+                      multiplied with ``F.linear``. Computed from the fp8 data on every call: no cached
+                      dequantized copy, so memory stays 1 byte/weight, at the cost of speed.
+
+Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
+fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.
+
+Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored. What a call
+needs in another dtype (scales and bias in bf16/fp32) is cast once and cached per tensor and dtype
+(`cast_cached`), invalidated when the buffer is modified in place (``load_state_dict``). Cached bytes are
+reported by `cached_bytes` and counted in `fused.explain`.
+
+Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.get_num_threads()
+(torch.set_num_threads) applies; nothing here starts threads of its own.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
+
+from lowbit import quantize_activation
+
+PATHS = ("cpu:int8pack", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm")
+
+# torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
+# weight block for each, so its cost grows ~M/4 passes over the weight; past this M the tiled
+# dequantize + GEMM path is faster (measured on a 2-core AVX512 x86 box, see examples/cpu_edge_bench.py).
+INT8PACK_MAX_M = 8
+# The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
+# no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
+# weight whose data pointer is not 32-byte aligned.
+INT8PACK_K_MULTIPLE = 16
+_ALIGN = 64
+# bytes of one dequantized weight tile (about half an L2 of this class of CPU)
+TILE_BYTES = 1 << 20
+
+# tensor -> (version, {dtype: cast copy})
+_cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a call with activations of ``dtype`` computes in on the CPU."""
+    return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
+
+
+def aligned(t: torch.Tensor) -> bool:
+    return t.is_contiguous() and t.data_ptr() % _ALIGN == 0
+
+
+def int8pack_ok(k: int, qweight: torch.Tensor | None = None) -> bool:
+    """Whether ``torch._weight_int8pack_mm`` can run this weight (see INT8PACK_K_MULTIPLE)."""
+    return k % INT8PACK_K_MULTIPLE == 0 and (qweight is None or aligned(qweight))
+
+
+def cast_cached(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
+    """``t.to(dtype)``, computed once per (tensor, dtype) and reused until ``t`` is modified in place."""
+    if t is None or t.dtype == dtype:
+        return t
+    if type(t) is not torch.Tensor or t.is_inference():
+        # fake/functional tensors while tracing, or inference tensors (no version counter): no cache
+        return t.to(dtype)
+    entry = _cache.get(t)
+    if entry is None or entry[0] != t._version:
+        entry = (t._version, {})
+        _cache[t] = entry
+    out = entry[1].get(dtype)
+    if out is None:
+        out = entry[1][dtype] = t.to(dtype).contiguous()
+    return out
+
+
+def cached_bytes(*tensors: torch.Tensor | None) -> int:
+    """Bytes held in the cast cache for these tensors (what `explain` adds to a module's bytes)."""
+    total = 0
+    for t in tensors:
+        entry = _cache.get(t) if t is not None else None
+        if entry is not None and entry[0] == t._version:
+            total += sum(c.numel() * c.element_size() for c in entry[1].values())
+    return total
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+# ----------------------------------------------------------------------------------------------- kernels
+
+def _aligned_rows(x2: torch.Tensor) -> torch.Tensor:
+    x2 = x2.contiguous()
+    return x2 if x2.data_ptr() % _ALIGN == 0 else x2.clone()  # a fresh allocation is 64-byte aligned
+
+
+def _fp8_tile_to_bf16(q: torch.Tensor) -> torch.Tensor:
+    """Exact float8 e4m3fn -> bf16 by bit arithmetic (e4m3 values are a subset of bf16's).
+
+    e4m3 bits s.eeee.mmm shifted into bf16's layout (s at bit 15, eeee.mmm at bits 10..4) give a bf16
+    whose exponent field is eeee, i.e. the value times 2^-120 (bias 127 instead of 7); e4m3 subnormals
+    land on bf16 subnormals with the same factor. Multiplying by 2^120 is exact. NaN is not handled:
+    quantized weights are finite (quantize refuses NaN/Inf and clamps to ±448)."""
+    t = q.view(torch.int8).to(torch.int16)
+    t.bitwise_left_shift_(4).bitwise_and_(-30736)  # 0x87F0: sign bit and the 7 exponent/mantissa bits
+    return t.view(torch.bfloat16).mul_(2.0 ** 120)
+
+
+def _dequant_tile(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    if q.dtype == torch.int8:
+        return q.to(dtype)  # |q| <= 127: exact in bf16 and fp32
+    w = _fp8_tile_to_bf16(q)
+    return w if dtype == torch.bfloat16 else w.to(dtype)
+
+
+def _tiled_mm(x2, qweight, col_scale, bias) -> torch.Tensor:
+    """x2 [M, K] · (q · col_scale)[N, K]ᵀ + bias, dequantizing one N-tile of rows at a time."""
+    M, K = x2.shape
+    N = qweight.shape[0]
+    dtype = x2.dtype
+    rows = max(16, TILE_BYTES // (K * x2.element_size()))
+    y = x2.new_empty(M, N)
+    for i in range(0, N, rows):
+        j = min(i + rows, N)
+        w = _dequant_tile(qweight[i:j], dtype)
+        if col_scale is not None:
+            w.mul_(col_scale[i:j, None])
+        y[:, i:j] = F.linear(x2, w, None if bias is None else bias[i:j])
+    return y
+
+
+def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
+    """Activation in place (no extra [M, N] buffer)."""
+    if act == "relu":
+        return y.relu_()
+    if act == "silu":
+        return F.silu(y, inplace=True)
+    if act == "gelu":
+        return torch.ops.aten.gelu_(y)
+    if act == "gelu_tanh":
+        return torch.ops.aten.gelu_(y, approximate="tanh")
+    if act == "none":
+        return y
+    raise ValueError(f"unknown activation {act!r}")
+
+
+def _matmul(path: str, x2, qweight, wscale, bias, dynamic) -> tuple[torch.Tensor, bool]:
+    """(y, bias_added): y [M, N] = x2 · dequant(W)ᵀ in the compute dtype (fp32 for the W8A8 paths)."""
+    cdt = x2.dtype
+    if path == "cpu:int8pack":
+        return torch._weight_int8pack_mm(_aligned_rows(x2), qweight, cast_cached(wscale, cdt)), False
+    if path == "cpu:int_mm":
+        xq, xs = quantize_activation(x2, "int8")
+        acc = torch._int_mm(xq, qweight.t())  # int32: exact, any M/N/K on the CPU
+        return torch.mul(acc, xs).mul_(wscale), False  # fp32, in the reference's order: (acc · s_x) · s_w
+    if path in ("cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
+        if not dynamic:
+            return _tiled_mm(x2, qweight, cast_cached(wscale, cdt), cast_cached(bias, cdt)), True
+        # fp8 W8A8: fp8 activations are exact in bf16/fp32, so the GEMM sees the reference's operands
+        xq, xs = quantize_activation(x2, "float8_e4m3")
+        return _tiled_mm(xq.to(cdt), qweight, None, None).float().mul_(xs).mul_(wscale), False
+    raise ValueError(f"unknown CPU path {path!r}; expected one of {PATHS}")
+
+
+def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dynamic: bool) -> torch.Tensor:
+    """Run ``op`` ("linear" or "gated") through CPU path ``path`` on N-D, possibly strided ``x``."""
+    K = x.shape[-1]
+    N = qweight.shape[0]
+    n_out = N if op == "linear" else N // 2
+    x2 = x.reshape(-1, K)
+    if x2.shape[0] == 0:
+        return x.new_empty(*x.shape[:-1], n_out)
+    y, bias_added = _matmul(path, x2.to(compute_dtype(x.dtype)), qweight, wscale, bias, dynamic)
+    # Epilogue in place, in the compute dtype (each bf16 op computes in fp32 and rounds once; an fp32
+    # epilogue measured no better SQNR, since the GEMM output is already rounded, and costs 2 passes).
+    if bias is not None and not bias_added:
+        y = y.add_(bias)
+    if op == "linear":
+        y = _act_(y, act)
+    else:
+        y = _act_(y[:, :n_out], act).mul_(y[:, n_out:])
+    return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
