@@ -5,8 +5,10 @@
     quantize_(model, fused.FusedInt8MLP())                          # every nn.Linear
     quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
     fused.explain(model)
+    fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
 from fused.configs import FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
+from fused.checkpoint import load, save
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused import ops  # noqa: F401  (registers the torch.library ops)
@@ -22,6 +24,8 @@ __all__ = [
     "FusedMLP",
     "explain",
     "is_mlp",
+    "load",
     "mlp_kind",
     "quantize",
+    "save",
 ]
