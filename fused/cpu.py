@@ -5,9 +5,9 @@ Paths (names as `dispatch.plan` and `explain` print them):
   cpu:int8pack        int8 weight-only, bf16 activations, small M: ``torch._weight_int8pack_mm`` reads the
                       int8 weight directly (AVX512/AVX2 kernel, dequantizes in registers), per-row scales
                       in bf16; bias add and activation in place on its output.
-  cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (~1 MiB) at a time
-                      into the compute dtype and multiplied with ``F.linear`` (bias fused), so the
-                      full-precision weight never exists in memory at once.
+  cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (4 MiB) at a time
+                      into the compute dtype (one reused buffer) and multiplied with ``F.linear``; scale
+                      and bias applied to the output. The full-precision weight never exists at once.
   cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
                       reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
   cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
@@ -38,16 +38,19 @@ from lowbit import quantize_activation
 PATHS = ("cpu:int8pack", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm")
 
 # torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
-# weight block for each, so its cost grows ~M/4 passes over the weight; past this M the tiled
-# dequantize + GEMM path is faster (measured on a 2-core AVX512 x86 box, see examples/cpu_edge_bench.py).
-INT8PACK_MAX_M = 8
+# weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
+# GEMM path costs one conversion of the weight plus a GEMM. TinyLlama block (d 2048, h 5632), 2-core
+# AVX512 x86, 2 threads, ms (int8pack / tiled): M=4 2.5/4.9, M=8 5.0/6.9, M=12 7.0/7.6, M=16 9.5/8.4;
+# examples/cpu_edge_bench.py times the whole block.
+INT8PACK_MAX_M = 12
 # The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
 # no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
 # weight whose data pointer is not 32-byte aligned.
 INT8PACK_K_MULTIPLE = 16
 _ALIGN = 64
-# bytes of one dequantized weight tile (about half an L2 of this class of CPU)
-TILE_BYTES = 1 << 20
+# Bytes of one dequantized weight tile: the temporary memory of the tiled paths. Larger tiles make
+# fewer, larger GEMMs: TinyLlama block at M=64, 2 threads: 1 MiB 17.5 ms, 4 MiB 14.4 ms, 16 MiB 14.8 ms.
+TILE_BYTES = 4 << 20
 
 # tensor -> (version, {dtype: cast copy})
 _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -105,38 +108,42 @@ def _aligned_rows(x2: torch.Tensor) -> torch.Tensor:
     return x2 if x2.data_ptr() % _ALIGN == 0 else x2.clone()  # a fresh allocation is 64-byte aligned
 
 
-def _fp8_tile_to_bf16(q: torch.Tensor) -> torch.Tensor:
-    """Exact float8 e4m3fn -> bf16 by bit arithmetic (e4m3 values are a subset of bf16's).
+def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Exact float8 e4m3fn -> bf16 by bit arithmetic (e4m3 values are a subset of bf16's), into ``out``
+    (int16, q's shape) when given.
 
     e4m3 bits s.eeee.mmm shifted into bf16's layout (s at bit 15, eeee.mmm at bits 10..4) give a bf16
     whose exponent field is eeee, i.e. the value times 2^-120 (bias 127 instead of 7); e4m3 subnormals
     land on bf16 subnormals with the same factor. Multiplying by 2^120 is exact. NaN is not handled:
     quantized weights are finite (quantize refuses NaN/Inf and clamps to ±448)."""
-    t = q.view(torch.int8).to(torch.int16)
+    t = q.view(torch.int8).to(torch.int16) if out is None else out.copy_(q.view(torch.int8))
     t.bitwise_left_shift_(4).bitwise_and_(-30736)  # 0x87F0: sign bit and the 7 exponent/mantissa bits
     return t.view(torch.bfloat16).mul_(2.0 ** 120)
 
 
-def _dequant_tile(q: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    if q.dtype == torch.int8:
-        return q.to(dtype)  # |q| <= 127: exact in bf16 and fp32
-    w = _fp8_tile_to_bf16(q)
-    return w if dtype == torch.bfloat16 else w.to(dtype)
-
-
 def _tiled_mm(x2, qweight, col_scale, bias) -> torch.Tensor:
-    """x2 [M, K] · (q · col_scale)[N, K]ᵀ + bias, dequantizing one N-tile of rows at a time."""
+    """(x2 [M, K] · q[N, K]ᵀ) · col_scale + bias, converting one N-tile of q at a time to x2's dtype
+    in one reused buffer (the only temporary besides the output).
+
+    The tile holds exact integers (int8) or exact fp8 values; the per-channel scale is applied to the
+    [M, N] output, which is cheaper than scaling the [N, K] weight while M < K."""
     M, K = x2.shape
     N = qweight.shape[0]
-    dtype = x2.dtype
-    rows = max(16, TILE_BYTES // (K * x2.element_size()))
+    rows = min(N, max(16, TILE_BYTES // (K * x2.element_size())))
     y = x2.new_empty(M, N)
+    fp8 = qweight.dtype != torch.int8
+    buf = x2.new_empty(rows, K, dtype=torch.int16 if fp8 else x2.dtype)
     for i in range(0, N, rows):
         j = min(i + rows, N)
-        w = _dequant_tile(qweight[i:j], dtype)
-        if col_scale is not None:
-            w.mul_(col_scale[i:j, None])
-        y[:, i:j] = F.linear(x2, w, None if bias is None else bias[i:j])
+        if fp8:
+            w = _fp8_tile_to_bf16(qweight[i:j], buf[: j - i]).to(x2.dtype)  # .to: no-op for bf16
+        else:
+            w = buf[: j - i].copy_(qweight[i:j])  # |q| <= 127: exact in bf16 and fp32
+        y[:, i:j] = F.linear(x2, w)
+    if col_scale is not None:
+        y.mul_(col_scale)
+    if bias is not None:
+        y.add_(bias)
     return y
 
 

@@ -72,15 +72,19 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, dtype: to
 
 
 def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
+    described = dtype is None and m is None  # explain: no call at hand, describe decode in bf16
     dtype = torch.bfloat16 if dtype is None else dtype
     m = 1 if m is None else m
     cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
     if fmt == "float8_e4m3":
-        return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 1 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
+        return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 4 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
     if dynamic:
         return "cpu:int_mm", "W8A8: per-token int8 activations, torch._int_mm (int32), fp32 epilogue"
     if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
-        return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
+        why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
+        if described:
+            why += "; larger M or fp32/fp16 activations: cpu:int8_dequant_mm"
+        return "cpu:int8pack", why
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
     elif m > cpu.INT8PACK_MAX_M:

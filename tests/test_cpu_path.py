@@ -36,7 +36,7 @@ def _path(op, fmt, dynamic, dtype, m, k):
 @pytest.mark.parametrize("fmt,dynamic", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
 @pytest.mark.parametrize("op", ["linear", "gated"])
-@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 70, 48), (17, 130, 37), (9, 64, 1000)])
+@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 70, 48), (12, 48, 32), (17, 130, 37), (20, 64, 64), (9, 64, 1000)])
 def test_matches_reference(fmt, dynamic, dtype, op, m, n, k):
     q, s, b = _weights(n, k, fmt)
     x = torch.randn(m, k, dtype=dtype)
@@ -202,3 +202,18 @@ def test_model_end_to_end_and_explain_names_the_cpu_path():
     assert [r["path"] for r in rows] == ["cpu:int8pack", "cpu:int8pack"]
     # explain counts the cached bf16 scales in the bytes after conversion
     assert rows[0]["bytes_after"] == model[0].gate_up.weight_bytes() + 2 * 192
+
+
+def test_cpu_edge_bench_smoke(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "examples" / "cpu_edge_bench.py"
+    spec = importlib.util.spec_from_file_location("cpu_edge_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8"])
+    assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
+    assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
+    out = capsys.readouterr().out
+    assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
