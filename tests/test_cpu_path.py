@@ -217,3 +217,17 @@ def test_cpu_edge_bench_smoke(capsys):
     assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
     out = capsys.readouterr().out
     assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("m", [1, 20])  # int8pack and tiled for int8 weight-only
+def test_opcheck_on_the_cpu_path(fmt, dynamic, m):
+    from fused import ops
+
+    q, s, b = _weights(64, 48, fmt)
+    x = torch.randn(m, 48, dtype=torch.bfloat16)
+    # opcheck's schema check compares arguments with torch.allclose, which has no float8 kernel on the CPU
+    kw = {} if fmt == "int8" else {"test_utils": ("test_faketensor", "test_autograd_registration",
+                                                   "test_aot_dispatch_dynamic")}
+    torch.library.opcheck(ops.linear, (x, q, s, b, "silu", dynamic), **kw)
+    torch.library.opcheck(ops.gated, (x, q, s, None, "gelu", dynamic), **kw)
