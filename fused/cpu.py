@@ -4,10 +4,10 @@ Paths (names as `dispatch.plan` and `explain` print them):
 
   cpu:int8pack        int8 weight-only, bf16 activations, small M: ``torch._weight_int8pack_mm`` reads the
                       int8 weight directly (AVX512/AVX2 kernel, dequantizes in registers), per-row scales
-                      in bf16; bias add and activation in place on its output.
+                      in bf16.
   cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (4 MiB) at a time
-                      into the compute dtype (one reused buffer) and multiplied with ``F.linear``; scale
-                      and bias applied to the output. The full-precision weight never exists at once.
+                      into the compute dtype (one reused buffer) and multiplied with ``F.linear``; the
+                      scale goes on the output. The full-precision weight never exists at once.
   cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
                       reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
   cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
@@ -19,10 +19,13 @@ Paths (names as `dispatch.plan` and `explain` print them):
 Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
 fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.
 
-Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored. What a call
-needs in another dtype (scales and bias in bf16/fp32) is cast once and cached per tensor and dtype
-(`cast_cached`), invalidated when the buffer is modified in place (``load_state_dict``). Cached bytes are
-reported by `cached_bytes` and counted in `fused.explain`.
+Every path ends with the same in-place epilogue on the [M, N] output: + bias, activation, and for the
+gated op act(gate) * up.
+
+Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack,
+no copy). The only derived data, int8pack's scales in bf16, is cast once and cached per tensor and
+dtype (`cast_cached`), invalidated when the buffer is modified in place (``load_state_dict``); its bytes
+(2 per output channel) are reported by `cached_bytes` and counted in `fused.explain`.
 
 Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.get_num_threads()
 (torch.set_num_threads) applies; nothing here starts threads of its own.
@@ -121,12 +124,12 @@ def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch
     return t.view(torch.bfloat16).mul_(2.0 ** 120)
 
 
-def _tiled_mm(x2, qweight, col_scale, bias) -> torch.Tensor:
-    """(x2 [M, K] · q[N, K]ᵀ) · col_scale + bias, converting one N-tile of q at a time to x2's dtype
-    in one reused buffer (the only temporary besides the output).
+def _tiled_mm(x2, qweight, col_scale) -> torch.Tensor:
+    """(x2 [M, K] · q[N, K]ᵀ) · col_scale, converting one N-tile of q at a time to x2's dtype in one
+    reused buffer (the only temporary besides the output).
 
-    The tile holds exact integers (int8) or exact fp8 values; the per-channel scale is applied to the
-    [M, N] output, which is cheaper than scaling the [N, K] weight while M < K."""
+    The tile holds exact integers (int8) or exact fp8 values; the per-channel fp32 scale is applied to
+    the [M, N] output (one rounding), which is cheaper than scaling the [N, K] weight while M < K."""
     M, K = x2.shape
     N = qweight.shape[0]
     rows = min(N, max(16, TILE_BYTES // (K * x2.element_size())))
@@ -140,11 +143,7 @@ def _tiled_mm(x2, qweight, col_scale, bias) -> torch.Tensor:
         else:
             w = buf[: j - i].copy_(qweight[i:j])  # |q| <= 127: exact in bf16 and fp32
         y[:, i:j] = F.linear(x2, w)
-    if col_scale is not None:
-        y.mul_(col_scale)
-    if bias is not None:
-        y.add_(bias)
-    return y
+    return y if col_scale is None else y.mul_(col_scale)
 
 
 def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -162,21 +161,21 @@ def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
     raise ValueError(f"unknown activation {act!r}")
 
 
-def _matmul(path: str, x2, qweight, wscale, bias, dynamic) -> tuple[torch.Tensor, bool]:
-    """(y, bias_added): y [M, N] = x2 · dequant(W)ᵀ in the compute dtype (fp32 for the W8A8 paths)."""
-    cdt = x2.dtype
+def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
+    """[M, N] = x2 · dequant(W)ᵀ, scales applied, in the compute dtype (fp32 for the W8A8 paths)."""
     if path == "cpu:int8pack":
-        return torch._weight_int8pack_mm(_aligned_rows(x2), qweight, cast_cached(wscale, cdt)), False
+        # the kernel wants the scales in x's dtype: cast once, cached
+        return torch._weight_int8pack_mm(_aligned_rows(x2), qweight, cast_cached(wscale, x2.dtype))
     if path == "cpu:int_mm":
         xq, xs = quantize_activation(x2, "int8")
         acc = torch._int_mm(xq, qweight.t())  # int32: exact, any M/N/K on the CPU
-        return torch.mul(acc, xs).mul_(wscale), False  # fp32, in the reference's order: (acc · s_x) · s_w
+        return torch.mul(acc, xs).mul_(wscale)  # fp32, in the reference's order: (acc · s_x) · s_w
     if path in ("cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
         if not dynamic:
-            return _tiled_mm(x2, qweight, cast_cached(wscale, cdt), cast_cached(bias, cdt)), True
+            return _tiled_mm(x2, qweight, wscale)
         # fp8 W8A8: fp8 activations are exact in bf16/fp32, so the GEMM sees the reference's operands
         xq, xs = quantize_activation(x2, "float8_e4m3")
-        return _tiled_mm(xq.to(cdt), qweight, None, None).float().mul_(xs).mul_(wscale), False
+        return _tiled_mm(xq.to(x2.dtype), qweight, None).float().mul_(xs).mul_(wscale)
     raise ValueError(f"unknown CPU path {path!r}; expected one of {PATHS}")
 
 
@@ -188,10 +187,11 @@ def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dy
     x2 = x.reshape(-1, K)
     if x2.shape[0] == 0:
         return x.new_empty(*x.shape[:-1], n_out)
-    y, bias_added = _matmul(path, x2.to(compute_dtype(x.dtype)), qweight, wscale, bias, dynamic)
-    # Epilogue in place, in the compute dtype (each bf16 op computes in fp32 and rounds once; an fp32
-    # epilogue measured no better SQNR, since the GEMM output is already rounded, and costs 2 passes).
-    if bias is not None and not bias_added:
+    y = _matmul(path, x2.to(compute_dtype(x.dtype)), qweight, wscale, dynamic)
+    # Epilogue in place on the [M, N] output, in the compute dtype: each bf16 op computes in fp32 with the
+    # fp32 bias as is and rounds once (an fp32 epilogue measured no better SQNR: the GEMM output is
+    # already rounded; it would cost 2 more passes).
+    if bias is not None:
         y = y.add_(bias)
     if op == "linear":
         y = _act_(y, act)
