@@ -27,6 +27,10 @@ import torch
 from torch import nn
 
 FORMAT = "fusedmlp.checkpoint"
+# safetensors' dtype codes -> torch dtype names
+_SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+                       "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+                       "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 FORMAT_VERSION = "1"
 
 
@@ -145,7 +149,8 @@ def _check_tensors(saved: dict, state: dict, path: str) -> None:
 def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     """Load a `save`d checkpoint into ``model`` (converted with the same config), in place; returns it.
 
-    Nothing is copied unless every module and key matches. Tensors go to where the model's tensors are."""
+    Nothing is copied unless every module and key matches. Tensors are copied into the model's own
+    tensors, one at a time, so they land on the model's device."""
     from safetensors import safe_open
 
     p = os.fspath(path)
@@ -154,12 +159,17 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     state = model.state_dict()
     _check_tensors(meta["tensors"], state, p)
     with safe_open(p, framework="pt", device="cpu") as f:
-        loaded = {k: f.get_tensor(k) for k in f.keys()}
-    for key, t in loaded.items():  # the header could disagree with the data it describes
-        if t.dtype != state[key].dtype or t.shape != state[key].shape:
-            raise ValueError(f"{p}: key {key!r}: stored tensor is {t.dtype} {tuple(t.shape)}, header and model say "
-                             f"{state[key].dtype} {tuple(state[key].shape)} (corrupt file?)")
-    model.load_state_dict(loaded, strict=True)
+        for key in f.keys():  # safetensors' own header must agree too, before anything is copied
+            sl = f.get_slice(key)
+            stored = (_SAFETENSORS_DTYPES.get(sl.get_dtype(), sl.get_dtype()), list(sl.get_shape()))
+            if stored != (_dtype_name(state[key].dtype), list(state[key].shape)):
+                raise ValueError(f"{p}: key {key!r}: stored tensor is {stored[0]} {tuple(stored[1])}, the header "
+                                 f"and the model say {state[key].dtype} {tuple(state[key].shape)} (corrupt file?)")
+        # One tensor at a time into the model's own storage (on its device): peak memory is the model
+        # plus the largest tensor, not two copies of the model.
+        with torch.no_grad():
+            for key in f.keys():
+                state[key].copy_(f.get_tensor(key))
     from fused.explain import converted_modules
 
     for name, mod in converted_modules(model):

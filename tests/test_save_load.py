@@ -202,3 +202,12 @@ def test_gpu_to_cpu_and_back(cfg, tmp_path):
     gpu3 = fused.quantize(Net().cuda(), cfg)
     gpu3.load_state_dict(torch.load(tmp_path / "g.pt", weights_only=True, map_location="cuda"))
     assert_same_state(gpu, gpu3)
+
+
+def test_stored_data_disagreeing_with_the_header_is_refused(tmp_path):
+    src = converted(fused.FusedInt8MLP(), seed=1)
+    meta = fused.save(src, tmp_path / "m.safetensors")
+    tensors = {k: v.contiguous() for k, v in src.state_dict().items()}
+    tensors["head.scale"] = torch.zeros(25)  # our header still says (24,)
+    save_file(tensors, str(tmp_path / "bad.safetensors"), metadata=meta)
+    _refused(tmp_path / "bad.safetensors", converted(fused.FusedInt8MLP(), seed=2), "'head.scale'", "corrupt")
