@@ -7,8 +7,10 @@
     fused.explain(model)
     quantize_(model, fused.FusedInt8MLP(sparsity="2:4"))           # 2:4 packed (magnitude-pruned)
     fused.profile(model, x)                                         # launches, time, idle, memory, paths
+    fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
 from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
+from fused.checkpoint import load, save
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
@@ -29,7 +31,9 @@ __all__ = [
     "FusedSparseLinear",
     "explain",
     "is_mlp",
+    "load",
     "mlp_kind",
     "profile",
     "quantize",
+    "save",
 ]

@@ -1,7 +1,7 @@
 """The one place that decides which implementation runs a fused op.
 
 Per call: the device, M, the weight format, weight-only vs dynamic activations and the op pick a path.
-  * CPU                -> "reference" (pure torch; the edge issue makes it fast)
+  * CPU                -> "cpu:<kernel>" (aten kernels, fused/cpu.py; rules in `_plan_cpu`)
   * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M)
   * CUDA, M > 16       -> tiled GEMM: W8A16, or per-token activation quantization + W8A8 GEMM
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
@@ -17,7 +17,7 @@ from collections import Counter
 
 import torch
 
-from fused import reference
+from fused import cpu, reference
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
@@ -67,8 +67,12 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     return small if M <= GEMV_MAX_M else large
 
 
-def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None) -> tuple[str, str]:
-    """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints."""
+def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
+         dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True) -> tuple[str, str]:
+    """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints.
+
+    On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
+    alignment; left out, they default to what `explain` describes: bf16 activations, M=1 (decode)."""
     device = torch.device(device)
     if _forced == "reference":
         return "reference", "forced"
@@ -83,7 +87,34 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return f"triton:{kernel}", why
     if op in SPARSE_OPS:
         return "reference", "CPU path (pure torch: unpacks the 2:4 weight to dense)"
-    return "reference", "CPU path (pure torch)"
+    if device.type == "cpu":
+        return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned)
+    return "reference", f"{device.type}: no kernels, pure-torch reference"
+
+
+def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
+    described = dtype is None and m is None  # explain: no call at hand, describe decode in bf16
+    dtype = torch.bfloat16 if dtype is None else dtype
+    m = 1 if m is None else m
+    cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
+    if fmt == "float8_e4m3":
+        return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 4 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
+    if dynamic:
+        return "cpu:int_mm", "W8A8: per-token int8 activations, torch._int_mm (int32), fp32 epilogue"
+    if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
+        why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
+        if described:
+            why += "; larger M or fp32/fp16 activations: cpu:int8_dequant_mm"
+        return "cpu:int8pack", why
+    if dtype != torch.bfloat16:
+        why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
+    elif m > cpu.INT8PACK_MAX_M:
+        why = f"M={m} > {cpu.INT8PACK_MAX_M}: GEMM beats int8pack's GEMV"
+    elif not weight_aligned:
+        why = "weight buffer not contiguous/64-byte aligned: int8pack would read out of bounds"
+    else:
+        why = f"K={k} not a multiple of {cpu.INT8PACK_K_MULTIPLE}: int8pack would read out of bounds"
+    return "cpu:int8_dequant_mm", f"{why}; per-tile dequant + {cdt} GEMM"
 
 
 def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
@@ -102,8 +133,11 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     K = x.shape[-1]
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
-    path, why = plan(op, _fmt(qweight), dynamic, x.device, M)
+    path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
+                     weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
     stats[(op, path)] += 1
+    if path.startswith("cpu:"):
+        return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
     if path == "reference":
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")

@@ -6,7 +6,7 @@ import warnings
 import torch
 from torch import nn
 
-from fused import dispatch
+from fused import cpu, dispatch
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
@@ -25,7 +25,10 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
     blocks = {n for n, m in model.named_modules() if isinstance(m, _BLOCKS)}
     for name, mod in converted_modules(model):
         dev = torch.device(device) if device is not None else next(mod.buffers()).device
-        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev)
+        dense = hasattr(mod, "qweight")
+        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev,
+                                  k=mod.qweight.shape[1] if dense else None,
+                                  weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight))
         parent = name.rsplit(".", 1)[0] if "." in name else ""
         rows.append({
             "module": name,
@@ -38,7 +41,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "path": path,
             "why": why,
             "bytes_before": mod.source_bytes,
-            "bytes_after": mod.weight_bytes(),
+            # + derived copies the CPU path caches (scales/bias in the activation dtype)
+            "bytes_after": mod.weight_bytes() + cpu.cached_bytes(mod.scale, mod.bias),
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)

@@ -11,7 +11,7 @@ from lowbit import quantize_weight
     ("linear", "float8_e4m3", True), ("gated", "int8", False), ("gated", "float8_e4m3", True),
 ])
 def test_plan(op, fmt, dynamic):
-    assert dispatch.plan(op, fmt, dynamic, "cpu") == ("reference", "CPU path (pure torch)")
+    assert dispatch.plan(op, fmt, dynamic, "cpu")[0].startswith("cpu:")
     large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
     assert dispatch.plan(op, fmt, dynamic, "cuda")[0] == f"triton:w8a16_gemv|{large}"
     # by M: decode takes the weight-only GEMV (W8A8 configs too), larger M the tiled GEMM

@@ -1,0 +1,162 @@
+"""CPU benchmark: one gated MLP block (LlamaMLP: SwiGLU, no bias), side by side in one process.
+
+    python examples/cpu_edge_bench.py                          # small smoke run (CI)
+    python examples/cpu_edge_bench.py --tinyllama              # d 2048, h 5632 (TinyLlama-1.1B's MLP)
+    python examples/cpu_edge_bench.py --d 4096 --h 14336 --m 1 16 --calls 10
+
+Variants, all on the same float weights:
+  fp32 eager, bf16 eager                      nn.Linear x3 (MKL / oneDNN)
+  torchao int8 weight-only (bf16 acts)        torchao's Int8WeightOnlyConfig on the bf16 model
+  ours int8 W8A16 (bf16 acts)                 fused.FusedInt8MLP()                 -> one gated op + one linear
+  ours int8 W8A8 (bf16 acts)                  fused.FusedInt8MLP(weight_only=False)
+  ours fp8 W8A16, emulated (bf16 acts)        fused.FusedFloat8MLP(weight_only=True), with --fp8
+
+Method: for each M, every variant runs `calls` forwards per timing window; windows are interleaved
+across variants `repeats` times and the best window is reported (ms per forward), so a burst of load
+from other processes hits all variants alike. Threads: torch's setting (--threads to change it).
+Accuracy: SQNR of each output against fp32 eager (dB; int8 weight quantization alone is ~40 dB).
+Weight memory: bytes of the block's weights as stored (+ any cached derived copies for ours).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import os
+import platform
+import time
+
+import torch
+from torch import nn
+
+import fused
+from fused import dispatch
+from lowbit import sqnr
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d: int, h: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, h, bias=False)
+        self.up_proj = nn.Linear(d, h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes a (possibly torchao subclass) tensor holds: its inner tensors for a wrapper subclass."""
+    if type(t) not in (torch.Tensor, nn.Parameter) and hasattr(t, "__tensor_flatten__"):
+        names, _ = t.__tensor_flatten__()
+        return sum(tensor_bytes(getattr(t, n)) for n in names if getattr(t, n) is not None)
+    return t.numel() * t.element_size()
+
+
+def weight_bytes(model: nn.Module) -> int:
+    from fused.explain import converted_modules
+
+    if converted_modules(model):  # ours: buffers + cached derived copies, as fused.explain counts them
+        return sum(r["bytes_after"] for r in fused.explain(model, print_table=False))
+    return sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
+
+
+def build(d: int, h: int, with_fp8: bool, with_torchao: bool) -> dict[str, tuple[nn.Module, torch.dtype]]:
+    torch.manual_seed(0)
+    base = LlamaMLP(d, h).eval()
+    variants = {
+        "fp32 eager": (base, torch.float32),
+        "bf16 eager": (copy.deepcopy(base).to(torch.bfloat16), torch.bfloat16),
+    }
+    if with_torchao:
+        from torchao.quantization import Int8WeightOnlyConfig, quantize_
+
+        ao = copy.deepcopy(base).to(torch.bfloat16)
+        quantize_(ao, Int8WeightOnlyConfig())
+        variants["torchao int8 weight-only (bf16 acts)"] = (ao, torch.bfloat16)
+
+    def ours(cfg):
+        holder = nn.Sequential(copy.deepcopy(base))  # quantize_ replaces children, not the root
+        fused.quantize(holder, cfg)
+        return holder
+
+    variants["ours int8 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP()), torch.bfloat16)
+    variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
+    if with_fp8:
+        variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
+    return variants
+
+
+def time_variants(variants, x32: torch.Tensor, calls: int, repeats: int) -> dict[str, float]:
+    inputs = {name: x32.to(dtype) for name, (_, dtype) in variants.items()}
+    best = {name: float("inf") for name in variants}
+    with torch.inference_mode():
+        for name, (model, _) in variants.items():  # warm-up (allocations, one-time casts, oneDNN kernels)
+            model(inputs[name])
+        for _ in range(repeats):
+            for name, (model, _) in variants.items():
+                x = inputs[name]
+                t0 = time.perf_counter()
+                for _ in range(calls):
+                    model(x)
+                best[name] = min(best[name], (time.perf_counter() - t0) / calls)
+    return {k: v * 1e3 for k, v in best.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--d", type=int, default=256, help="model width (default 256: smoke size)")
+    ap.add_argument("--h", type=int, default=704, help="MLP hidden width (default 704)")
+    ap.add_argument("--tinyllama", action="store_true", help="d=2048, h=5632")
+    ap.add_argument("--m", type=int, nargs="+", default=[1, 8, 64], help="rows (tokens) per forward")
+    ap.add_argument("--calls", type=int, default=20, help="forwards per timing window")
+    ap.add_argument("--repeats", type=int, default=5, help="timing windows per variant (best is reported)")
+    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    ap.add_argument("--fp8", action="store_true", help="also time the emulated fp8 path")
+    ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
+    args = ap.parse_args(argv)
+    if args.tinyllama:
+        args.d, args.h = 2048, 5632
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    load0 = os.getloadavg()
+    variants = build(args.d, args.h, args.fp8, not args.no_torchao)
+    results, accuracy, paths = {}, {}, {}
+    for m in args.m:
+        x = torch.randn(m, args.d)
+        dispatch.stats.clear()
+        results[m] = time_variants(variants, x, args.calls, args.repeats)
+        paths[m] = sorted({p for (_, p) in dispatch.stats})
+        with torch.inference_mode():
+            ref = variants["fp32 eager"][0](x)
+            accuracy[m] = {n: sqnr(ref, mod(x.to(dt)).float()) for n, (mod, dt) in variants.items()}
+    load1 = os.getloadavg()
+    mem = {name: weight_bytes(model) for name, (model, _) in variants.items()}  # after the runs: caches filled
+
+    fp32, bf16, ao = "fp32 eager", "bf16 eager", "torchao int8 weight-only (bf16 acts)"
+    print(f"## Gated MLP block d={args.d} h={args.h} (SwiGLU, no bias), CPU\n")
+    print(f"torch {torch.__version__}, {platform.machine()} {torch.backends.cpu.get_cpu_capability()}, "
+          f"{torch.get_num_threads()} threads, {os.cpu_count()} CPUs; best of {args.repeats} x {args.calls} calls, "
+          f"interleaved, one process; load average {load0[0]:.2f} at start, {load1[0]:.2f} at end\n")
+    print("ms per forward:\n")
+    print("| variant | " + " | ".join(f"M={m}" for m in args.m) + " | weights MiB | weights / fp32 |")
+    print("|---|" + "---:|" * (len(args.m) + 2))
+    for name in variants:
+        print(f"| {name} | " + " | ".join(f"{results[m][name]:.3f}" for m in args.m)
+              + f" | {mem[name] / 2**20:.1f} | {mem[name] / mem[fp32]:.3f} |")
+    refs = [r for r in (fp32, bf16, ao) if r in variants]
+    print("\nspeed-up (time of " + " / ".join(refs) + " divided by ours):\n")
+    print("| variant | " + " | ".join(f"M={m}" for m in args.m) + " |")
+    print("|---|" + "---:|" * len(args.m))
+    for name in variants:
+        if name.startswith("ours"):
+            print(f"| {name} | " + " | ".join(
+                " / ".join(f"{results[m][r] / results[m][name]:.2f}x" for r in refs) for m in args.m) + " |")
+    print("\nSQNR vs fp32 eager, dB (M=" + ", ".join(map(str, args.m)) + "): " + "; ".join(
+        f"{n.split(' (')[0]} " + "/".join(f"{accuracy[m][n]:.1f}" for m in args.m) for n in variants if n != fp32))
+    print("our CPU paths: " + "; ".join(f"M={m}: {', '.join(paths[m])}" for m in args.m))
+    return results, mem
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""The CPU path (fused/cpu.py) against the pure-torch reference, and dispatch's choice of CPU kernel."""
+import pytest
+import torch
+from torch import nn
+
+import fused
+from fused import cpu, dispatch, reference
+from lowbit import quantize_weight, sqnr
+
+# Our kernels vs the reference (fp32 math, one rounding to the output dtype). bf16: the GEMMs round
+# their output to bf16 and the epilogue rounds once per op, measured 44-52 dB (one bf16 rounding alone
+# is ~55 dB); fp32 and fp16 compute in fp32 like the reference, measured >= 103 dB.
+MIN_SQNR = {torch.bfloat16: 40.0, torch.float16: 90.0, torch.float32: 100.0}
+FORMATS = [("int8", False), ("int8", True), ("float8_e4m3", False), ("float8_e4m3", True)]
+
+
+def _weights(n, k, fmt, bias=True):
+    q, s = quantize_weight(torch.randn(n, k), fmt)
+    return q, s, (torch.randn(n) if bias else None)
+
+
+def _run(op, x, q, s, b, act, dynamic):
+    f, r = (dispatch.linear, reference.linear_ref) if op == "linear" else (dispatch.gated, reference.gated_ref)
+    return f(x, q, s, b, act, dynamic), r(x, q, s, b, act, dynamic)
+
+
+def _check(y, yr, dtype):
+    assert y.shape == yr.shape and y.dtype == yr.dtype
+    assert sqnr(yr, y) >= MIN_SQNR[dtype], f"SQNR {sqnr(yr, y):.1f} dB < {MIN_SQNR[dtype]}"
+
+
+def _path(op, fmt, dynamic, dtype, m, k):
+    return dispatch.plan(op, fmt, dynamic, "cpu", M=m, dtype=dtype, k=k)[0]
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+@pytest.mark.parametrize("op", ["linear", "gated"])
+@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 70, 48), (12, 48, 32), (17, 130, 37), (20, 64, 64), (9, 64, 1000)])
+def test_matches_reference(fmt, dynamic, dtype, op, m, n, k):
+    q, s, b = _weights(n, k, fmt)
+    x = torch.randn(m, k, dtype=dtype)
+    dispatch.stats.clear()
+    y, yr = _run(op, x, q, s, b, "silu", dynamic)
+    _check(y, yr, dtype)
+    assert dispatch.stats[(op, _path(op, fmt, dynamic, dtype, m, k))] == 1
+    assert all(p.startswith("cpu:") for (_, p) in dispatch.stats)
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("act", ["none", "relu", "gelu", "gelu_tanh", "silu"])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("op", ["linear", "gated"])
+def test_activations_and_bias(fmt, dynamic, act, bias, op):
+    q, s, b = _weights(128, 64, fmt, bias)
+    x = torch.randn(2, 64, dtype=torch.bfloat16)
+    _check(*_run(op, x, q, s, b, act, dynamic), torch.bfloat16)
+
+
+def test_path_choice():
+    bf16, f32 = torch.bfloat16, torch.float32
+    assert _path("linear", "int8", False, bf16, 1, 2048) == "cpu:int8pack"
+    assert _path("gated", "int8", False, bf16, cpu.INT8PACK_MAX_M, 2048) == "cpu:int8pack"
+    assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", False, bf16, 1, 2056) == "cpu:int8_dequant_mm"  # K % 16 != 0
+    assert _path("linear", "int8", False, f32, 1, 2048) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", True, bf16, 1, 2048) == "cpu:int_mm"
+    assert _path("linear", "float8_e4m3", False, bf16, 1, 2048) == "cpu:fp8_dequant_mm"
+    assert dispatch.plan("linear", "int8", False, "cpu", k=2048, weight_aligned=False)[0] == "cpu:int8_dequant_mm"
+    with dispatch.force_path("reference"):
+        assert _path("linear", "int8", False, bf16, 1, 2048) == "reference"
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+def test_3d_noncontiguous_and_offset_views(fmt, dynamic):
+    q, s, b = _weights(96, 64, fmt)
+    base = torch.randn(3, 64, 5, dtype=torch.bfloat16)
+    x = base.transpose(1, 2)  # [3, 5, 64], non-contiguous
+    _check(*_run("gated", x, q, s, b, "silu", dynamic), torch.bfloat16)
+    # a view with a storage offset: int8pack uses aligned loads and would crash on it; we copy
+    flat = torch.randn(64 * 2 + 1, dtype=torch.bfloat16)
+    xo = flat[1:].view(2, 64)
+    assert xo.data_ptr() % 64 != 0
+    _check(*_run("linear", xo, q, s, b, "none", dynamic), torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("op", ["linear", "gated"])
+def test_empty_batch(fmt, dynamic, op):
+    q, s, b = _weights(64, 32, fmt)
+    y = (dispatch.linear if op == "linear" else dispatch.gated)(torch.zeros(2, 0, 32, dtype=torch.bfloat16), q, s, b, "silu", dynamic)
+    assert y.shape == (2, 0, 64 if op == "linear" else 32) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_nan_propagates_like_reference(fmt, dynamic, dtype):
+    q, s, b = _weights(64, 32, fmt)
+    x = torch.randn(4, 32, dtype=dtype)
+    x[1, 3] = float("nan")
+    x[2, 5] = float("inf")
+    y, yr = _run("gated", x, q, s, b, "silu", dynamic)
+    assert torch.equal(y.isnan(), yr.isnan())
+    assert y[1].isnan().all() and torch.isfinite(y[[0, 3]]).all()
+    _check(y[[0, 3]], yr[[0, 3]], dtype)
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+def test_zero_weight_row(fmt, dynamic):
+    w = torch.randn(64, 32)
+    w[5] = 0
+    q, s = quantize_weight(w, fmt)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    y, yr = _run("linear", x, q, s, None, "none", dynamic)
+    assert torch.isfinite(y).all() and (y[:, 5] == 0).all()
+    _check(y, yr, torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+def test_tiling_covers_every_column(fmt, monkeypatch):
+    # tiles of 16 rows over N = 75: 4 full tiles and a partial one
+    monkeypatch.setattr(cpu, "TILE_BYTES", 16)
+    q, s, b = _weights(75, 40, fmt)
+    x = torch.randn(20, 40, dtype=torch.float32)
+    _check(*_run("linear", x, q, s, b, "gelu", False), torch.float32)
+
+
+def test_fp8_to_bf16_is_exact_for_every_finite_code():
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
+    finite = ~codes.float().isnan()
+    got = cpu._fp8_tile_to_bf16(codes[finite].clone())
+    assert torch.equal(got.float(), codes[finite].float())
+    assert got.dtype == torch.bfloat16
+
+
+def test_misaligned_weight_buffer_takes_the_safe_path():
+    q, s, b = _weights(64, 48, "int8")
+    store = torch.empty(64 * 48 + 1, dtype=torch.int8)
+    qv = store[1:].view(64, 48)
+    qv.copy_(q)
+    assert not cpu.aligned(qv)
+    dispatch.stats.clear()
+    y, yr = _run("linear", torch.randn(1, 48, dtype=torch.bfloat16), qv, s, b, "none", False)
+    _check(y, yr, torch.bfloat16)
+    assert dispatch.stats[("linear", "cpu:int8_dequant_mm")] == 1
+
+
+def test_scale_cache_follows_in_place_updates():
+    lin = fused.FusedLinear.from_float(torch.randn(64, 32), torch.randn(64))
+    x = torch.randn(1, 32, dtype=torch.bfloat16)
+    lin(x)  # fills the bf16 scale cache
+    assert cpu.cached_bytes(lin.scale, lin.bias) == 64 * 2
+    other = fused.FusedLinear.from_float(torch.randn(64, 32) * 3, torch.randn(64))
+    lin.load_state_dict(other.state_dict())  # copies in place: the cache must not serve stale scales
+    assert torch.equal(lin(x), other(x))  # same buffers, so the same bits as a module never run before
+
+
+def test_scale_cache_under_inference_mode():
+    lin = fused.FusedLinear.from_float(torch.randn(64, 32), None)
+    x = torch.randn(2, 32, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        y = lin(x)
+    _check(y, reference.linear_ref(x, lin.qweight, lin.scale, None), torch.bfloat16)
+
+
+def test_thread_count_respected_and_result_independent():
+    q, s, b = _weights(256, 128, "int8")
+    x = torch.randn(4, 128, dtype=torch.bfloat16)
+    before = torch.get_num_threads()
+    y_many = dispatch.gated(x, q, s, b, "silu", False)
+    try:
+        torch.set_num_threads(1)
+        y_one = dispatch.gated(x, q, s, b, "silu", False)
+        assert torch.get_num_threads() == 1  # the path never changes the setting
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(y_many, y_one)
+
+
+class _Llama(nn.Module):
+    def __init__(self, d=64, h=96):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, h, bias=False)
+        self.up_proj = nn.Linear(d, h, bias=False)
+        self.down_proj = nn.Linear(h, d, bias=False)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_model_end_to_end_and_explain_names_the_cpu_path():
+    model = nn.Sequential(_Llama())
+    x = torch.randn(2, 3, 64)
+    y_float = model(x)
+    fused.quantize(model, fused.FusedInt8MLP())
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = model(x)
+    assert y.dtype == torch.bfloat16
+    assert sqnr(y_float, y.float()) > 30  # int8 weights + bf16 vs the float model
+    rows = fused.explain(model, print_table=False)
+    assert [r["path"] for r in rows] == ["cpu:int8pack", "cpu:int8pack"]
+    # explain counts the cached bf16 scales in the bytes after conversion
+    assert rows[0]["bytes_after"] == model[0].gate_up.weight_bytes() + 2 * 192
+
+
+def test_cpu_edge_bench_smoke(capsys):
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parents[1] / "examples" / "cpu_edge_bench.py"
+    spec = importlib.util.spec_from_file_location("cpu_edge_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8"])
+    assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
+    assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
+    out = capsys.readouterr().out
+    assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
+
+
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("m", [1, 20])  # int8pack and tiled for int8 weight-only
+def test_opcheck_on_the_cpu_path(fmt, dynamic, m):
+    from fused import ops
+
+    q, s, b = _weights(64, 48, fmt)
+    x = torch.randn(m, 48, dtype=torch.bfloat16)
+    # opcheck's schema check compares arguments with torch.allclose, which has no float8 kernel on the CPU
+    kw = {} if fmt == "int8" else {"test_utils": ("test_faketensor", "test_autograd_registration",
+                                                   "test_aot_dispatch_dynamic")}
+    torch.library.opcheck(ops.linear, (x, q, s, b, "silu", dynamic), **kw)
+    torch.library.opcheck(ops.gated, (x, q, s, None, "gelu", dynamic), **kw)
