@@ -67,7 +67,7 @@ def test_sweep_demo_end_to_end(tmp_path, capsys):
 def test_profile_demo_end_to_end(tmp_path, capsys):
     assert main(["profile", "--tokens", "4", "--forwards", "1", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
-    assert "launches / forward" in text and "gated -> reference" in text
+    assert "launches / forward" in text and "gated -> cpu:" in text
     for name in ("profile.json", "profile.png", "trace_before.json", "trace_after.json"):
         assert (tmp_path / name).exists()
 

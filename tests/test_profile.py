@@ -61,12 +61,12 @@ def test_fused_paths_read_from_dispatch_stats():
     fused.quantize(model, fused.FusedInt8MLP())
     r = profile(model, torch.randn(4, 64, dtype=torch.bfloat16), forwards=3)
     # 1 gated block (gate_up + down) and 1 GELU block (fc1 + fc2), per forward
-    assert r.paths == {"gated -> reference": 1.0, "linear -> reference": 3.0}
+    assert r.paths == {"gated -> cpu:int8pack": 1.0, "linear -> cpu:int8pack": 3.0}
     assert r.fused_op_calls == 4.0
     assert r.fallbacks == 0.0  # the reference is the CPU path, not a fallback
     names = {o.name: o for o in r.top_cpu}
     assert "fusedmlp::gated" in names or "fusedmlp::linear" in names  # annotated in the trace
-    assert "gated -> reference" in r.format()
+    assert "gated -> cpu:int8pack" in r.format()
 
 
 def test_triton_path_shows_in_report():

@@ -56,7 +56,8 @@ def test_ordering_and_memory(tiny_result):
     fp32, bf16, int8 = res.row("fp32"), res.row("bf16"), res.row("int8 W8A16")
     assert bf16.weight_bytes * 2 == fp32.weight_bytes
     assert int8.layer_bytes < 0.55 * bf16.layer_bytes  # 1 byte a weight + fp32 row scales vs 2 bytes
-    assert res.row("int8 W8A16").paths == {"gated -> reference": 1, "linear -> reference": 3}
+    assert sum(res.row("int8 W8A16").paths.values()) == 4  # 1 gated + 3 linear calls per forward
+    assert all(k.split(" -> ")[1].startswith("cpu:") for k in res.row("int8 W8A16").paths)
     assert res.row("bf16").paths == {}
 
 
@@ -151,4 +152,4 @@ def test_minilm_sweep_small():
     assert len(r.layers) == 37  # 6 layers x (q, k, v, attention out, intermediate, output) + pooler
     assert r.metrics["cosine_mean"] > 0.999
     assert 0.0 <= r.metrics["top1_agreement"] <= 1.0
-    assert r.paths == {"linear -> reference": 37}
+    assert sum(r.paths.values()) == 37 and all(" -> cpu:" in k for k in r.paths)
