@@ -152,6 +152,8 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
             split = _split_for(triton.cdiv(N, bn), K, bk)
             for cvt in ("magic", "native"):
                 out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT=cvt))
+            if bm == 1:  # half the registers per thread for the widened tile: more loads in flight
+                out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=8, CVT="magic"))
     return out
 
 
