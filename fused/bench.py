@@ -121,7 +121,7 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
         base = make_block(kind, d, hidden, device)
         variants: dict[str, tuple] = {"bf16 eager": (base, None)}
         if baselines:
-            variants["bf16 compile"] = (torch.compile(base, dynamic=False), None)
+            variants["bf16 compile"] = (torch.compile(base), None)  # default settings: what users type
         for name, cfg in (configs or OURS).items():
             m = copy.deepcopy(base)
             try:
@@ -140,7 +140,7 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
                 except Exception as e:  # report, keep going
                     rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"error: {type(e).__name__}: {e}"))
                     continue
-                variants[name] = (torch.compile(m, dynamic=False), "torchao")
+                variants[name] = (torch.compile(m), "torchao")
         for M in Ms:
             x = torch.randn(M, d, device=device, dtype=torch.bfloat16)
             with torch.no_grad():
