@@ -75,6 +75,9 @@ class Row:
     note: str = ""
 
 
+SLOW_US = 200_000  # a call slower than this is timed once, plainly, not repeated
+
+
 def _time(fn, device) -> tuple[float | None, float | None]:
     """(CUDA-graph GPU µs, plain-call µs); on the CPU (None, wall µs)."""
     if device.type != "cuda":
@@ -87,6 +90,13 @@ def _time(fn, device) -> tuple[float | None, float | None]:
         return None, best * 1e6
     from triton.testing import do_bench
 
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once = (time.perf_counter() - t0) * 1e6
+    if once > SLOW_US:  # e.g. torchao int8 weight-only + compile at large M (seconds per call)
+        return None, once
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -159,6 +169,8 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
                 except Exception as e:
                     gpu = plain = vs_ref = vs_bf16 = None
                     note = f"error: {type(e).__name__}: {str(e)[:120]}"
+                if not note and device.type == "cuda" and gpu is None and plain is not None:
+                    note = "one plain call (too slow to repeat)"
                 r = Row(kind, name, M, gpu, plain, vs_ref, vs_bf16, _weight_mib(getattr(model, "_orig_mod", model)), note)
                 rows.append(r)
                 log(_fmt_row(r))
