@@ -202,8 +202,12 @@ def markdown(rows: list[Row], field: str = "gpu_us") -> str:
                 rr = [r for r in rows if r.block == block and r.config == cfg and r.M == m]
                 if rr:
                     mib = rr[0].weight_mib or mib
-                cells.append(_f(getattr(rr[0], field)) if rr and getattr(rr[0], field) is not None else
-                             ("err" if rr and rr[0].note else "–"))
+                if rr and getattr(rr[0], field) is not None:
+                    cells.append(_f(getattr(rr[0], field)))
+                elif rr and rr[0].note.startswith("one plain call"):
+                    cells.append(f"{rr[0].plain_us / 1e3:.0f} ms (1 call)")
+                else:
+                    cells.append("err" if rr and rr[0].note else "–")
             out.append(f"| {cfg} | " + " | ".join(cells) + f" | {mib:.0f} |")
     return "\n".join(out)
 
