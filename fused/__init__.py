@@ -6,6 +6,7 @@
     quantize_(model, fused.FusedInt8MLP(), filter_fn=fused.is_mlp)  # whole MLP blocks
     fused.explain(model)
     quantize_(model, fused.FusedInt8MLP(sparsity="2:4"))           # 2:4 packed (magnitude-pruned)
+    quantize_(model, fused.FusedNarrowMLPConfig("fp16"), filter_fn=fused.is_narrow_mlp)  # one launch
     fused.profile(model, x)                                         # launches, time, idle, memory, paths
     fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
@@ -13,6 +14,7 @@ from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, ml
 from fused.checkpoint import load, save
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 from fused.profile import profile  # the function hides the submodule; it carries .compare, .before_after
 from fused import ops  # noqa: F401  (registers the torch.library ops)
@@ -27,10 +29,13 @@ __all__ = [
     "FusedInt8MLP",
     "FusedLinear",
     "FusedMLP",
+    "FusedNarrowMLP",
+    "FusedNarrowMLPConfig",
     "FusedSparseGatedLinear",
     "FusedSparseLinear",
     "explain",
     "is_mlp",
+    "is_narrow_mlp",
     "load",
     "mlp_kind",
     "profile",

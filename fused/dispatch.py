@@ -7,6 +7,7 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA the sparse Triton kernel reads them
 packed (int8 / fp8 / bf16 values, weight-only or dynamic W8A8 for 8-bit values).
+"narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
 from __future__ import annotations
@@ -60,6 +61,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     """The Triton kernel(s) for (op, format, mode) at batch size M (None: both, "small|large")."""
     if op in SPARSE_OPS:
         return "sparse24_linear"
+    if op == "narrow_mlp":
+        return "narrow_mlp"
     small = "w8a16_gemv"
     large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
     if M is None:
@@ -202,3 +205,31 @@ def sparse24_linear(x, values, meta, wscale=None, bias=None, act="none", dynamic
 def sparse24_gated(x, values, meta, wscale=None, bias=None, act="silu", dynamic=False):
     """act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u) with W_g/W_u stacked in one packed 2:4 [2H, K] weight."""
     return _run_sparse("sparse24_gated", x, values, meta, wscale, bias, act, dynamic)
+
+
+def narrow_mlp(x, weights, params, dims, acts):
+    """A whole narrow MLP (packed by fused.narrow.pack_narrow): one fused launch on CUDA, the reference on CPU."""
+    op = "narrow_mlp"
+    if not x.is_floating_point():
+        raise TypeError(f"{op}: activations must be float16/bfloat16/float32, got {x.dtype}")
+    if x.device != weights.device:
+        raise RuntimeError(
+            f"{op}: device mismatch: activations on {x.device}, weights on {weights.device}; "
+            f"move the input or the model (model.to({x.device.type!r}))")
+    if x.shape[-1] != dims[0]:
+        raise ValueError(f"{op}: input has {x.shape[-1]} features, the MLP expects {dims[0]}")
+    fmt = {torch.int8: "int8", torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(weights.dtype)
+    if fmt is None:
+        raise TypeError(f"{op}: packed weights must be int8/float16/bfloat16, got {weights.dtype}")
+    path, why = plan(op, fmt, False, x.device)
+    stats[(op, path)] += 1
+    if path == "reference":
+        if _strict and x.device.type == "cuda":
+            raise RuntimeError(f"fused strict mode: {why}")
+        return reference.narrow_mlp_ref(x, weights, params, dims, acts)
+    from fused.kernels.narrow_mlp import narrow_mlp as kernel
+
+    # 2-D views keep their strides (the kernel loads through them); N-D inputs are flattened, which
+    # copies only when the leading dims cannot be merged
+    y = kernel(x.reshape(-1, x.shape[-1]), weights, params, dims, acts)
+    return y.reshape(*x.shape[:-1], dims[-1])

@@ -8,9 +8,10 @@ from torch import nn
 
 from fused import cpu, dispatch
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
+from fused.narrow import FusedNarrowMLP
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
-_OPS = (FusedLinear, FusedGatedLinear, FusedSparseLinear, FusedSparseGatedLinear)
+_OPS = (FusedLinear, FusedGatedLinear, FusedSparseLinear, FusedSparseGatedLinear, FusedNarrowMLP)
 _BLOCKS = (FusedMLP, FusedGatedMLP)
 
 

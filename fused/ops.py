@@ -6,7 +6,7 @@ Inference only: a backward through them raises (never a silently wrong gradient)
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from torch import Tensor
@@ -56,11 +56,24 @@ def _sparse24_gated_fake(x, values, meta, wscale, bias, act, dynamic):
     return x.new_empty(*x.shape[:-1], values.shape[0] // 2)
 
 
+@torch.library.custom_op("fusedmlp::narrow_mlp", mutates_args=())
+def narrow_mlp(x: Tensor, weights: Tensor, params: Tensor, dims: List[int], acts: str) -> Tensor:
+    """A whole narrow MLP in one op: packed weights/params (fused.narrow.pack_narrow), real widths
+    ``dims`` [K_in, N_1, ..., N_L] and the activations, one per layer, comma-joined ("relu,relu,none":
+    the schema has no list of strings)."""
+    return dispatch.narrow_mlp(x, weights, params, dims, acts.split(","))
+
+
+@narrow_mlp.register_fake
+def _narrow_mlp_fake(x, weights, params, dims, acts):
+    return x.new_empty(*x.shape[:-1], dims[-1])
+
+
 def _no_backward(ctx, grad):
     raise RuntimeError(
         "fusedmlp ops are inference-only: no backward. Run the converted model under torch.no_grad(), "
         "or train the unconverted model.")
 
 
-for _op in (linear, gated, sparse24_linear, sparse24_gated):
+for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp):
     _op.register_autograd(_no_backward)

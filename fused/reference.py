@@ -5,6 +5,7 @@ linear:  y = act((x · dequant(W)ᵀ) + b)                     weight-only (W8A1
 gated:   y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u)        W_g, W_u stacked as one [2H, K] weight
 sparse24_*: the same ops on a 2:4 weight packed by sparsity.pack_24 (unpacked to dense first); values
          int8 / float8_e4m3 with per-row scales, or bfloat16 with no scale (wscale None)
+narrow_mlp: a whole narrow MLP (fused.narrow) on its packed buffers, every layer in fp32
 
 Accumulation in fp32; the output has the activation's dtype. Inputs may be N-D and strided.
 """
@@ -68,3 +69,19 @@ def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dyn
 def sparse24_gated_ref(x, values, meta, wscale=None, bias=None, act="silu", dynamic=False):
     """Reference 2:4 gated up-projection on a stacked packed [2H, K] weight: unpack, then ``gated_ref``."""
     return gated_ref(x, unpack_24(values, meta), wscale, bias, act, dynamic)
+
+
+def narrow_mlp_ref(x, weights, params, dims, acts):
+    """Reference narrow MLP on the packed buffers of fused.narrow.pack_narrow: every layer
+    act(h · dequant(W)ᵀ + b) in fp32 (no rounding between layers), output in x's dtype."""
+    from fused.narrow import unpack_narrow  # (fused.narrow imports this module)
+
+    K = x.shape[-1]
+    dev = x.device.type
+    if dev in ("cpu", "cuda") and torch.is_autocast_enabled(dev):
+        with torch.autocast(dev, enabled=False):  # fp32 oracle whatever the caller's autocast
+            return narrow_mlp_ref(x, weights, params, dims, acts)
+    h = x.reshape(-1, K).float()
+    for (w, b), act in zip(unpack_narrow(weights, params, dims), acts):
+        h = apply_activation(h @ w.t() + b, act)
+    return h.to(x.dtype).reshape(*x.shape[:-1], dims[-1])

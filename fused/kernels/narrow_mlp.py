@@ -1,0 +1,218 @@
+"""Narrow fully-fused MLP (tiny-cuda-nn style): every layer of a narrow MLP in ONE launch.
+
+y = f_L(… f_2(f_1(x))),  f_i(h) = act_i(h · W_iᵀ · s_i + b_i),  widths <= 128, depth <= 8 Linear layers.
+W_i fp16 / bf16 (s_i = 1) or int8 with a per-output-channel fp32 scale s_i. fp32 accumulation; between
+layers the activations are rounded to the input dtype (they feed the next tensor-core dot in that dtype,
+as in tiny-cuda-nn). Reference: fused.reference.narrow_mlp_ref.
+
+Design
+------
+* Each program owns BLOCK_M rows of the batch: it loads its [BLOCK_M, K_in] input tile once (masked
+  rows and columns, any strides), runs every layer on it with the activations in registers, and stores
+  only the final [BLOCK_M, N_out] tile (masked). HBM traffic is the input and the output, nothing else.
+* Weights are packed once at conversion time (fused.narrow.pack_narrow) into ONE buffer: layer i as Wᵢᵀ zero-
+  padded to [D_i, D_{i+1}] (row-major, so a program loads it with contiguous, unmasked rows), layers
+  back to back. D_i = the width padded to a power of two >= 16 (tl.dot's minimum). The zero padding
+  makes padded hidden units exactly act(0 + 0) and, since the next layer's padded rows are zero too,
+  they contribute nothing whatever the activation. One fp32 buffer holds, per layer, [scale(D_{i+1}),
+  bias(D_{i+1})] (scale 1 for 16-bit weights, bias 0 when the Linear has none).
+* The layer loop must be unrolled at compile time (each layer has its own tile shapes), so the
+  architecture is passed as constexprs: NUM_LAYERS, the padded widths D0..D8 (unused ones 16) and the
+  activations A0..A7 (unused "none"), plus K_IN / N_OUT, the real input / output widths (for the
+  masks). The kernel body is a chain of ``if NUM_LAYERS > i:`` blocks, which Triton resolves at compile
+  time, so the activation tile may change shape from one layer to the next. One compiled kernel per
+  (architecture, dtypes, BLOCK_M, num_warps); the batch size M is a runtime argument.
+* Weights are re-read from global memory for every row tile: a full MLP is at most 8·128·128·2 B =
+  256 KiB of fp16 (40 KiB for width 64 x 5 layers), so after the first tile they come from L1/L2, while
+  the input tile is the only HBM read. With a persistent grid (``programs`` < number of tiles, a grid-
+  stride loop over tiles) each SM re-reads the same weights from its L1.
+* int8 weights are widened to the activation dtype in registers (exact: |q| <= 127) and their scale is
+  applied to the fp32 accumulator in the epilogue, with the bias and the activation, as in w8_gemm.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import INTERPRET, check_out, dot_mode
+from fused.kernels.epilogue import activation
+from fused.kernels.tuning import m_bucket, pick
+from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
+
+
+@triton.jit
+def _layer(h, w_ptr, p_ptr, K: tl.constexpr, N: tl.constexpr, ACT: tl.constexpr, SCALED: tl.constexpr,
+           DOT: tl.constexpr):
+    """act(h · W + b) for one layer: h [BLOCK_M, K] in the activation dtype, W = Wᵀ padded [K, N]."""
+    offs_k = tl.arange(0, K)
+    offs_n = tl.arange(0, N)
+    w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :])  # padded at pack time: no mask
+    if DOT == "fp32":
+        acc = tl.dot(h.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+    else:
+        acc = tl.dot(h, w.to(h.dtype))
+    if SCALED:
+        acc = acc * tl.load(p_ptr + offs_n)[None, :]
+    acc = acc + tl.load(p_ptr + N + offs_n)[None, :]
+    return activation(acc, ACT)
+
+
+@triton.jit
+def _load_tile(x_ptr, tile, M, stride_xm, stride_xk, K_IN: tl.constexpr, D0: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Rows tile·BLOCK_M … of x, columns padded to D0 with zeros (masked: rows >= M, columns >= K_IN)."""
+    offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, D0)
+    return tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                   mask=(offs_m < M)[:, None] & (offs_k < K_IN)[None, :], other=0.0)
+
+
+@triton.jit
+def _narrow_mlp_kernel(
+    x_ptr, w_ptr, p_ptr, y_ptr,
+    M,
+    stride_xm, stride_xk, stride_ym, stride_yn,
+    K_IN: tl.constexpr, N_OUT: tl.constexpr, NUM_LAYERS: tl.constexpr,
+    D0: tl.constexpr, D1: tl.constexpr, D2: tl.constexpr, D3: tl.constexpr, D4: tl.constexpr,
+    D5: tl.constexpr, D6: tl.constexpr, D7: tl.constexpr, D8: tl.constexpr,
+    A0: tl.constexpr, A1: tl.constexpr, A2: tl.constexpr, A3: tl.constexpr,
+    A4: tl.constexpr, A5: tl.constexpr, A6: tl.constexpr, A7: tl.constexpr,
+    D_OUT: tl.constexpr, SCALED: tl.constexpr, DOT: tl.constexpr, BLOCK_M: tl.constexpr,
+    PREFETCH: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    num_tiles = tl.cdiv(M, BLOCK_M)
+    if PREFETCH:
+        nxt = _load_tile(x_ptr, pid, M, stride_xm, stride_xk, K_IN, D0, BLOCK_M)
+    # grid-stride loop: one iteration per program unless the launcher chose a persistent grid
+    for tile in range(pid, num_tiles, nprog):
+        if PREFETCH:
+            # issue the next tile's load before this tile's layers (Triton does not pipeline this loop
+            # itself): the HBM read overlaps the dots; past the end it is fully masked
+            h = nxt
+            nxt = _load_tile(x_ptr, tile + nprog, M, stride_xm, stride_xk, K_IN, D0, BLOCK_M)
+        else:
+            h = _load_tile(x_ptr, tile, M, stride_xm, stride_xk, K_IN, D0, BLOCK_M)
+        offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        offs_out = tl.arange(0, D_OUT)
+        dt = h.dtype
+        wp = w_ptr
+        pp = p_ptr
+        y = _layer(h, wp, pp, D0, D1, A0, SCALED, DOT)
+        if NUM_LAYERS > 1:
+            wp += D0 * D1
+            pp += 2 * D1
+            y = _layer(y.to(dt), wp, pp, D1, D2, A1, SCALED, DOT)
+        if NUM_LAYERS > 2:
+            wp += D1 * D2
+            pp += 2 * D2
+            y = _layer(y.to(dt), wp, pp, D2, D3, A2, SCALED, DOT)
+        if NUM_LAYERS > 3:
+            wp += D2 * D3
+            pp += 2 * D3
+            y = _layer(y.to(dt), wp, pp, D3, D4, A3, SCALED, DOT)
+        if NUM_LAYERS > 4:
+            wp += D3 * D4
+            pp += 2 * D4
+            y = _layer(y.to(dt), wp, pp, D4, D5, A4, SCALED, DOT)
+        if NUM_LAYERS > 5:
+            wp += D4 * D5
+            pp += 2 * D5
+            y = _layer(y.to(dt), wp, pp, D5, D6, A5, SCALED, DOT)
+        if NUM_LAYERS > 6:
+            wp += D5 * D6
+            pp += 2 * D6
+            y = _layer(y.to(dt), wp, pp, D6, D7, A6, SCALED, DOT)
+        if NUM_LAYERS > 7:
+            wp += D6 * D7
+            pp += 2 * D7
+            y = _layer(y.to(dt), wp, pp, D7, D8, A7, SCALED, DOT)
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_out[None, :] * stride_yn,
+                 y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & (offs_out < N_OUT)[None, :])
+
+
+# ------------------------------------------------------------------------------------------ launching
+
+def candidates(max_width: int) -> list[dict]:
+    """Configs to time, the heuristic default first: (BLOCK_M, num_warps, num_stages, programs_per_sm,
+    prefetch). ``programs_per_sm`` 0: one program per row tile (the hardware overlaps one program's
+    loads with another's dots); k > 0: a persistent grid of k programs per SM looping over tiles (the
+    weights stay in that SM's L1), where ``prefetch`` loads the next tile before computing this one.
+    BLOCK_M is large so the weights read per tile are amortised over many rows. Registers, from ptxas
+    for sm_90, 5 fp16 layers: width 64 (128, 4) 194/thread, (256, 8) 190, (128, 8) 162, (64, 4) 138,
+    (256, 4) spills; width 128: (128, 8) 220, everything else tried spills; width 16 (512, 8) 128."""
+    if max_width <= 16:
+        c = [(256, 4, 1, 0, 0), (512, 8, 1, 0, 0), (128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
+             (512, 8, 1, 2, 1)]
+    elif max_width <= 32:
+        c = [(256, 4, 1, 0, 0), (128, 4, 1, 0, 0), (512, 8, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
+             (128, 4, 1, 8, 1), (256, 8, 1, 2, 1)]
+    elif max_width <= 64:
+        c = [(128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (128, 8, 1, 0, 0), (64, 4, 1, 0, 0), (128, 4, 1, 2, 1),
+             (128, 4, 1, 2, 0), (256, 8, 1, 1, 1), (128, 8, 1, 2, 1), (64, 4, 1, 4, 1)]
+    else:  # width 128: only BLOCK_M 128 with 8 warps compiles without spills
+        c = [(128, 8, 1, 0, 0), (128, 8, 1, 1, 1), (128, 8, 1, 1, 0), (128, 8, 2, 0, 0), (64, 8, 1, 0, 0)]
+    return [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f))
+            for bm, w, s, p, f in c]
+
+
+_sm_count: dict = {}
+
+
+def _programs(device: torch.device, per_sm: int, tiles: int) -> int:
+    if per_sm <= 0 or device.type != "cuda":
+        return tiles
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _sm_count:
+        _sm_count[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return max(1, min(tiles, per_sm * _sm_count[idx]))
+
+
+def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dims, acts,
+               config: dict | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch on 2-D x [M, dims[0]] (any strides: the kernel loads through them) -> [M, dims[-1]] in x's
+    dtype (fp16 / bf16 / fp32). ``dims``: real widths [K_in, N_1, ..., N_L]; ``acts``: one per layer."""
+    M, K = x.shape
+    L = len(dims) - 1
+    if K != dims[0] or len(acts) != L or not 1 <= L <= MAX_LAYERS:
+        raise ValueError(f"narrow_mlp: x [{M}, {K}], dims {list(dims)}, acts {list(acts)} do not agree")
+    if max(dims) > MAX_WIDTH:
+        raise ValueError(f"narrow_mlp: widths must be <= {MAX_WIDTH}, got {list(dims)}")
+    nw, np_ = packed_sizes(dims)
+    if weights.numel() != nw or params.numel() != np_ or params.dtype != torch.float32:
+        raise ValueError(f"narrow_mlp: packed buffers have {weights.numel()} weights / {params.numel()} "
+                         f"{params.dtype} params, dims {list(dims)} need {nw} / {np_} float32")
+    y = check_out(out, (M, dims[-1]), x.dtype, x.device) if out is not None else torch.empty(
+        (M, dims[-1]), device=x.device, dtype=x.dtype)
+    if M == 0:
+        return y
+    pads = [padded_width(d) for d in dims]
+    D = pads + [MIN_PAD] * (MAX_LAYERS + 1 - len(pads))
+    A = list(acts) + ["none"] * (MAX_LAYERS - L)
+
+    def launch(cfg):
+        tiles = triton.cdiv(M, cfg["BLOCK_M"])
+        # "programs" (an absolute grid size; tests use it to run the persistent loop on the CPU) wins
+        grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
+        _narrow_mlp_kernel[grid](
+            x, weights, params, y, M,
+            x.stride(0), x.stride(1), y.stride(0), y.stride(1),
+            K_IN=dims[0], N_OUT=dims[-1], NUM_LAYERS=L,
+            D0=D[0], D1=D[1], D2=D[2], D3=D[3], D4=D[4], D5=D[5], D6=D[6], D7=D[7], D8=D[8],
+            A0=A[0], A1=A[1], A2=A[2], A3=A[3], A4=A[4], A5=A[5], A6=A[6], A7=A[7],
+            D_OUT=pads[-1], SCALED=weights.dtype == torch.int8, DOT=dot_mode(x.dtype), BLOCK_M=cfg["BLOCK_M"],
+            PREFETCH=cfg.get("prefetch", False),
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+
+    if config is None:
+        if INTERPRET:
+            cands = lambda: [dict(BLOCK_M=16, num_warps=4, num_stages=1, programs_per_sm=0, prefetch=False)]  # noqa: E731
+        else:
+            cands = lambda: candidates(max(pads))  # noqa: E731
+        key = (m_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype)
+        config = pick("narrow_mlp", key, cands, launch)
+    launch(config)
+    return y

@@ -1,0 +1,345 @@
+"""Narrow fully-fused MLP: kernel vs reference (under TRITON_INTERPRET=1 on the CPU), packing vs the
+original nn.Sequential, the module / config / filter / op, and clear errors."""
+import io
+
+import pytest
+import torch
+from torch import nn
+from torchao.quantization import quantize_
+
+import fused
+from fused import dispatch
+from fused.kernels.narrow_mlp import candidates, narrow_mlp
+from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp, pack_narrow, unpack_narrow
+from fused.reference import narrow_mlp_ref
+from lowbit import sqnr
+
+ACT_MODULES = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+               "none": None}
+
+
+def make_seq(dims, acts, bias=True, dropout=False):
+    layers = []
+    for k, n, a in zip(dims[:-1], dims[1:], acts):
+        layers.append(nn.Linear(k, n, bias=bias))
+        if ACT_MODULES[a] is not None:
+            layers.append(ACT_MODULES[a]())
+        if dropout:
+            layers.append(nn.Dropout(0.5))
+    return nn.Sequential(*layers).eval()
+
+
+ARCHS = {
+    "3-16-37-5": ([3, 16, 37, 5], ["relu", "gelu_tanh", "none"]),
+    "64x5-relu": ([64] * 6, ["relu"] * 5),
+    "1-layer": ([7, 9], ["silu"]),
+    "8-layers": ([5, 17, 33, 128, 16, 3, 20, 31, 6], ["relu", "silu", "gelu", "gelu_tanh", "none", "relu", "silu", "none"]),
+}
+# kernel vs the fp32 reference on the same packed weights: the kernel rounds activations to the input
+# dtype between layers, the reference does not
+MIN_SQNR_KERNEL = {torch.float32: 90.0, torch.float16: 45.0, torch.bfloat16: 30.0}
+# the converted module vs the original fp32 Sequential: adds the weight rounding / int8 quantization
+MIN_SQNR_MODULE = {"fp16": 40.0, "bf16": 28.0, "int8": 25.0}
+
+
+def run_kernel(mod, x, **kw):
+    return narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, **kw)
+
+
+def check(mod, seq, x, y, wdtype):
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    assert y.shape == ref.shape and y.dtype == x.dtype
+    s = sqnr(ref.float(), y.float())
+    assert s > MIN_SQNR_KERNEL[x.dtype], f"kernel vs reference {s:.1f} dB"
+    with torch.no_grad():
+        orig = seq(x.float())
+    s2 = sqnr(orig, y.float())
+    assert s2 > min(MIN_SQNR_MODULE[wdtype], MIN_SQNR_KERNEL[x.dtype]), f"vs the original Sequential {s2:.1f} dB"
+
+
+@pytest.mark.parametrize("arch", list(ARCHS))
+@pytest.mark.parametrize("wdtype", ["fp16", "bf16", "int8"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_kernel_matches_reference(arch, wdtype, dtype):
+    dims, acts = ARCHS[arch]
+    seq = make_seq(dims, acts)
+    mod = FusedNarrowMLP.from_module(seq, wdtype)
+    for M in (1, 17):
+        x = torch.randn(M, dims[0], dtype=dtype)
+        out = torch.full((M, dims[-1]), float("nan"), dtype=dtype)  # every element must be written
+        y = run_kernel(mod, x, out=out)
+        assert y is out
+        check(mod, seq, x, y, wdtype)
+
+
+@pytest.mark.parametrize("act", ["relu", "silu", "gelu", "gelu_tanh", "none"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_each_activation_and_bias(act, bias):
+    dims = [10, 24, 12]
+    seq = make_seq(dims, [act, act], bias=bias)
+    mod = FusedNarrowMLP.from_module(seq, "fp16")
+    assert mod.acts == [act, act]
+    x = torch.randn(3, 10, dtype=torch.float16)
+    check(mod, seq, x, run_kernel(mod, x), "fp16")
+
+
+@pytest.mark.parametrize("M", [1, 3, 17, 300])
+def test_batch_sizes(M):
+    dims, acts = ARCHS["3-16-37-5"]
+    seq = make_seq(dims, acts)
+    mod = FusedNarrowMLP.from_module(seq, "int8")
+    x = torch.randn(M, 3, dtype=torch.float16)
+    check(mod, seq, x, run_kernel(mod, x), "int8")
+
+
+def test_persistent_grid_with_prefetch():
+    """The grid-stride loop (fewer programs than tiles) with the next-tile prefetch, M not a multiple of BLOCK_M."""
+    dims, acts = ARCHS["3-16-37-5"]
+    seq = make_seq(dims, acts)
+    mod = FusedNarrowMLP.from_module(seq, "fp16")
+    x = torch.randn(67, 3, dtype=torch.float16)
+    for prefetch in (False, True):
+        cfg = dict(BLOCK_M=16, num_warps=4, num_stages=1, programs=2, prefetch=prefetch)
+        out = torch.full((67, 5), float("nan"), dtype=torch.float16)
+        check(mod, seq, x, run_kernel(mod, x, config=cfg, out=out), "fp16")
+
+
+def test_noncontiguous_3d_and_strided_output():
+    dims, acts = ARCHS["3-16-37-5"]
+    seq = make_seq(dims, acts)
+    mod = FusedNarrowMLP.from_module(seq, "bf16")
+    base = torch.randn(40, 9, dtype=torch.bfloat16)
+    x = base[3:20, 1::3]  # storage offset, column stride 3
+    assert not x.is_contiguous()
+    check(mod, seq, x, run_kernel(mod, x), "bf16")
+    xt = torch.randn(3, 11, dtype=torch.bfloat16).t()  # transposed view [11, 3]
+    check(mod, seq, xt, run_kernel(mod, xt), "bf16")
+    out = torch.full((5, 11), float("nan"), dtype=torch.bfloat16).t()  # the kernel stores through strides
+    check(mod, seq, xt, run_kernel(mod, xt, out=out), "bf16")
+    # 3-D through the module (Triton path forced), with a non-contiguous view
+    x3 = torch.randn(2, 7, 6, dtype=torch.bfloat16)[:, :, ::2]
+    with dispatch.force_path("triton"), torch.no_grad():
+        y3 = mod(x3)
+    assert y3.shape == (2, 7, 5)
+    ref = narrow_mlp_ref(x3, mod.weights, mod.params, mod.dims, mod.acts)
+    assert sqnr(ref.float(), y3.float()) > MIN_SQNR_KERNEL[torch.bfloat16]
+
+
+def test_empty_batch():
+    mod = FusedNarrowMLP.from_module(make_seq([4, 8, 2], ["relu", "none"]), "fp16")
+    for path in ("triton", "reference"):
+        with dispatch.force_path(path):
+            y = mod(torch.randn(0, 4, dtype=torch.float16))
+        assert y.shape == (0, 2) and y.dtype == torch.float16
+    assert mod(torch.randn(2, 0, 4)).shape == (2, 0, 2)
+
+
+def test_pack_roundtrip_and_padding():
+    seq = make_seq([3, 16, 37, 5], ["relu", "none", "none"], bias=False)
+    for wdtype, tol in (("fp16", 1e-3), ("int8", 2e-2)):
+        mod = FusedNarrowMLP.from_module(seq, wdtype)
+        layers = unpack_narrow(mod.weights, mod.params, mod.dims)
+        for (w, b), lin in zip(layers, [m for m in seq if isinstance(m, nn.Linear)]):
+            assert w.shape == lin.weight.shape and torch.equal(b, torch.zeros_like(b))
+            assert (w - lin.weight).abs().max() <= tol * lin.weight.abs().max()
+    # zero padding: a 37-wide layer occupies 64 columns, the padding is exactly zero
+    w, p = pack_narrow([torch.ones(37, 16, dtype=torch.float16)], [None], [None], torch.float16)
+    w = w.view(16, 64)
+    assert w[:, :37].eq(1).all() and w[:, 37:].eq(0).all() and p.view(2, 64)[0].eq(1).all()
+
+
+def test_module_paths_agree_and_dropout_ignored():
+    seq = make_seq([6, 20, 4], ["gelu", "none"], dropout=True)
+    mod = FusedNarrowMLP.from_module(seq, "fp16")
+    assert mod.dims == [6, 20, 4]
+    x = torch.randn(5, 6)
+    dispatch.stats.clear()
+    with torch.no_grad():
+        ref = mod(x)  # CPU: the reference path
+        with dispatch.force_path("triton"):
+            y = mod(x)
+    assert dispatch.stats[("narrow_mlp", "reference")] == 1
+    assert dispatch.stats[("narrow_mlp", "triton:narrow_mlp")] == 1
+    assert sqnr(ref, y) > MIN_SQNR_KERNEL[torch.float32]
+    assert sqnr(seq(x), y) > 60  # fp16 weights, fp32 activations, dropout off
+
+
+def test_autocast_runs_in_bf16():
+    mod = FusedNarrowMLP.from_module(make_seq([6, 20, 4], ["relu", "none"]), "fp16")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = mod(torch.randn(3, 6))
+    assert y.dtype == torch.bfloat16
+
+
+# --------------------------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("seq, match", [
+    (nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 129)), r"layer 2 \(Linear\) has out_features=129"),
+    (nn.Sequential(nn.Linear(200, 8)), r"layer 0 \(Linear\) has in_features=200"),
+    (nn.Sequential(*[nn.Linear(8, 8) for _ in range(9)]), r"9 Linear layers.*at most 8"),
+    (nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2)), r"layer 1 \(Tanh\) is not a Linear"),
+    (nn.Sequential(nn.LayerNorm(4), nn.Linear(4, 2)), r"layer 0 \(LayerNorm\)"),
+    (nn.Sequential(nn.ReLU(), nn.Linear(4, 2)), r"layer 0 \(ReLU\) comes before any Linear"),
+    (nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.SiLU()), r"layer 2 \(SiLU\) is a second activation"),
+    (nn.Sequential(nn.Linear(4, 8), nn.Linear(7, 2)), r"layer 1 \(Linear\) takes 7 features.*gives 8"),
+    (nn.Sequential(nn.ReLU()), r"comes before any Linear"),
+    (nn.Sequential(nn.Dropout()), r"holds no nn.Linear"),
+    (nn.Linear(4, 4), r"expected an nn.Sequential"),
+])
+def test_unsupported_models_raise(seq, match):
+    with pytest.raises(ValueError, match=match):
+        FusedNarrowMLP.from_module(seq)
+    assert not is_narrow_mlp(seq)
+
+
+def test_bad_weights_and_options():
+    seq = make_seq([4, 8, 2], ["relu", "none"])
+    with pytest.raises(ValueError, match="weight_dtype must be one of"):
+        FusedNarrowMLP.from_module(seq, "fp8")
+    with pytest.raises(ValueError, match="weight_dtype must be one of"):
+        FusedNarrowMLPConfig("int4")
+    seq[2].weight.data[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"Linear #1 weight has 1 NaN/Inf"):
+        FusedNarrowMLP.from_module(seq)
+
+
+def test_bad_inputs_at_run_time():
+    mod = FusedNarrowMLP.from_module(make_seq([4, 8, 2], ["relu", "none"]), "int8")
+    with pytest.raises(ValueError, match="input has 5 features, the MLP expects 4"):
+        mod(torch.randn(3, 5))
+    with pytest.raises(TypeError, match="float16/bfloat16/float32"):
+        mod(torch.ones(3, 4, dtype=torch.int32))
+    with pytest.raises(ValueError, match="do not agree"):
+        narrow_mlp(torch.randn(3, 4), mod.weights, mod.params, [4, 8, 2], ["relu"])
+    with pytest.raises(ValueError, match="packed buffers"):
+        narrow_mlp(torch.randn(3, 4), mod.weights[:-1], mod.params, [4, 8, 2], ["relu", "none"])
+    x = torch.randn(2, 4, requires_grad=True)
+    y = mod(x)  # through the custom op: inference only, backward raises
+    with pytest.raises(RuntimeError, match="inference-only"):
+        y.sum().backward()
+
+
+# ------------------------------------------------------------------------------- quantize_ / op / state
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = make_seq([3, 32, 32, 16], ["relu", "relu", "none"])
+        self.wide = nn.Sequential(nn.Linear(16, 256), nn.ReLU(), nn.Linear(256, 16))
+        self.head = make_seq([16, 8, 1], ["silu", "none"])
+
+    def forward(self, x):
+        return self.head(self.wide(self.encoder(x)))
+
+
+@pytest.mark.parametrize("wdtype", ["fp16", "bf16", "int8"])
+def test_quantize_with_filter(wdtype):
+    model = Net().eval()
+    x = torch.randn(9, 3)
+    with torch.no_grad():
+        ref = model(x)
+    quantize_(model, FusedNarrowMLPConfig(wdtype), filter_fn=fused.is_narrow_mlp)
+    assert isinstance(model.encoder, fused.FusedNarrowMLP) and isinstance(model.head, fused.FusedNarrowMLP)
+    assert isinstance(model.wide, nn.Sequential)  # width 256: not narrow, left alone
+    assert model.encoder.fmt == {"fp16": "float16", "bf16": "bfloat16", "int8": "int8"}[wdtype]
+    with torch.no_grad(), dispatch.force_path("triton"):
+        y = model(x)
+    assert sqnr(ref, y) > MIN_SQNR_MODULE[wdtype]
+    rows = fused.explain(model, print_table=False)
+    assert [r["module"] for r in rows] == ["encoder", "head"]
+    assert rows[0]["path"] == "reference" and rows[0]["act"] == "relu,relu,none"
+    assert fused.explain(model, device="cuda", print_table=False)[0]["path"] == "triton:narrow_mlp"
+
+
+def test_quantize_handler_error_names_module():
+    model = nn.Sequential(nn.Linear(4, 4))
+    model.add_module("odd", nn.Sequential(nn.Linear(4, 4), nn.Tanh()))
+    with pytest.raises(ValueError, match=r"odd: layer 1 \(Tanh\)"):
+        quantize_(model, FusedNarrowMLPConfig(), filter_fn=lambda m, fqn: fqn == "odd")
+
+
+@pytest.mark.parametrize("wdtype", ["fp16", "int8"])
+def test_opcheck(wdtype):
+    mod = FusedNarrowMLP.from_module(make_seq([5, 12, 3], ["gelu", "none"]), wdtype)
+    op = torch.ops.fusedmlp.narrow_mlp.default
+    for shape, dtype in [((3, 5), torch.float32), ((2, 4, 5), torch.bfloat16), ((0, 5), torch.float16)]:
+        args = (torch.randn(*shape, dtype=dtype), mod.weights, mod.params, mod.dims, "gelu,none")
+        torch.library.opcheck(op, args)
+        assert op(*args).shape == (*shape[:-1], 3)
+
+
+def test_compile_fullgraph():
+    model = Net().eval()
+    quantize_(model, FusedNarrowMLPConfig("fp16"), filter_fn=fused.is_narrow_mlp)
+    x = torch.randn(6, 3)
+    with torch.no_grad():
+        eager = model(x)
+        compiled = torch.compile(model, backend="aot_eager", fullgraph=True)(x)
+    assert torch.equal(eager, compiled)
+
+
+def test_state_dict_roundtrip_and_dtype_moves():
+    seq = make_seq([3, 16, 37, 5], ["relu", "gelu_tanh", "none"])
+    mod = FusedNarrowMLP.from_module(seq, "int8")
+    mod.half()  # must not touch the int8 weights or the fp32 scales / biases
+    assert mod.weights.dtype == torch.int8 and mod.params.dtype == torch.float32
+    buf = io.BytesIO()
+    torch.save(mod.state_dict(), buf)
+    buf.seek(0)
+    sd = torch.load(buf, weights_only=True)
+    fresh = FusedNarrowMLP(mod.dims, mod.acts, "int8")
+    fresh.load_state_dict(sd)
+    x = torch.randn(4, 3)
+    assert torch.equal(fresh(x), mod(x))
+    wrong = FusedNarrowMLP(mod.dims, mod.acts, "fp16")
+    with pytest.raises(ValueError, match=r"checkpoint key 'weights': expected torch.float16"):
+        wrong.load_state_dict(sd)
+
+
+def test_candidate_configs_are_valid():
+    for w in (16, 32, 64, 128):
+        for c in candidates(w):
+            assert c["BLOCK_M"] >= 64 and c["num_warps"] in (4, 8)
+
+
+# ------------------------------------------------------------------------------------------------ GPU
+
+@pytest.mark.cuda
+def test_cuda_width64_depth5_batch_2_21():
+    seq = make_seq([64] * 6, ["relu"] * 5).cuda()
+    mod = FusedNarrowMLP.from_module(seq, "fp16")
+    x = torch.randn(2 ** 21, 64, device="cuda", dtype=torch.float16)
+    y = mod(x)
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16]
+    assert dispatch.stats[("narrow_mlp", "triton:narrow_mlp")] >= 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("wdtype", ["fp16", "bf16", "int8"])
+@pytest.mark.parametrize("arch", list(ARCHS))
+def test_cuda_every_candidate_config(wdtype, arch):
+    dims, acts = ARCHS[arch]
+    seq = make_seq(dims, acts).cuda()
+    mod = FusedNarrowMLP.from_module(seq, wdtype)
+    dtype = torch.bfloat16 if wdtype == "bf16" else torch.float16
+    x = torch.randn(5000, dims[0], device="cuda", dtype=dtype)
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    from fused.narrow import padded_width
+    for cfg in candidates(max(padded_width(d) for d in dims)):
+        y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
+        assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[dtype], cfg
+
+
+def test_bench_example_smoke(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    p = subprocess.run([sys.executable, str(root / "examples" / "narrow_mlp_bench.py"), "--out", str(tmp_path)],
+                       capture_output=True, text=True, timeout=300, cwd=root)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "| width | layers | batch |" in p.stdout
+    for f in ("narrow_mlp.json", "narrow_mlp.md", "narrow_mlp.png"):
+        assert (tmp_path / f).exists()
