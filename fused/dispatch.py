@@ -90,6 +90,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return f"triton:{kernel}", why
     if op in SPARSE_OPS:
         return "reference", "CPU path (pure torch: unpacks the 2:4 weight to dense)"
+    if op == "narrow_mlp":
+        return "reference", "CPU path (pure torch, layer by layer)"
     if device.type == "cpu":
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned)
     return "reference", f"{device.type}: no kernels, pure-torch reference"

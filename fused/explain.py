@@ -43,7 +43,7 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "why": why,
             "bytes_before": mod.source_bytes,
             # + derived copies the CPU path caches (scales/bias in the activation dtype)
-            "bytes_after": mod.weight_bytes() + cpu.cached_bytes(mod.scale, mod.bias),
+            "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense else 0),
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
