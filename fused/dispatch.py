@@ -5,8 +5,10 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M)
   * CUDA, M > 16       -> tiled GEMM: W8A16, or per-token activation quantization + W8A8 GEMM
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
-reference unpacks them to dense and runs the dense reference; on CUDA the sparse Triton kernel reads them
-packed (int8 / fp8 / bf16 values, weight-only or dynamic W8A8 for 8-bit values).
+reference unpacks them to dense and runs the dense reference; on CUDA the Triton kernels read them packed
+(int8 / fp8 / bf16 values), by M like the dense ops:
+  * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs: see GEMV_MAX_M)
+  * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
@@ -45,8 +47,9 @@ def force_path(path: str | None):
         _forced = old
 
 
-# At M <= GEMV_MAX_M the weight-only split-K GEMV runs, also for W8A8 configs: decode is bound by the
-# weight bytes, and skipping the activation quantization is faster and no less accurate.
+# At M <= GEMV_MAX_M the weight-only split-K GEMV runs (dense: w8a16_gemv, 2:4: sparse24_gemv), also for
+# W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
+# and no less accurate.
 GEMV_MAX_M = 16
 SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 
@@ -60,11 +63,12 @@ def _fmt(qweight: torch.Tensor) -> str:
 def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     """The Triton kernel(s) for (op, format, mode) at batch size M (None: both, "small|large")."""
     if op in SPARSE_OPS:
-        return "sparse24_linear"
-    if op == "narrow_mlp":
+        small, large = "sparse24_gemv", "sparse24_linear"
+    elif op == "narrow_mlp":
         return "narrow_mlp"
-    small = "w8a16_gemv"
-    large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
+    else:
+        small = "w8a16_gemv"
+        large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
     if M is None:
         return f"{small}|{large}"
     return small if M <= GEMV_MAX_M else large
@@ -81,7 +85,11 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
         kernel = triton_kernel_for(op, fmt, dynamic, M)
-        if "|" in kernel:
+        if "|" in kernel and op in SPARSE_OPS:
+            why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
+            if dynamic:
+                why += " with per-token activation quantization (W8A8)"
+        elif "|" in kernel:
             why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
@@ -185,17 +193,25 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             f"move the input or the model (model.to({x.device.type!r}))")
     if x.shape[-1] != 2 * values.shape[1]:
         raise ValueError(f"{op}: input has {x.shape[-1]} features, the packed 2:4 weight expects {2 * values.shape[1]}")
-    path, why = plan(op, _fmt(values), dynamic, x.device)
+    x2 = x.reshape(-1, x.shape[-1])
+    M = x2.shape[0]
+    path, why = plan(op, _fmt(values), dynamic, x.device, M)
     stats[(op, path)] += 1
     if path == "reference":
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.sparse24_linear_ref if op == "sparse24_linear" else reference.sparse24_gated_ref
         return ref(x, values, meta, wscale, bias, act, dynamic)
-    from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
+    if M <= GEMV_MAX_M:
+        # decode: weight-only even for a W8A8 config (dynamic ignored), as for the dense ops
+        from fused.kernels.sparse24_gemv import sparse24_gemv
 
-    kernel = sparse24_linear if op == "sparse24_linear" else sparse24_gated
-    y = kernel(x.reshape(-1, x.shape[-1]), values, meta, wscale, bias, act, dynamic)
+        y = sparse24_gemv(x2, values, meta, wscale, bias, act, gated=op == "sparse24_gated")
+    else:
+        from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
+
+        kernel = sparse24_linear if op == "sparse24_linear" else sparse24_gated
+        y = kernel(x2, values, meta, wscale, bias, act, dynamic)
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 

@@ -46,7 +46,7 @@ def test_config_prunes_packs_and_matches_triton(name):
     # the config prunes by magnitude: the model equals the magnitude-pruned float model up to quantization
     pruned = copy.deepcopy(base)
     prune_24_(pruned)
-    x = torch.randn(2, 5, 32)
+    x = torch.randn(2, 9, 32)  # M = 18: the tiled sparse kernel, W8A8 when the config says so
     with torch.no_grad():
         y_ref_path = model(x)
         with dispatch.force_path("triton"):
@@ -54,6 +54,13 @@ def test_config_prunes_packs_and_matches_triton(name):
         y_pruned = pruned(x)
     assert sqnr(y_pruned, y_ref_path) > (22 if "fp8" in name else 30)
     assert sqnr(y_ref_path, y_triton) > 100  # fp32 activations: same math up to summation order
+    # M = 5: the sparse GEMV, weight-only even for W8A8 configs (dispatch.GEMV_MAX_M); the reference path
+    # quantizes the activations, so those two differ by the activation quantization error only
+    with torch.no_grad():
+        y_ref_small = model(x[:, :5])
+        with dispatch.force_path("triton"):
+            y_triton_small = model(x[:, :5])
+    assert sqnr(y_ref_small, y_triton_small) > (25 if "w8a8" in name else 100)
 
 
 def test_already_24_weights_keep_their_mask():
@@ -122,9 +129,12 @@ def test_memory_and_explain_rows():
     assert rows[0]["bytes_after"] / (8 * 4096) == pytest.approx(0.625 + 4 / 4096)
     assert rows[0]["bytes_after"] / (8 * 4096) <= 0.65
     cuda = fused.explain(model, device="cuda", print_table=False)
-    assert cuda[0]["path"] == "triton:sparse24_linear"
+    assert cuda[0]["path"] == "triton:sparse24_gemv|sparse24_linear" and "sparse GEMV" in cuda[0]["why"]
     for fmt, dyn in [("int8", True), ("float8_e4m3", False), ("float8_e4m3", True), ("bfloat16", False)]:
-        assert dispatch.plan("sparse24_gated", fmt, dyn, "cuda")[0] == "triton:sparse24_linear"
+        assert dispatch.plan("sparse24_gated", fmt, dyn, "cuda")[0] == "triton:sparse24_gemv|sparse24_linear"
+        # decode takes the weight-only sparse GEMV (W8A8 configs too), larger M the tiled sparse kernel
+        assert dispatch.plan("sparse24_gated", fmt, dyn, "cuda", M=dispatch.GEMV_MAX_M)[0] == "triton:sparse24_gemv"
+        assert dispatch.plan("sparse24_gated", fmt, dyn, "cuda", M=dispatch.GEMV_MAX_M + 1)[0] == "triton:sparse24_linear"
 
 
 @pytest.mark.parametrize("name", ["int8", "fp8-w8a8", "bf16"])

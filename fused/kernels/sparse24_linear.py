@@ -62,6 +62,20 @@ def _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE: tl.constexpr, DOT: tl.co
 
 
 @triton.jit
+def _dot_acc(x, w, acc, DOT: tl.constexpr):
+    """acc += x·w with the accumulator dtype named explicitly: int8 dots accumulate in int32, every other
+    one in fp32. (triton 3.6 defaults out_dtype to fp32 and asserts it matches acc: an int32 acc without
+    out_dtype fails to compile there; 3.9 infers it from acc.)"""
+    if DOT == "int8":
+        acc = tl.dot(x, w, acc, out_dtype=tl.int32)
+    elif DOT == "fp32":
+        acc = tl.dot(x, w, acc, input_precision="ieee", out_dtype=tl.float32)
+    else:
+        acc = tl.dot(x, w, acc, out_dtype=tl.float32)
+    return acc
+
+
+@triton.jit
 def _sparse24_kernel(
     x_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr,
     M, N, K,
@@ -113,6 +127,7 @@ def _sparse24_kernel(
 
     for kt in range(0, tl.cdiv(K, BLOCK_K)):
         k0 = kt * BLOCK_K
+        # x is float, int8, or fp8 passed as uint8: an integer 0 fill is valid for every one of them
         x = tl.load(x_ptrs, mask=m_ok[:, None] & (offs_k[None, :] < K - k0), other=0)
         if DOT == "fp8":
             x = x.to(tl.float8e4nv, bitcast=True)
@@ -121,17 +136,11 @@ def _sparse24_kernel(
         j_ok = n_ok[:, None] & (offs_j[None, :] < half_k - k0 // 2)
         b_ok = n_ok[:, None] & (offs_b[None, :] < meta_k - k0 // 8)
         w = _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
-        if DOT == "fp32":
-            acc = tl.dot(x, w, acc, input_precision="ieee")
-        else:
-            acc = tl.dot(x, w, acc)
+        acc = _dot_acc(x, w, acc, DOT)
         if GATED:
             wu = _load_dense_tile(vu_ptrs, mu_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
                                   x_ptr.dtype.element_ty)
-            if DOT == "fp32":
-                acc_u = tl.dot(x, wu, acc_u, input_precision="ieee")
-            else:
-                acc_u = tl.dot(x, wu, acc_u)
+            acc_u = _dot_acc(x, wu, acc_u, DOT)
             vu_ptrs += BLOCK_K // 2
             mu_ptrs += BLOCK_K // 8
         x_ptrs += BLOCK_K * stride_xk

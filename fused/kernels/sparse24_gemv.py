@@ -1,0 +1,293 @@
+"""2:4-sparse decode kernel (M <= 16, weight-only): y = epilogue(x · Wᵀ) with W read packed, split over K.
+
+x [M, K] bf16/fp16/fp32 (any strides); values [R, K/2] int8 / float8_e4m3fn (passed as uint8) / bfloat16,
+meta [R, ceil(K/8)] uint8 (sparsity.packing: kept value j of a row sits at column 4·(j//2) + its 2-bit
+position, bits 2·(j%4).. of meta byte j//4); s_w [R] fp32 or None (bf16 values); optional bias [R].
+Linear: R = N outputs. Gated: rows [0, H) are the gate, [H, 2H) the up projection, and
+y = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) [M, H].
+Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref (weight-only).
+
+Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three ways to consume them (MODE):
+  "gather"  never builds the dense tile. Per K step a program loads, for BLOCK_N rows, BLOCK_K/2 kept values
+            as a [BLOCK_N, BLOCK_K/8, 4] tile (quad q = the 4 values whose positions share meta byte q) and
+            the [BLOCK_N, BLOCK_K/8] meta bytes, decodes each value's column k = 8q + 4·(s//2) + pos with
+            a broadcast shift, gathers x[m, k] with a per-element load (x is a few KiB: L1/L2-resident),
+            and multiply-accumulates in fp32: half the multiplies of the dense product, no expansion.
+            Any BLOCK_M (the gather and the products scale with M: meant for M = 1 and very small M).
+  "select"  (BLOCK_M = 1) the same, but x arrives by contiguous loads of the 4 candidates of each value's
+            group and `tl.where` picks by position: ALU instead of gathered loads. Which wins is a
+            per-GPU question, so both are tuning candidates.
+  "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
+            (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows.
+Split-K exactly as in w8a16_gemv (and sharing its workspace): each program stores an fp32 partial, bumps a
+per-tile counter, and the last to arrive sums the SPLIT_K partials in a fixed order and runs the epilogue
+(scale, bias, activation, gate): one launch, bit-identical results from run to run, counters reset by the
+kernel itself.
+
+NaN/inf in x: "gather"/"select" multiply only kept positions, so a non-finite x[m, k] reaches the outputs
+whose kept positions include k (exact zeros kept by the packing count as kept); the dense reference and
+"dot" spread it to every output of row m (0·NaN). Finite inputs agree to fp32 rounding.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import check_out
+from fused.kernels.epilogue import activation
+from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
+from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.w8a16_gemv import _buffers, _split_for
+
+MODES = ("gather", "select", "dot")
+
+
+@triton.jit
+def _values_f32(v, VALUE: tl.constexpr):
+    """Stored value bits -> fp32 (exact: int8, e4m3 and bf16 all fit in fp32)."""
+    if VALUE == "fp8":
+        v = v.to(tl.float8e4nv, bitcast=True)  # loaded as uint8: masked fp8 loads with a fill fail on 3.6
+    return v.to(tl.float32)
+
+
+@triton.jit
+def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+                    stride_xm, stride_xk, stride_vn, stride_mn,
+                    VALUE: tl.constexpr, MODE: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[rows, k_lo:k_hi]ᵀ from the packed form (unscaled)."""
+    Q: tl.constexpr = BLOCK_K // 8           # quads (meta bytes) per step and row
+    half_k = K // 2
+    offs_q = tl.arange(0, Q)
+    s = tl.arange(0, 4)[None, None, :]       # slot in the quad
+    r_ok = rows < R_END
+    # column of the first entry of the slot's 2:4 group, relative to the quad's first column
+    group_col = 4 * (s >> 1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # BLOCK_M == 1: products accumulate per element and are reduced once after the loop
+    acc3 = tl.zeros((BLOCK_N, Q, 4), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        q = k0 // 8 + offs_q
+        j = 4 * q[None, :, None] + s                                   # kept-value index [1, Q, 4]
+        j_ok = r_ok[:, None, None] & (j < half_k)                     # [BN, Q, 4]
+        v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0)
+        meta = tl.load(m_ptr + rows[:, None] * stride_mn + q[None, :],
+                       mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
+        pos = (meta.to(tl.int32)[:, :, None] >> (2 * s)) & 3           # [BN, Q, 4]
+        base = 8 * q[None, :, None] + group_col                        # [1, Q, 4]
+        w = _values_f32(v, VALUE)
+        if MODE == "select":
+            # the 4 candidates of each slot's group, loaded contiguously and shared by all rows
+            x0 = tl.load(x_ptr + base * stride_xk, mask=base < K, other=0.0).to(tl.float32)
+            x1 = tl.load(x_ptr + (base + 1) * stride_xk, mask=base + 1 < K, other=0.0).to(tl.float32)
+            x2 = tl.load(x_ptr + (base + 2) * stride_xk, mask=base + 2 < K, other=0.0).to(tl.float32)
+            x3 = tl.load(x_ptr + (base + 3) * stride_xk, mask=base + 3 < K, other=0.0).to(tl.float32)
+            lo = (pos & 1) != 0
+            xv = tl.where((pos & 2) != 0, tl.where(lo, x3, x2), tl.where(lo, x1, x0))
+            acc3 += w * xv
+        elif BLOCK_M == 1:
+            xv = tl.load(x_ptr + (base + pos) * stride_xk, mask=j_ok, other=0.0)
+            acc3 += w * xv.to(tl.float32)
+        else:
+            xv = tl.load(x_ptr + offs_m[:, None, None, None] * stride_xm + (base + pos)[None] * stride_xk,
+                         mask=(offs_m < M)[:, None, None, None] & j_ok[None], other=0.0)
+            acc += tl.sum(tl.sum(w[None] * xv.to(tl.float32), axis=3), axis=2)
+    if BLOCK_M == 1:
+        acc = tl.sum(tl.sum(acc3, axis=2), axis=1)[None, :]
+    return acc
+
+
+@triton.jit
+def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+                 stride_xm, stride_xk, stride_vn, stride_mn,
+                 VALUE: tl.constexpr, DOT: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Same contract as _gather_partial, through a dense register tile and tl.dot (BLOCK_M >= 16)."""
+    half_k = K // 2
+    offs_kk = tl.arange(0, BLOCK_K)
+    offs_j = tl.arange(0, BLOCK_K // 2)
+    offs_b = tl.arange(0, BLOCK_K // 8)
+    r_ok = rows < R_END
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + offs_kk
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=(offs_m < M)[:, None] & (offs_k < K)[None, :], other=0.0)
+        if DOT == "fp32":
+            x = x.to(tl.float32)
+        j = k0 // 2 + offs_j
+        b = k0 // 8 + offs_b
+        w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :],
+                             m_ptr + rows[:, None] * stride_mn + b[None, :],
+                             r_ok[:, None] & (j < half_k)[None, :], r_ok[:, None] & (4 * b < half_k)[None, :],
+                             VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
+        acc = _dot_acc(x, w, acc, DOT)
+    return acc
+
+
+@triton.jit
+def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+             stride_xm, stride_xk, stride_vn, stride_mn,
+             VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    if MODE == "dot":
+        acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+                           stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc = _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+                              stride_xm, stride_xk, stride_vn, stride_mn, VALUE, MODE, BLOCK_M, BLOCK_N, BLOCK_K)
+    return acc
+
+
+@triton.jit
+def _sparse24_gemv_kernel(
+    x_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT,
+    stride_xm, stride_xk, stride_vn, stride_mn, stride_ym, stride_yn,
+    VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
+    GATED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
+                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+    if GATED:
+        acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
+                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+    else:
+        acc_u = acc
+
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
+    live = BLOCK_M * BLOCK_N
+    if SPLIT_K > 1:
+        # partials: [num_tiles_n, SPLIT_K, (2 if GATED), BLOCK_M, BLOCK_N] fp32
+        NPART: tl.constexpr = 2 if GATED else 1
+        base = part_ptr + (pid_n * SPLIT_K * NPART) * (BLOCK_M * BLOCK_N)
+        tl.store(base + (pid_k * NPART) * (BLOCK_M * BLOCK_N) + tile, acc)
+        if GATED:
+            tl.store(base + (pid_k * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, acc_u)
+        tl.debug_barrier()  # every thread's partial is issued before the release below
+        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+        live = tl.where(count == SPLIT_K - 1, BLOCK_M * BLOCK_N, 0)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        tile_mask = tile < live
+        for s in range(SPLIT_K):  # fixed order: deterministic
+            acc += tl.load(base + (s * NPART) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask, other=0.0,
+                           cache_modifier=".cg")
+            if GATED:
+                acc_u += tl.load(base + (s * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask,
+                                 other=0.0, cache_modifier=".cg")
+        tl.atomic_xchg(count_ptr + pid_n, 0, mask=live > 0)  # ready for the next call
+
+    n_ok = offs_n < N
+    y = acc
+    if HAS_SCALE:
+        y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u
+        if HAS_SCALE:
+            u = u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        if HAS_BIAS:
+            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * u
+    out_mask = (offs_m[:, None] < M) & n_ok[None, :] & (tile < live)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
+             y.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+def _cfg(mode, bm, bn, bk, warps):
+    return dict(MODE=mode, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+
+
+def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+    """At most 6 configs (each one is a compile on the GPU); the first is the heuristic default.
+
+    M = 1: the gather over [BLOCK_N, BLOCK_K/8, 4] tiles (registers ~ BLOCK_N·BLOCK_K/2 per program), or
+    the select form. 2 <= M <= 16: expand + tl.dot (the expansion is shared by the 16 rows); for M <= 4
+    the gather with BLOCK_M = next power of two is in the running too (its cost grows with M)."""
+    if M == 1:
+        out = [_cfg("gather", 1, 32, 128, 4), _cfg("gather", 1, 64, 128, 4), _cfg("gather", 1, 16, 256, 4),
+               _cfg("gather", 1, 32, 256, 8), _cfg("select", 1, 32, 128, 4), _cfg("select", 1, 64, 128, 4)]
+    else:
+        out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),
+               _cfg("dot", 16, 32, 256, 4)]
+        if M <= 4:
+            bm = triton.next_power_of_2(M)
+            out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4)]
+    for c in out:
+        c["SPLIT_K"] = _split_for(triton.cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
+    return out
+
+
+def _interpret_config(M, N, K):
+    cfg = _cfg("gather", 1, 16, 32, 4) if M == 1 else _cfg("dot", 16, 16, 32, 4)
+    cfg["SPLIT_K"] = 2 if K > 32 else 1
+    return cfg
+
+
+def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor | None = None,
+                  bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+                  config: dict | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M <= 16, K] with packed values [R, K/2] / meta [R, ceil(K/8)] (weight-only).
+    Returns [M, R] (linear) or [M, R/2] (gated) in x's dtype. ``config``: one of ``_candidates`` (tests)."""
+    if x.dim() != 2 or values.dim() != 2 or meta.dim() != 2:
+        raise ValueError(f"sparse24_gemv: 2-D x, values, meta expected, got {tuple(x.shape)}, "
+                         f"{tuple(values.shape)}, {tuple(meta.shape)}")
+    M, K = x.shape
+    R = values.shape[0]
+    if M > 16:
+        raise ValueError(f"sparse24_gemv is the decode kernel (M <= 16), got M={M}: use sparse24_linear")
+    if values.dtype not in VALUE_DTYPES or meta.dtype != torch.uint8:
+        raise ValueError(f"sparse24_gemv: values must be one of {VALUE_DTYPES} and meta uint8, got "
+                         f"{values.dtype}, {meta.dtype}")
+    if K % 4 or values.shape[1] * 2 != K or tuple(meta.shape) != (R, (K // 4 + 1) // 2):
+        raise ValueError(f"sparse24_gemv: x [M, {K}] needs values [R, {K // 2}] and meta [R, {(K // 4 + 1) // 2}]"
+                         f" (K % 4 == 0), got {tuple(values.shape)}, {tuple(meta.shape)}")
+    if values.stride(1) != 1 or meta.stride(1) != 1:
+        raise ValueError("sparse24_gemv: values and meta must be contiguous along K")
+    if wscale is not None and (wscale.dtype != torch.float32 or wscale.shape != (R,)):
+        raise ValueError(f"sparse24_gemv: wscale must be fp32 [{R}], got {wscale.dtype} {tuple(wscale.shape)}")
+    if gated and R % 2:
+        raise ValueError(f"sparse24_gemv: a gated (stacked gate/up) weight needs an even row count, got {R}")
+    N = R // 2 if gated else R
+    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    value = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(values.dtype, "float")
+    v = values.view(torch.uint8) if values.dtype == torch.float8_e4m3fn else values
+    dot = _dot_for(x, values, False)
+
+    def launch(cfg):
+        mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        assert mode in MODES and bm >= M and bk % 8 == 0 and (mode != "select" or bm == 1), cfg
+        tiles = triton.cdiv(N, bn)
+        k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
+        split = triton.cdiv(K, k_per)  # no empty splits
+        part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+        _sparse24_gemv_kernel[(tiles, split)](
+            x, v, meta, wscale if wscale is not None else v, bias if bias is not None else v, y, part, count,
+            M, N, K, k_per,
+            x.stride(0), x.stride(1), v.stride(0), meta.stride(0), y.stride(0), y.stride(1),
+            VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
+            HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+            num_warps=cfg["num_warps"],
+        )
+
+    if config is None:
+        from fused.kernels import INTERPRET
+
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        config = pick("sparse24_gemv", (m_bucket(M), N, K, gated, values.dtype), cands, launch)
+    launch(config)
+    return y
