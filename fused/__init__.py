@@ -8,10 +8,13 @@
     quantize_(model, fused.FusedInt8MLP(sparsity="2:4"))           # 2:4 packed (magnitude-pruned)
     quantize_(model, fused.FusedNarrowMLPConfig("fp16"), filter_fn=fused.is_narrow_mlp)  # one launch
     fused.profile(model, x)                                         # launches, time, idle, memory, paths
+    s = fused.calibrate_smoothing(model, batches)                   # SmoothQuant factors for W8A8
+    quantize_(model, fused.FusedInt8MLP(weight_only=False, smoothing=s))
     fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
 from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.checkpoint import load, save
+from fused.smoothing import calibrate_smoothing
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp
@@ -33,6 +36,7 @@ __all__ = [
     "FusedNarrowMLPConfig",
     "FusedSparseGatedLinear",
     "FusedSparseLinear",
+    "calibrate_smoothing",
     "explain",
     "is_mlp",
     "is_narrow_mlp",

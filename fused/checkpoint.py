@@ -5,7 +5,8 @@ whatever unconverted parameters the model has) and a metadata header:
 
   format            "fusedmlp.checkpoint"        format_version   "1"
   fusedmlp_version  the package that wrote it    torch_version    the torch that wrote it
-  config            JSON: one entry per converted module (class, format, mode, activation, sizes, bias)
+  config            JSON: one entry per converted module (class, format, mode, activation, sizes, bias,
+                    and smoothed=true where it holds a ``smooth_inv`` buffer, see fused.smoothing)
   tensors           JSON: dtype and shape of every key
 
 `load` checks everything before it copies anything: a checkpoint from another config (int8 vs float8,
@@ -51,6 +52,8 @@ def describe(model: nn.Module) -> dict[str, dict]:
             "bias": mod.bias is not None,
             "source_bytes": int(getattr(mod, "source_bytes", 0)),
         }
+        if mod._buffers.get("smooth_inv") is not None:  # only then: unsmoothed headers stay as they were
+            out[name]["smoothed"] = True
     return out
 
 
@@ -118,10 +121,13 @@ def _check_config(saved: dict, have: dict, path: str) -> None:
                 f"{path}: checkpoint module {name!r} ({entry['class']}, {entry['format']} {entry['mode']}) is not a "
                 f"converted module in this model; convert the model as it was before saving, e.g. {_config_hint(entry)}")
         mine = have[name]
-        for field in ("class", "format", "mode", "act", "in_features", "out_features", "bias"):
-            if entry[field] != mine[field]:
-                raise ValueError(f"{path}: module {name!r}: checkpoint has {field}={entry[field]!r}, the model has "
-                                 f"{field}={mine[field]!r} (checkpoint made with another config or model?)")
+        for field in ("class", "format", "mode", "act", "in_features", "out_features", "bias", "smoothed"):
+            theirs, ours = (entry.get(field, False), mine.get(field, False)) if field == "smoothed" else (entry[field], mine[field])
+            if theirs != ours:
+                hint = (f" (key {name + '.smooth_inv'!r}: convert the model with the same smoothing config)"
+                        if field == "smoothed" else " (checkpoint made with another config or model?)")
+                raise ValueError(f"{path}: module {name!r}: checkpoint has {field}={theirs!r}, the model has "
+                                 f"{field}={ours!r}{hint}")
     extra = [n for n in have if n not in saved]
     if extra:
         raise ValueError(f"{path}: converted model module(s) {_keys(extra)} not in the checkpoint")

@@ -9,12 +9,15 @@ by `is_mlp`, so filters skip them (and `fused.quantize` then warns that nothing 
 a weight that is already 2:4 (e.g. after ``sparsity.prune_24_(model, "wanda", calibration)``) is packed as
 it is; any other is magnitude-pruned first (``prune=False`` makes that an error instead). int8 and fp8
 values carry per-row scales; ``FusedBF16MLP()`` keeps bf16 values (2:4 only: 1.125 bytes per weight).
+
+``smoothing=fused.calibrate_smoothing(model, calibration)`` (W8A8, dense): SmoothQuant-style per-input-
+channel factors, looked up by each Linear's fqn (a block's children as ``<block>.<child>``).
 """
 from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -23,6 +26,7 @@ from torchao.quantization.transform_module import register_quantize_module_handl
 
 from fused.activations import activation_of
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.smoothing import check_smoothing
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
 SPARSITY = (None, "2:4")
@@ -32,11 +36,14 @@ SPARSITY = (None, "2:4")
 class FusedInt8MLP(AOBaseConfig):
     """int8 symmetric per-channel weights. ``weight_only=True``: W8A16 (bf16/fp16 activations);
     ``False``: W8A8 with per-token dynamic int8 activations. ``sparsity="2:4"``: packed 2:4 weights
-    (0.625 bytes per weight + scales); ``prune``: magnitude-prune weights that are not 2:4 yet."""
+    (0.625 bytes per weight + scales); ``prune``: magnitude-prune weights that are not 2:4 yet.
+    ``smoothing``: {linear fqn: s} from ``fused.calibrate_smoothing`` (W8A8 dense only): a Linear whose
+    fqn is a key quantizes W * s and divides its input by s (SmoothQuant)."""
 
     weight_only: bool = True
     sparsity: str | None = None
     prune: bool = True
+    smoothing: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     fmt = "int8"
 
@@ -48,11 +55,12 @@ class FusedInt8MLP(AOBaseConfig):
 class FusedFloat8MLP(AOBaseConfig):
     """float8 e4m3 per-channel ("rowwise") weights. ``weight_only=False`` (default): per-token dynamic
     fp8 activations (W8A8); ``True``: fp8 weights, bf16/fp16 activations. Needs compute capability
-    >= 8.9 on CUDA; emulated exactly on the CPU. ``sparsity``/``prune`` as in FusedInt8MLP."""
+    >= 8.9 on CUDA; emulated exactly on the CPU. ``sparsity``/``prune``/``smoothing`` as in FusedInt8MLP."""
 
     weight_only: bool = False
     sparsity: str | None = None
     prune: bool = True
+    smoothing: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     fmt = "float8_e4m3"
 
@@ -86,6 +94,18 @@ def _check_common(cfg) -> None:
         raise ValueError(f"{type(cfg).__name__}.sparsity must be one of {SPARSITY}, got {cfg.sparsity!r}")
     if not isinstance(cfg.prune, bool):
         raise TypeError(f"{type(cfg).__name__}.prune must be a bool, got {cfg.prune!r}")
+    smoothing = getattr(cfg, "smoothing", None)
+    if smoothing is not None:
+        name = type(cfg).__name__
+        check_smoothing(smoothing, name)
+        # Smoothing moves activation outliers into the weights: it only pays when activations are
+        # quantized, and with weight-only it would just make the weights harder to quantize.
+        if cfg.weight_only:
+            raise ValueError(f"{name}: smoothing needs quantized activations (weight_only=False); "
+                             "with weight-only quantization it only makes the weights harder to quantize")
+        if cfg.sparsity is not None:
+            raise ValueError(f"{name}: smoothing is not supported with sparsity={cfg.sparsity!r} "
+                             "(it would change which weights 2:4 pruning keeps)")
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -137,7 +157,7 @@ def is_mlp(module: nn.Module, fqn: str = "") -> bool:
 
 def _caller_fqn() -> str | None:
     # torchao's handler signature carries no fqn; its walkers hold it in a local (`cur_fqn` in the
-    # filter walk, `fqn` in FqnToConfig). Used only to name the module in error messages.
+    # filter walk, `fqn` in FqnToConfig). Names the module in error messages and keys the smoothing lookup.
     f = sys._getframe(2)
     for _ in range(4):
         if f is None:
@@ -166,16 +186,42 @@ def _check_device(cfg, w: torch.Tensor, where: str) -> None:
             "use FusedInt8MLP, or convert on the CPU for the emulated path")
 
 
-def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear") -> nn.Module:
+def _smoothing_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
+    """The config's smoothing vector for the module named ``fqn`` (None: not smoothed)."""
+    smoothing = getattr(cfg, "smoothing", None)
+    if not smoothing:
+        return None
+    if fqn is None:
+        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its smoothing factors; "
+                           "convert with fused.quantize or torchao's quantize_")
+    return smoothing.get(fqn)
+
+
+def _child(prefix: str | None, name: str) -> str | None:
+    return None if prefix is None else (f"{prefix}.{name}" if prefix else name)
+
+
+def _smoothed(w, s, where):
+    if s is not None and s.shape != (w.shape[1],):
+        raise ValueError(f"{where}: smoothing vector has shape {tuple(s.shape)}, the weight has in_features={w.shape[1]} "
+                         "(factors calibrated on another model?)")
+    return s
+
+
+def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear", fqn: str | None = None) -> nn.Module:
+    """``fqn``: the module's name in the model, for the config's smoothing lookup (default: ``where``)."""
     w = _checked_weight(lin, where)
     _check_device(cfg, w, where)
     if cfg.sparsity == "2:4":
         return FusedSparseLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act,
                                             prune=cfg.prune, where=where)
-    return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act)
+    s = _smoothed(w, _smoothing_for(cfg, fqn if fqn is not None else where, where), where)
+    return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act, smooth=s)
 
 
-def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
+def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = None) -> nn.Module:
+    """``fqn``: the block's name in the model ("" for the root), for the smoothing lookup (default: ``where``)."""
+    prefix = fqn if fqn is not None else where
     kind = mlp_kind(block)
     dynamic = not cfg.weight_only
     if kind in ("sequential", "fc"):
@@ -186,7 +232,8 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
             act = activation_of(act_mod)
         else:
             (n1, fc1), act, (n2, fc2) = ("fc1", block.fc1), _act_attr(block), ("fc2", block.fc2)
-        return FusedMLP(convert_linear(fc1, cfg, act, f"{where}.{n1}"), convert_linear(fc2, cfg, "none", f"{where}.{n2}"))
+        return FusedMLP(convert_linear(fc1, cfg, act, f"{where}.{n1}", _child(prefix, n1)),
+                        convert_linear(fc2, cfg, "none", f"{where}.{n2}", _child(prefix, n2)))
     if kind == "gated":
         g, u = block.gate_proj, block.up_proj
         w = torch.cat([_checked_weight(g, f"{where}.gate_proj"), _checked_weight(u, f"{where}.up_proj")])
@@ -194,8 +241,16 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
         if g.bias is not None or u.bias is not None:
             zeros = lambda lin: torch.zeros(lin.out_features, dtype=w.dtype, device=w.device)  # noqa: E731
             b = torch.cat([g.bias if g.bias is not None else zeros(g), u.bias if u.bias is not None else zeros(u)])
+        # one x feeds the stacked weight: gate and up need one vector (calibrate_smoothing gives them one)
+        sg = _smoothing_for(cfg, _child(prefix, "gate_proj"), where)
+        su = _smoothing_for(cfg, _child(prefix, "up_proj"), where)
+        if (sg is None) != (su is None) or (sg is not None and not torch.equal(sg, su)):
+            raise ValueError(f"{where}: gate_proj and up_proj share their input and are fused into one weight; "
+                             "their smoothing factors must be one vector (fused.calibrate_smoothing gives them one)")
+        s = _smoothed(w, sg, where)
     elif kind == "gate_up":
         w, b = _checked_weight(block.gate_up_proj, f"{where}.gate_up_proj"), block.gate_up_proj.bias
+        s = _smoothed(w, _smoothing_for(cfg, _child(prefix, "gate_up_proj"), where), where)
     else:
         raise TypeError(f"{where}: {type(block).__name__} is not an MLP block fused.is_mlp recognises")
     _check_device(cfg, w, where)
@@ -203,16 +258,22 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP") -> nn.Module:
         gate_up = FusedSparseGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block),
                                                     prune=cfg.prune, where=f"{where}.gate_up")
     else:
-        gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block))
-    return FusedGatedMLP(gate_up, convert_linear(block.down_proj, cfg, "none", f"{where}.down_proj"))
+        gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block), smooth=s)
+    return FusedGatedMLP(gate_up, convert_linear(block.down_proj, cfg, "none", f"{where}.down_proj",
+                                                 _child(prefix, "down_proj")))
 
 
 def _transform(module: nn.Module, config) -> nn.Module:
-    where = _caller_fqn() or type(module).__name__
+    fqn = _caller_fqn()
+    where = fqn or type(module).__name__
+    if fqn is None and getattr(config, "smoothing", None):
+        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its smoothing factors; "
+                           "convert with fused.quantize or torchao's quantize_")
+    fqn = "" if fqn == "<root>" else fqn
     if _linear(module):
-        return convert_linear(module, config, where=where)
+        return convert_linear(module, config, where=where, fqn=fqn)
     if is_mlp(module):
-        return convert_block(module, config, where=where)
+        return convert_block(module, config, where=where, fqn=fqn)
     raise TypeError(
         f"{where}: {type(module).__name__} is neither an nn.Linear nor an MLP block that fused.is_mlp "
         "recognises; use the default filter or filter_fn=fused.is_mlp")
@@ -235,7 +296,7 @@ def quantize(model: nn.Module, config, blocks: bool = True, filter_fn=None) -> n
     from fused.explain import converted_modules
 
     if filter_fn is None and blocks and is_mlp(model):
-        return convert_block(model, config, where=type(model).__name__)
+        return convert_block(model, config, where=type(model).__name__, fqn="")
 
     before = len(converted_modules(model))
     if filter_fn is None and blocks:

@@ -37,10 +37,20 @@ class _Fused8bit(nn.Module):
         self.register_buffer("qweight", torch.empty(n, k, dtype=fmt.dtype, device=device))
         self.register_buffer("scale", torch.empty(n, dtype=torch.float32, device=device))
         self.register_buffer("bias", torch.empty(n, dtype=bias_dtype, device=device) if bias else None)
+        # 1/s [K] of SmoothQuant-style smoothing (fused.smoothing), None when not smoothed: a None buffer
+        # is not in the state_dict, so unsmoothed checkpoints keep their keys
+        self.register_buffer("smooth_inv", None)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         # load_state_dict would silently cast an fp8 checkpoint into int8 buffers (or the reverse), or
         # load a tensor of another shape's bytes: refuse, naming the key.
+        key, qkey, smooth_inv = prefix + "smooth_inv", prefix + "qweight", self._buffers.get("smooth_inv")
+        if smooth_inv is None and key in state_dict:
+            raise ValueError(f"checkpoint key {key!r}: the checkpoint is smoothed (fused.calibrate_smoothing) and "
+                             "this module is not; convert the model with the same smoothing config")
+        if smooth_inv is not None and key not in state_dict and qkey in state_dict:
+            raise ValueError(f"checkpoint key {key!r} missing: this module is smoothed and the checkpoint is not; "
+                             "convert the model without smoothing")
         for name, buf in self._buffers.items():
             key = prefix + name
             if key in state_dict and buf is not None:
@@ -56,16 +66,24 @@ class _Fused8bit(nn.Module):
         # qweight would silently become bf16 (2x bytes) and the fp32 scales lose precision (the kernels
         # need fp32). Keep both dtypes and apply only the device move, as torchao's weight formats do.
         # The bias follows the model's dtype, as nn.Linear's does.
-        fixed = {n: self._buffers[n] for n in ("qweight", "scale")}
+        # (2:4 modules hold "values" instead of "qweight"; smooth_inv, when present, stays fp32 too.)
+        fixed = {n: self._buffers[n] for n in ("qweight", "values", "scale", "smooth_inv") if n in self._buffers}
         super()._apply(fn, recurse)
         for name, old in fixed.items():
             new = self._buffers[name]
-            if new is not None and new.dtype != old.dtype:
+            if new is not None and old is not None and new.dtype != old.dtype:
                 self._buffers[name] = old.to(device=new.device)
         return self
 
-    def _quantize_from(self, weight, bias, fmt):
-        q, s = quantize_weight(weight.detach(), fmt)
+    def _quantize_from(self, weight, bias, fmt, smooth=None):
+        w = weight.detach()
+        if smooth is not None:
+            if smooth.shape != (w.shape[1],):
+                raise ValueError(f"smoothing vector has shape {tuple(smooth.shape)}, the weight needs [{w.shape[1]}]")
+            smooth = smooth.detach().to(device=w.device, dtype=torch.float32)
+            w = w.float() * smooth  # W * s per input column, quantized from fp32
+            self.smooth_inv = 1.0 / smooth
+        q, s = quantize_weight(w, fmt)
         self.qweight.copy_(q)
         self.scale.copy_(s)
         if bias is not None:
@@ -77,6 +95,12 @@ class _Fused8bit(nn.Module):
     @property
     def fmt(self) -> str:
         return "int8" if self.qweight.dtype == torch.int8 else "float8_e4m3"
+
+    def _smooth(self, x: torch.Tensor) -> torch.Tensor:
+        # x / s in fp32, rounded once to x's dtype (a bf16 1/s would add its own rounding)
+        if self.smooth_inv is None:
+            return x
+        return (x.float() * self.smooth_inv).to(x.dtype)
 
     def weight_bytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
@@ -97,19 +121,20 @@ class FusedLinear(_Fused8bit):
         self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
 
     @classmethod
-    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none"):
+    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", smooth=None):
+        """``smooth``: SmoothQuant factors s [in_features]; W * s is quantized and forward divides x by s."""
         mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
                   bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
-        return mod._quantize_from(weight, bias, fmt)
+        return mod._quantize_from(weight, bias, fmt, smooth)
 
     def forward(self, x):
-        x = _input_for(x)
+        x = self._smooth(_input_for(x))
         run = ops.linear if _use_op(x) else dispatch.linear
         return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
 
     def extra_repr(self):
         mode = "W8A8" if self.dynamic else "weight-only"
-        return f"{self.in_features}, {self.out_features}, fmt={self.fmt}, {mode}, act={self.act}, bias={self.bias is not None}"
+        return f"{self.in_features}, {self.out_features}, fmt={self.fmt}, {mode}, act={self.act}, bias={self.bias is not None}{', smoothed' if self.smooth_inv is not None else ''}"
 
 
 class FusedGatedLinear(_Fused8bit):
@@ -127,23 +152,23 @@ class FusedGatedLinear(_Fused8bit):
         self.source_bytes = 0
 
     @classmethod
-    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu"):
+    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", smooth=None):
         """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection."""
         if gate_up_weight.shape[0] % 2:
             raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
         b = gate_up_bias
         mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
                   bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
-        return mod._quantize_from(gate_up_weight, b, fmt)
+        return mod._quantize_from(gate_up_weight, b, fmt, smooth)
 
     def forward(self, x):
-        x = _input_for(x)
+        x = self._smooth(_input_for(x))
         run = ops.gated if _use_op(x) else dispatch.gated
         return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
 
     def extra_repr(self):
         mode = "W8A8" if self.dynamic else "weight-only"
-        return f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt}, {mode}, act={self.act}(gate)*up, bias={self.bias is not None}"
+        return f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt}, {mode}, act={self.act}(gate)*up, bias={self.bias is not None}{', smoothed' if self.smooth_inv is not None else ''}"
 
 
 class FusedGatedMLP(nn.Module):

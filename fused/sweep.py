@@ -33,6 +33,7 @@ from torch import nn
 
 from fused import dispatch
 from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantize
+from fused.smoothing import calibrate_smoothing
 from fused.tasks import Task, call, cast_inputs
 
 
@@ -40,12 +41,15 @@ from fused.tasks import Task, call, cast_inputs
 class SweepConfig:
     """One column of the sweep. ``make`` returns a fresh torchao config (None: no conversion, only the
     dtype cast); ``dtype`` overrides the sweep's activation dtype; ``blocks`` converts whole MLP blocks
-    where fused.is_mlp matches (Linears elsewhere), False converts every Linear on its own."""
+    where fused.is_mlp matches (Linears elsewhere), False converts every Linear on its own.
+    ``calibrate`` > 0: ``make(model, batches)`` gets the fp32 model and the task's first ``calibrate``
+    batches (e.g. for fused.calibrate_smoothing) instead of no arguments."""
 
     name: str
-    make: Callable[[], Any] | None
+    make: Callable[..., Any] | None
     dtype: torch.dtype | None = None
     blocks: bool = True
+    calibrate: int = 0
 
 
 # Adding a config is one line. The 2:4 ones report "not available" until sparsity lands.
@@ -53,6 +57,9 @@ CONFIGS: list[SweepConfig] = [
     SweepConfig("bf16", None, dtype=torch.bfloat16),
     SweepConfig("int8 W8A16", lambda: FusedInt8MLP()),
     SweepConfig("int8 W8A8", lambda: FusedInt8MLP(weight_only=False)),
+    # SmoothQuant alpha 0.5 calibrated on the first 2 batches (64 sentences for MiniLM)
+    SweepConfig("int8 W8A8 smooth", lambda model, batches: FusedInt8MLP(
+        weight_only=False, smoothing=calibrate_smoothing(model, batches)), calibrate=2),
     SweepConfig("fp8 W8A8", lambda: FusedFloat8MLP()),
     SweepConfig("fp8 weight-only", lambda: FusedFloat8MLP(weight_only=True)),
     SweepConfig("int8 W8A16 2:4", lambda: FusedInt8MLP(sparsity="2:4")),
@@ -92,13 +99,21 @@ def resolve_configs(names=None) -> list[SweepConfig]:
     return out
 
 
-def convert(model: nn.Module, entry: SweepConfig, dtype: torch.dtype) -> nn.Module:
+def convert(model: nn.Module, entry: SweepConfig, dtype: torch.dtype, calibration: list | None = None) -> nn.Module:
     """Cast ``model`` (in place) to the entry's dtype, then convert it with the entry's config.
+    ``calibration``: the task's batches, for entries with ``calibrate`` (run on the fp32 model, before the cast).
 
     Cast first: ``Module.to(dtype)`` after conversion would also cast fp8 weights and fp32 scales."""
+    cfg = None
+    if entry.make is not None and entry.calibrate:
+        if not calibration:
+            raise ValueError(f"config {entry.name!r} calibrates on the task's batches; pass calibration=batches")
+        cfg = entry.make(model, list(calibration[:entry.calibrate]))
+    elif entry.make is not None:
+        cfg = entry.make()
     model.to(entry.dtype or dtype)
-    if entry.make is not None:
-        quantize(model, entry.make(), blocks=entry.blocks)
+    if cfg is not None:
+        quantize(model, cfg, blocks=entry.blocks)
     return model
 
 
@@ -497,7 +512,7 @@ def _run_one(task, entry, ref_model, batches, bench, ref_results, act_dtype) -> 
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="fused.quantize: nothing")
-            convert(model, entry, dtype)
+            convert(model, entry, dtype, batches)
     except NotImplementedError as e:
         return _not_available(entry, e), None
     model.eval()
