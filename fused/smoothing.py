@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
+from sparsity.pruning import run_calibration
+
 # s outside this range would push x / s or W * s toward fp32/bf16 over- or underflow
 S_MIN, S_MAX = 1e-5, 1e5
 
@@ -64,39 +66,17 @@ def calibrate_smoothing(model: nn.Module, calibration: Iterable, alpha: float = 
     no_grad; the model's mode is restored after. Pass the result to the config before converting:
     ``fused.quantize(model, fused.FusedInt8MLP(weight_only=False, smoothing=s))``."""
     from fused.configs import mlp_kind
-    from fused.tasks import call
 
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"calibrate_smoothing: alpha must be a number in [0, 1], got {alpha!r}")
     targets = _targets(model, filter_fn)
     absmax: dict[str, torch.Tensor] = {}
 
-    def hook_for(fqn):
-        def hook(module, args):
-            x = args[0].detach()
-            m = x.reshape(-1, x.shape[-1]).abs().amax(0).float()
-            absmax[fqn] = m if fqn not in absmax else torch.maximum(absmax[fqn], m)
-        return hook
+    def observe(fqn, x2):
+        m = x2.abs().amax(0).float()
+        absmax[fqn] = m if fqn not in absmax else torch.maximum(absmax[fqn], m)
 
-    handles = [m.register_forward_pre_hook(hook_for(fqn)) for fqn, m in targets.items()]
-    was_training = model.training
-    model.eval()
-    batches = 0
-    try:
-        with torch.no_grad():
-            for batch in calibration:
-                call(model, batch)
-                batches += 1
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
-    if batches == 0:
-        raise ValueError("calibrate_smoothing: calibration is empty; pass an iterable of model inputs")
-    unseen = [fqn for fqn in targets if fqn not in absmax]
-    if unseen:
-        raise ValueError(f"calibrate_smoothing: the calibration inputs never reached {', '.join(unseen)}; "
-                         "exclude them with filter_fn or use inputs that run them")
+    run_calibration(model, targets, calibration, observe, "calibrate_smoothing")
     bad = [fqn for fqn, m in absmax.items() if not torch.isfinite(m).all()]
     if bad:
         raise ValueError(f"calibrate_smoothing: NaN/Inf activations at the input of {', '.join(bad)}")

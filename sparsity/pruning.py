@@ -72,15 +72,20 @@ def activation_norms(model: nn.Module, calibration: Iterable, filter_fn: Callabl
     return _norms(model, _targets(model, filter_fn), calibration)
 
 
-def _norms(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterable) -> dict[str, torch.Tensor]:
-    sums = {fqn: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device) for fqn, m in targets.items()}
-    tokens = dict.fromkeys(targets, 0)
+def run_calibration(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterable, observe: Callable,
+                    who: str) -> None:
+    """Run ``calibration`` (an iterable of model inputs, see `activation_norms`) through ``model`` in eval
+    mode under no_grad, calling ``observe(fqn, x2d)`` with each target Linear's input as [tokens, in].
+    The model's mode is restored after. Raises, naming ``who``, on empty calibration or a target the
+    inputs never reach."""
+    seen = set()
 
     def hook_for(fqn):
         def hook(module, args):
-            x = args[0].detach()
-            sums[fqn] += x.reshape(-1, x.shape[-1]).double().pow(2).sum(0).to(sums[fqn].device)
-            tokens[fqn] += x.numel() // x.shape[-1]
+            x2 = args[0].detach().reshape(-1, args[0].shape[-1])
+            if x2.shape[0]:  # a batch with no tokens tells nothing
+                observe(fqn, x2)
+                seen.add(fqn)
         return hook
 
     handles = [m.register_forward_pre_hook(hook_for(fqn)) for fqn, m in targets.items()]
@@ -97,11 +102,20 @@ def _norms(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterabl
             h.remove()
         model.train(was_training)
     if batches == 0:
-        raise ValueError("activation_norms: calibration is empty; pass an iterable of model inputs")
-    unseen = [fqn for fqn, n in tokens.items() if n == 0]
+        raise ValueError(f"{who}: calibration is empty; pass an iterable of model inputs")
+    unseen = [fqn for fqn in targets if fqn not in seen]
     if unseen:
-        raise ValueError(f"activation_norms: the calibration inputs never reached {', '.join(unseen)}; "
+        raise ValueError(f"{who}: the calibration inputs never reached {', '.join(unseen)}; "
                          "exclude them with filter_fn or use inputs that run them")
+
+
+def _norms(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterable) -> dict[str, torch.Tensor]:
+    sums = {fqn: torch.zeros(m.in_features, dtype=torch.float64, device=m.weight.device) for fqn, m in targets.items()}
+
+    def observe(fqn, x2):
+        sums[fqn] += x2.double().pow(2).sum(0).to(sums[fqn].device)
+
+    run_calibration(model, targets, calibration, observe, "activation_norms")
     return {fqn: s.sqrt().float() for fqn, s in sums.items()}
 
 
