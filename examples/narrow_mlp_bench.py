@@ -137,9 +137,19 @@ def plot(rows, path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+def _write(rows, out: Path, gpu: bool) -> str:
+    out.mkdir(parents=True, exist_ok=True)
+    meta = dict(device=torch.cuda.get_device_name() if gpu else "cpu", torch=torch.__version__,
+                argv=sys.argv[1:], rows=rows, tuning_timings={str(k): v for k, v in tuning.timings.items()})
+    (out / "narrow_mlp.json").write_text(json.dumps(meta, indent=1, default=str))
+    md = table(rows)
+    (out / "narrow_mlp.md").write_text(f"Device: {meta['device']}, torch {torch.__version__}\n\n{md}\n")
+    return md
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sweep", action="store_true", help="widths 16/32/64/128 x batch 2**14 .. 2**22 (GPU)")
+    p.add_argument("--sweep", action="store_true", help="widths 16/32/64/128 x batch 2**14, 2**16 .. 2**22 (GPU)")
     p.add_argument("--width", type=int, default=64)
     p.add_argument("--layers", type=int, default=5)
     p.add_argument("--batch", type=int, default=2 ** 21)
@@ -152,7 +162,7 @@ def main(argv=None) -> int:
     device = "cuda" if gpu else "cpu"
     if gpu:
         if args.sweep:
-            cases = [(w, b) for w in (16, 32, 64, 128) for b in (2 ** e for e in range(14, 23))]
+            cases = [(w, b) for w in (16, 32, 64, 128) for b in (2 ** e for e in range(14, 23, 2))]
         else:
             cases = [(args.width, args.batch)]
     else:
@@ -166,13 +176,8 @@ def main(argv=None) -> int:
         print(f'width {w:4d} batch {b:8d}: ours {r["ours_us"]:9.1f} µs  eager {r["eager_us"]:9.1f} µs  '
               f'compiled {r["compiled_us"] or float("nan"):9.1f} µs  floor {r["floor_us"]:7.1f} µs  '
               f'SQNR {r["sqnr_ours_db"]} dB', flush=True)
+        md = _write(rows, Path(args.out), gpu)  # after every case: a long sweep cut short keeps its rows
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = dict(device=torch.cuda.get_device_name() if gpu else "cpu", torch=torch.__version__,
-                argv=sys.argv[1:], rows=rows, tuning_timings={str(k): v for k, v in tuning.timings.items()})
-    (out / "narrow_mlp.json").write_text(json.dumps(meta, indent=1, default=str))
-    md = table(rows)
-    (out / "narrow_mlp.md").write_text(f"Device: {meta['device']}, torch {torch.__version__}\n\n{md}\n")
     plot(rows, out / "narrow_mlp.png")
     print()
     print(md)

@@ -141,13 +141,38 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name}: input has {x.shape[-1]} features, weight expects {qweight.shape[1]}")
 
 
+_cuda_paths: dict = {}
+_kernels = None
+
+
+def _triton_kernels():
+    """The launchers, imported on first use (importing triton is slow; CPU-only users never need it)."""
+    global _kernels
+    if _kernels is None:
+        from types import SimpleNamespace
+
+        from fused.kernels.act_quant import act_quant
+        from fused.kernels.w8_gemm import w8_gemm
+        from fused.kernels.w8a16_gemv import w8a16_gemv
+
+        _kernels = SimpleNamespace(act_quant=act_quant, w8_gemm=w8_gemm, w8a16_gemv=w8a16_gemv)
+    return _kernels
+
+
 def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     _check(x, qweight, op)
     K = x.shape[-1]
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
-    path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
-                     weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
+    if x.is_cuda and _forced is None:
+        # the eager hot path (budget ~10 µs per launch): the same choice as plan(), without its strings
+        small = M <= GEMV_MAX_M
+        path = _cuda_paths.get((op, dynamic, small))
+        if path is None:
+            path = _cuda_paths[(op, dynamic, small)] = "triton:" + triton_kernel_for(op, "int8", dynamic, M)
+    else:
+        path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
+                         weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
@@ -157,21 +182,15 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         ref = reference.linear_ref if op == "linear" else reference.gated_ref
         return ref(x, qweight, wscale, bias, act, dynamic)
     gated = op == "gated"
+    k = _triton_kernels()
     if M <= GEMV_MAX_M:
-        from fused.kernels.w8a16_gemv import w8a16_gemv
-
-        y = w8a16_gemv(x2, qweight, wscale, bias, act, gated)
+        y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
     elif dynamic:
-        from fused.kernels.act_quant import act_quant
-        from fused.kernels.w8_gemm import w8_gemm
-
-        xq, xs = act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
-        y = w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
+        xq, xs = k.act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
+        y = k.w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
     else:
-        from fused.kernels.w8_gemm import w8_gemm
-
-        y = w8_gemm(x2, qweight, wscale, bias, act, gated)
-    return y.reshape(*x.shape[:-1], y.shape[-1])
+        y = k.w8_gemm(x2, qweight, wscale, bias, act, gated)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
 
 def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):

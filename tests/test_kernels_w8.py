@@ -83,6 +83,31 @@ def test_gemm_interpreted(fmt, a8, gated, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("a8", [False, True])
+@pytest.mark.parametrize("gated", [False, True])
+def test_gemm_split_k(fmt, a8, gated, monkeypatch):
+    """Split-K tiles (down projections at moderate M): partials summed in fixed order by the last program
+    (int32 partials carried bit-exact for int8 W8A8); counters left at zero, so a second call agrees."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    for K, split in ((200, 2), (256, 3)):  # K % BLOCK_K != 0 (masked K loop) and == 0 (EVEN_K)
+        x, q, s, b = _case(19, 21, K, fmt, gated, True, torch.bfloat16, "cpu", "plain")
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=a8)
+        cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+        ys = []
+        for _ in range(2):
+            if a8:
+                xq, xs = act_quant(x, fp8=fmt != "int8")
+                ys.append(w8_gemm(xq, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype, config=cfg))
+            else:
+                ys.append(w8_gemm(x, q, s, b, "silu", gated, config=cfg))
+        assert torch.equal(ys[0], ys[1])
+        assert sqnr(ref, ys[0]) > _min_db(torch.bfloat16), (K, split)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
 def test_act_quant_bit_exact(fmt):
     from fused.kernels.act_quant import act_quant
 
@@ -96,6 +121,24 @@ def test_act_quant_bit_exact(fmt):
     assert torch.equal(s[ok], rs[ok, 0])
     assert torch.isnan(s[4])
     assert torch.all(q[2].float() == 0)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("K", [300, 4096, 14336, 20000])
+def test_act_quant_bit_exact_cuda(fmt, K):
+    """On the GPU the fp8 cast is the hardware's round-to-nearest-even: still bit-identical."""
+    from fused.kernels.act_quant import act_quant
+
+    x = (torch.randn(33, K, device="cuda") * torch.logspace(-3, 3, 33, device="cuda")[:, None]).bfloat16()
+    x[3] = 0.0
+    x[5, 7] = float("nan")
+    q, s = act_quant(x, fp8=fmt != "int8")
+    rq, rs = quantize_activation(x, fmt)
+    ok = torch.arange(33, device="cuda") != 5
+    assert torch.equal(q[ok].float(), rq[ok].float())
+    assert torch.equal(s[ok], rs[ok, 0])
+    assert torch.isnan(s[5]) and torch.all(q[3].float() == 0)
 
 
 def test_gemv_split_counter_reset():

@@ -12,6 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fused.kernels import INTERPRET, next_pow2
+from fused.kernels.launch import launch_kernel
 from lowbit.quant import MIN_SCALE
 
 MAX_ONE_PASS = 16384
@@ -26,18 +28,22 @@ def _rint(t):
 @triton.jit
 def _round_e4m3(v):
     """Round |v| <= 448 to the nearest e4m3 value (ties to even) in fp32, so the cast that follows is
-    exact. Done by hand because Triton's interpreter truncates in its fp32→fp8 cast (124.3 -> 64)."""
+    exact. Only under the interpreter, which truncates in its fp32→fp8 cast (124.3 -> 64)."""
     e = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.maximum(e, -6)  # e4m3 subnormals share the quantum 2^-9
     quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
-    return _rint(v / quantum) * quantum
+    inv = ((127 - (e - 3)) << 23).to(tl.float32, bitcast=True)  # 1/quantum, exact (a power of two)
+    return _rint(v * inv) * quantum
 
 
 @triton.jit
-def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr):
+def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
     v = tl.minimum(tl.maximum(x / scale, -QMAX), QMAX)
     if FP8:
-        q = _round_e4m3(v).to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        if HAND_ROUND:
+            v = _round_e4m3(v)
+        # on the GPU the cast is cvt.rn.satfinite (ties to even, as torch's): a third of the ALU work
+        q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
     else:
         q = _rint(v).to(tl.int8)
     return q
@@ -46,7 +52,7 @@ def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr):
 @triton.jit
 def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
-                      ONE_PASS: tl.constexpr):
+                      ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
@@ -67,11 +73,11 @@ def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
     scale = tl.where(tl.sum(nans, axis=0) > 0, float("nan"), scale)
     tl.store(s_ptr + row, scale)
     if ONE_PASS:
-        tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8), mask=offs < K)
+        tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8, HAND_ROUND), mask=offs < K)
     else:
         for k0 in range(0, K, BLOCK_K):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            tl.store(q_row + k0 + offs, _quantize(xk, scale, QMAX, FP8), mask=k0 + offs < K)
+            tl.store(q_row + k0 + offs, _quantize(xk, scale, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
 
 
 def act_quant(x: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,10 +86,9 @@ def act_quant(x: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
     s = torch.empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
         return q, s
-    block = min(triton.next_power_of_2(K), MAX_ONE_PASS)
+    block = min(next_pow2(K), MAX_ONE_PASS)
     qv = q.view(torch.uint8) if fp8 else q
-    _act_quant_kernel[(M,)](x, qv, s, K, x.stride(0), x.stride(1), qv.stride(0),
-                            QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, BLOCK_K=block,
-                            ONE_PASS=K <= block,
-                            num_warps=8 if block >= 4096 else 4)
+    launch_kernel(_act_quant_kernel, (M,), x, qv, s, K, x.stride(0), x.stride(1), qv.stride(0),
+                  QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, BLOCK_K=block,
+                  ONE_PASS=K <= block, HAND_ROUND=INTERPRET, num_warps=8 if block >= 4096 else 4)
     return q, s

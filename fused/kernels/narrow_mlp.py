@@ -35,8 +35,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, check_out, dot_mode
+from fused.kernels import INTERPRET, cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation
+from fused.kernels.launch import launch_kernel
 from fused.kernels.tuning import m_bucket, pick
 from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
 
@@ -193,10 +194,10 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
     A = list(acts) + ["none"] * (MAX_LAYERS - L)
 
     def launch(cfg):
-        tiles = triton.cdiv(M, cfg["BLOCK_M"])
+        tiles = cdiv(M, cfg["BLOCK_M"])
         # "programs" (an absolute grid size; tests use it to run the persistent loop on the CPU) wins
         grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
-        _narrow_mlp_kernel[grid](
+        launch_kernel(_narrow_mlp_kernel, grid,
             x, weights, params, y, M,
             x.stride(0), x.stride(1), y.stride(0), y.stride(1),
             K_IN=dims[0], N_OUT=dims[-1], NUM_LAYERS=L,

@@ -34,8 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import check_out
+from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation
+from fused.kernels.launch import launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _buffers, _split_for
@@ -223,10 +224,10 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
         out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),
                _cfg("dot", 16, 32, 256, 4)]
         if M <= 4:
-            bm = triton.next_power_of_2(M)
+            bm = next_pow2(M)
             out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4)]
     for c in out:
-        c["SPLIT_K"] = _split_for(triton.cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
+        c["SPLIT_K"] = _split_for(cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
     return out
 
 
@@ -271,11 +272,11 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
         assert mode in MODES and bm >= M and bk % 8 == 0 and (mode != "select" or bm == 1), cfg
-        tiles = triton.cdiv(N, bn)
-        k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
-        split = triton.cdiv(K, k_per)  # no empty splits
+        tiles = cdiv(N, bn)
+        k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
+        split = cdiv(K, k_per)  # no empty splits
         part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
-        _sparse24_gemv_kernel[(tiles, split)](
+        launch_kernel(_sparse24_gemv_kernel, (tiles, split),
             x, v, meta, wscale if wscale is not None else v, bias if bias is not None else v, y, part, count,
             M, N, K, k_per,
             x.stride(0), x.stride(1), v.stride(0), meta.stride(0), y.stride(0), y.stride(1),

@@ -22,8 +22,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import dot_mode
+from fused.kernels import cdiv, dot_mode
 from fused.kernels.epilogue import activation
+from fused.kernels.launch import launch_kernel
 
 VALUE_DTYPES = (torch.int8, torch.float8_e4m3fn, torch.bfloat16)
 
@@ -208,9 +209,9 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out):
     BLOCK_M = 16 if M <= 16 else (32 if M <= 32 else 64)
     BLOCK_N = 64 if N > 32 else 32
     BLOCK_K = 64 if K <= 64 else 128
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, BLOCK_N),)
+    grid = (cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N),)
     dummy = v  # never read when the HAS_* flag is off
-    _sparse24_kernel[grid](
+    launch_kernel(_sparse24_kernel, grid,
         x, xs if xs is not None else dummy, v, meta,
         wscale if wscale is not None else dummy, bias if bias is not None else dummy, out,
         M, N, K,

@@ -17,8 +17,10 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, check_out, dot_mode
+from fused.kernels import INTERPRET, cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation
+from fused.kernels.launch import launch_kernel
+from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 
 
@@ -51,14 +53,15 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
 
 @triton.jit
 def _w8_gemm_kernel(
-    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr,
-    M, N, K,
+    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
-    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
+    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
 ):
     pid = tl.program_id(0)
+    pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group_size = GROUP_M * num_pid_n
@@ -69,23 +72,30 @@ def _w8_gemm_kernel(
 
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, BLOCK_K)
+    k_lo = pid_k * K_PER_SPLIT  # a multiple of BLOCK_K
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    rk = tl.arange(0, BLOCK_K)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
-    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk
+    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k_lo + rk)[None, :] * stride_xk
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k_lo + rk)[None, :] * stride_wk
     u_ptrs = w_ptrs + N * stride_wn  # up rows follow the gate rows
 
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
-        k_ok = offs_k < K - k * BLOCK_K
-        x, w = _load_tiles(x_ptrs, w_ptrs, m_ok[:, None] & k_ok[None, :], n_ok[:, None] & k_ok[None, :], A8,
-                           FP8_AS_U8)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        if EVEN_K:  # K a multiple of BLOCK_K: no K mask
+            x_mask = m_ok[:, None]
+            w_mask = n_ok[:, None]
+        else:
+            k_ok = rk < k_hi - k0
+            x_mask = m_ok[:, None] & k_ok[None, :]
+            w_mask = n_ok[:, None] & k_ok[None, :]
+        x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8, FP8_AS_U8)
         acc = _mma(x, w, acc, A8, FP8, DOT)
         if GATED:
-            u = tl.load(u_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            u = tl.load(u_ptrs, mask=w_mask, other=0.0)
             if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
             acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
@@ -93,6 +103,10 @@ def _w8_gemm_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
+    live = BLOCK_M * BLOCK_N
+    if SPLIT_K > 1:
+        acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid, pid_k, SPLIT_K, GATED,
+                                         BLOCK_M, BLOCK_N)
     y = acc.to(tl.float32)
     if A8:
         xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
@@ -109,11 +123,15 @@ def _w8_gemm_kernel(
         if HAS_BIAS:
             u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         y = y * u
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT_K > 1:  # only the program that finished the tile stores it
+        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        out_mask = out_mask & (tile < live)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
-             y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+             y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-def _candidates(M: int, gated: bool, a8: bool) -> list[dict]:
+def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
     """First entry: the heuristic default for this M (used untuned with FUSED_TUNE=0)."""
     bk = 128 if a8 else 64
     if M <= 64:
@@ -127,7 +145,14 @@ def _candidates(M: int, gated: bool, a8: bool) -> list[dict]:
     for bm, bn, k, stages, warps in c:
         if gated and bm * bn > 128 * 128:
             bn //= 2  # two accumulators
-        out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps))
+        base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps)
+        # too few tiles to fill 132 SMs (a down projection at M <= 256): split K as well
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        splits = [1]
+        while tiles * splits[-1] < 264 and K // (2 * splits[-1]) >= 4 * k and splits[-1] < 8:
+            splits.append(2 * splits[-1])
+        for split in dict.fromkeys([splits[-1]] + splits[-2:-1] + [1]):  # the one that fills the GPU first
+            out.append(dict(base, SPLIT_K=split))
     return list({tuple(sorted(d.items())): d for d in out}.values())
 
 
@@ -153,13 +178,21 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     xk = x.view(torch.uint8) if (a8 and as_u8) else x
 
     def launch(cfg):
-        grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-        _w8_gemm_kernel[grid](
-            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale, y,
-            M, N, K,
+        bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+        tiles = cdiv(M, bm) * cdiv(N, bn)
+        split = cfg.get("SPLIT_K", 1)
+        k_per = cdiv(cdiv(K, split), bk) * bk
+        split = cdiv(K, k_per)  # no empty splits
+        if split > 1:
+            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+        else:
+            part = count = y  # unused
+        launch_kernel(_w8_gemm_kernel, (tiles, split),
+            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale, y, part, count,
+            M, N, K, k_per,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
-            DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8,
+            DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
             num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
@@ -168,7 +201,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
-            cands = lambda: _candidates(M, gated, a8)  # noqa: E731
+            cands = lambda: _candidates(M, N, K, gated, a8)  # noqa: E731
         config = pick("w8_gemm", (m_bucket(M), N, K, gated, a8, qweight.dtype), cands, launch)
     launch(config)
     return y

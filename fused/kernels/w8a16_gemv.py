@@ -18,8 +18,10 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import check_out, dot_mode
+from fused.kernels import cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation, int8_to_f32
+from fused.kernels.launch import launch_kernel
+from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 
 
@@ -118,17 +120,7 @@ def _w8a16_gemv_kernel(
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-_workspace: dict = {}
-
-
-def _buffers(device, part_numel: int, tiles: int):
-    """Per-device partials (fp32) and counters (int32, kept at zero by the kernel)."""
-    ws = _workspace.get(device)
-    if ws is None or ws[0].numel() < part_numel or ws[1].numel() < tiles:
-        part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
-        count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
-        ws = _workspace[device] = (part, count)
-    return ws
+_buffers = buffers  # (sparse24_gemv imports it from here)
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
@@ -149,7 +141,7 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
         for bk in bks:
             if bm == 16 and bn * bk > 64 * 256:
                 continue
-            split = _split_for(triton.cdiv(N, bn), K, bk)
+            split = _split_for(cdiv(N, bn), K, bk)
             for cvt in ("magic", "native"):
                 out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT=cvt))
             if bm == 1:  # half the registers per thread for the widened tile: more loads in flight
@@ -178,11 +170,11 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
 
     def launch(cfg):
         bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        tiles = triton.cdiv(N, bn)
-        k_per = triton.cdiv(triton.cdiv(K, split), bk) * bk
-        split = triton.cdiv(K, k_per)  # no empty splits
+        tiles = cdiv(N, bn)
+        k_per = cdiv(cdiv(K, split), bk) * bk
+        split = cdiv(K, k_per)  # no empty splits
         part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
-        _w8a16_gemv_kernel[(tiles, split)](
+        launch_kernel(_w8a16_gemv_kernel, (tiles, split),
             x, w, wscale, bias if bias is not None else wscale, y, part, count,
             M, N, K, k_per,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),

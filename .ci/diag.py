@@ -1,0 +1,108 @@
+"""H200 diagnostics: per-kernel device time of our Llama block per config and M, act_quant variants,
+Triton launcher internals. Writes to $OUT/diag.txt. Not part of CI."""
+import inspect
+import os
+import sys
+import time
+
+import torch
+import triton
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.getcwd())
+import fused  # noqa: E402
+from fused.bench import make_block  # noqa: E402
+from fused.kernels import act_quant as aq  # noqa: E402
+
+OUT = os.environ.get("OUT", "out")
+log = open(os.path.join(OUT, "diag.txt"), "a")
+
+
+def p(*a):
+    s = " ".join(str(x) for x in a)
+    print(s, flush=True)
+    log.write(s + "\n")
+    log.flush()
+
+
+def kernels(model, x, iters=5):
+    with torch.no_grad():
+        for _ in range(3):
+            model(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as pr:
+            for _ in range(iters):
+                model(x)
+            torch.cuda.synchronize()
+    rows = []
+    for e in pr.key_averages():
+        if e.self_device_time_total > 0:
+            rows.append((e.self_device_time_total / iters, e.count / iters, e.key[:90]))
+    rows.sort(reverse=True)
+    tot = sum(r[0] for r in rows)
+    return tot, rows
+
+
+what = sys.argv[1] if len(sys.argv) > 1 else "kernels,actq,launcher"
+if "kernels" in what:
+    base = make_block("llama", 4096, 14336, "cuda")
+    cfgs = {"int8 W8A16": fused.FusedInt8MLP(), "int8 W8A8": fused.FusedInt8MLP(weight_only=False),
+            "fp8 W8A8": fused.FusedFloat8MLP()}
+    import copy
+    for name, cfg in cfgs.items():
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        for M in (1, 16, 128, 1024, 8192):
+            if name == "int8 W8A16" and M == 8192:
+                continue
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            tot, rows = kernels(m, x)
+            p(f"== {name} M={M}: kernel sum {tot:.1f} us")
+            for t, c, k in rows[:6]:
+                p(f"   {t:9.1f} us  x{c:.0f}  {k}")
+        del m
+        torch.cuda.empty_cache()
+    from fused.kernels import tuning
+    for k, v in tuning.timings.items():
+        p("timings", k, sorted(v, key=lambda t: t[0])[:4])
+
+if "actq" in what:
+    from triton.testing import do_bench
+    for K in (4096, 14336):
+        x = torch.randn(8192, K, device="cuda", dtype=torch.bfloat16)
+        for fp8 in (False, True):
+            t = do_bench(lambda: aq.act_quant(x, fp8), warmup=10, rep=50)
+            gb = x.numel() * 3 / 1e9
+            p(f"act_quant M=8192 K={K} fp8={fp8}: {t*1e3:.1f} us ({gb / (t * 1e-3) / 1e3:.2f} TB/s)")
+            q = torch.empty((8192, K), device="cuda", dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+            qv = q.view(torch.uint8) if fp8 else q
+            s = torch.empty(8192, device="cuda", dtype=torch.float32)
+            for block, warps in ((16384, 16), (16384, 32), (4096, 8), (2048, 4), (8192, 8)):
+                if block < K and block > 8192:
+                    continue
+                def f():
+                    aq._act_quant_kernel[(8192,)](x, qv, s, K, x.stride(0), x.stride(1), qv.stride(0),
+                                                  QMAX=448.0 if fp8 else 127.0, MIN_S=1e-12, FP8=fp8,
+                                                  BLOCK_K=min(block, triton.next_power_of_2(K)),
+                                                  ONE_PASS=K <= block, num_warps=warps)
+                t = do_bench(f, warmup=10, rep=50)
+                p(f"    block {block} warps {warps}: {t*1e3:.1f} us")
+
+if "launcher" in what:
+    from triton.compiler import compiler as cc
+    p("== CompiledKernel source (triton", triton.__version__, ")")
+    p(inspect.getsource(cc.CompiledKernel)[:6000])
+    from triton.runtime import jit
+    p(inspect.getsource(jit.JITFunction.run)[:5000])
+    m = fused.quantize(make_block("llama", 4096, 14336, "cuda"), fused.FusedInt8MLP(), blocks=True)
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        for _ in range(5):
+            m(x)
+        torch.cuda.synchronize()
+        for _ in range(3):
+            t = time.perf_counter()
+            for _ in range(200):
+                m(x)
+            torch.cuda.synchronize()
+            p(f"plain block call M=1: {(time.perf_counter() - t) / 200 * 1e6:.1f} us")
+    p(fused.bench.host_profile())

@@ -1,0 +1,67 @@
+"""Split-K without atomics on the data, shared by the tiled GEMM (and the decode kernels' workspace).
+
+Each of a tile's SPLIT_K programs stores its partial accumulator, then bumps the tile's counter
+(acq_rel); the program that arrives last sums the SPLIT_K partials in a fixed order and runs the
+epilogue, so results are bit-identical from run to run, in one launch. That program also resets the
+counter: the workspace needs no memset between calls (kernels on one stream run one after another).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+_workspace: dict = {}
+
+
+def buffers(device, part_numel: int, tiles: int):
+    """Per-device partials (fp32; int32 accumulators are stored bitcast) and counters (int32, kept at
+    zero by the kernels)."""
+    ws = _workspace.get(device)
+    if ws is None or ws[0].numel() < part_numel or ws[1].numel() < tiles:
+        part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
+        count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
+        ws = _workspace[device] = (part, count)
+    return ws
+
+
+@triton.jit
+def _store_part(ptrs, acc):
+    if acc.dtype == tl.int32:  # exact: int32 sums are carried as their bits
+        tl.store(ptrs, acc.to(tl.float32, bitcast=True))
+    else:
+        tl.store(ptrs, acc)
+
+
+@triton.jit
+def _load_part(ptrs, mask, like):
+    v = tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+    if like.dtype == tl.int32:
+        v = v.to(tl.int32, bitcast=True)
+    return v
+
+
+@triton.jit
+def splitk_reduce(acc, acc_u, part_ptr, count_ptr, tile_id, pid_k,
+                  SPLIT_K: tl.constexpr, GATED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """-> (acc, acc_u, live): the tile's full sums for the program that finishes the tile (live =
+    BLOCK_M * BLOCK_N), zeros and live = 0 for the others; mask the epilogue's store with `tile < live`."""
+    BLOCK: tl.constexpr = BLOCK_M * BLOCK_N
+    NPART: tl.constexpr = 2 if GATED else 1
+    tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+    base = part_ptr + tile_id.to(tl.int64) * (SPLIT_K * NPART * BLOCK)
+    _store_part(base + (pid_k * NPART) * BLOCK + tile, acc)
+    if GATED:
+        _store_part(base + (pid_k * NPART + 1) * BLOCK + tile, acc_u)
+    tl.debug_barrier()  # every thread's partial is issued before the release below
+    count = tl.atomic_add(count_ptr + tile_id, 1, sem="acq_rel")
+    live = tl.where(count == SPLIT_K - 1, BLOCK, 0)
+    mask = tile < live
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc.dtype)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc.dtype)
+    for s in range(SPLIT_K):  # fixed order: deterministic
+        acc += _load_part(base + (s * NPART) * BLOCK + tile, mask, acc)
+        if GATED:
+            acc_u += _load_part(base + (s * NPART + 1) * BLOCK + tile, mask, acc_u)
+    tl.atomic_xchg(count_ptr + tile_id, 0, mask=live > 0)  # ready for the next call
+    return acc, acc_u, live
