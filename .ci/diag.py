@@ -87,6 +87,41 @@ if "actq" in what:
                 t = do_bench(f, warmup=10, rep=50)
                 p(f"    block {block} warps {warps}: {t*1e3:.1f} us")
 
+if "host" in what:
+    import cProfile
+    import io
+    import pstats
+
+    from fused.kernels import launch
+    base = make_block("llama", 4096, 14336, "cuda")
+    import copy
+    for name, cfg in (("int8 W8A16", fused.FusedInt8MLP()), ("fp8 W8A8", fused.FusedFloat8MLP())):
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        for M in (1, 128):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                for _ in range(5):
+                    m(x)
+                torch.cuda.synchronize()
+                c0 = dict(launch.counts)
+                t = time.perf_counter()
+                for _ in range(300):
+                    m(x)
+                host = (time.perf_counter() - t) / 300 * 1e6
+                torch.cuda.synchronize()
+                tot = (time.perf_counter() - t) / 300 * 1e6
+                p(f"{name} M={M}: host {host:.1f} us/call, with sync {tot:.1f}; launches {dict((k, launch.counts[k] - c0[k]) for k in c0)}")
+                if M == 1:
+                    pr = cProfile.Profile()
+                    pr.enable()
+                    for _ in range(200):
+                        m(x)
+                    pr.disable()
+                    sio = io.StringIO()
+                    pstats.Stats(pr, stream=sio).sort_stats("tottime").print_stats(14)
+                    p(sio.getvalue()[-3500:])
+        del m
+
 if "launcher" in what:
     from triton.compiler import compiler as cc
     p("== CompiledKernel source (triton", triton.__version__, ")")

@@ -36,11 +36,17 @@ def test_stats_count_every_call():
 
 
 @pytest.mark.cuda
-def test_strict_mode_raises_on_a_cuda_fallback():
+def test_strict_mode_on_cuda():
+    """Every dense format has kernels on CUDA: strict mode lets them run, and raises the moment a call
+    would take the pure-torch path there."""
     q, s = quantize_weight(torch.randn(8, 16, device="cuda"), "float8_e4m3")
+    x = torch.randn(2, 16, device="cuda", dtype=torch.bfloat16)
     dispatch.set_strict(True)
     try:
-        with pytest.raises(RuntimeError, match="strict mode: FALLBACK"):
-            dispatch.linear(torch.randn(2, 16, device="cuda", dtype=torch.bfloat16), q, s)
+        dispatch.stats.clear()
+        dispatch.linear(x, q, s)
+        assert dispatch.stats[("linear", "triton:w8a16_gemv")] == 1
+        with dispatch.force_path("reference"), pytest.raises(RuntimeError, match="strict mode: forced"):
+            dispatch.linear(x, q, s)
     finally:
         dispatch.set_strict(False)

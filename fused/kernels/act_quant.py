@@ -38,7 +38,8 @@ def _round_e4m3(v):
 
 @triton.jit
 def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
-    v = tl.minimum(tl.maximum(x / scale, -QMAX), QMAX)
+    # div_rn: IEEE division as in the reference (`/` on fp32 is the approximate div.full on the GPU)
+    v = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -QMAX), QMAX)
     if FP8:
         if HAND_ROUND:
             v = _round_e4m3(v)

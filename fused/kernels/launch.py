@@ -19,6 +19,8 @@ from fused.kernels import INTERPRET
 ENABLED = not INTERPRET and os.environ.get("FUSED_FAST_LAUNCH", "1") != "0"
 _cache: dict = {}
 _I32 = 2 ** 31
+# launches through Triton's own path ("jit": first call of a specialization, or a hook set) vs the cache
+counts = {"jit": 0, "cached": 0}
 
 
 def _spec(v):
@@ -41,12 +43,14 @@ def launch_kernel(fn, grid: tuple, *args, **kw) -> None:
     key = (fn, dev, tuple([_spec(a) for a in args]), tuple(kw.items()))
     hit = _cache.get(key)
     if hit is None or _hooked():
+        counts["jit"] += 1
         compiled = fn[grid](*args, **kw)
         if hit is None and compiled is not None:
             # constexpr params after the positional ones, in signature order (the launcher takes them all)
             tail = tuple(kw[p.name] if p.name in kw else p.default for p in fn.params[len(args):])
             _cache[key] = (compiled, tail)
         return
+    counts["cached"] += 1
     k, tail = hit
     g = grid + (1, 1)
     k.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(dev), k.function, k.packed_metadata,

@@ -138,6 +138,8 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
         c = [(32, 128, 128, 4, 4), (16, 128, 128, 4, 4), (64, 128, bk, 4, 4), (32, 64, 128, 4, 4)]
     elif M <= 256:
         c = [(64, 128, bk, 4, 4), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 64, bk, 4, 4)]
+        if not a8:  # the widened weight tile goes through registers: deeper K tiles, fewer warps per tile
+            c += [(128, 64, 128, 3, 8), (64, 64, 128, 4, 4), (128, 32, 128, 4, 4)]
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
