@@ -10,6 +10,9 @@ reference unpacks them to dense and runs the dense reference; on CUDA the Triton
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs: see GEMV_MAX_M)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
+"mlp_block" (a whole FusedGatedMLP / FusedMLP with dense 8-bit weights):
+  * CUDA, M <= DECODE_BLOCK_MAX_M -> decode_block: both layers in ONE launch, weight-only
+  * otherwise                     -> "per_layer": each layer through its own dispatch (as above)
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
 from __future__ import annotations
@@ -52,6 +55,10 @@ def force_path(path: str | None):
 # and no less accurate.
 GEMV_MAX_M = 16
 SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
+# At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block runs as one decode_block launch (weight-only, as
+# the GEMV): saves a launch and h's round trip through memory. Above it the reduction of the per-slice
+# down-projection partials ([M, D] per program) costs more than it saves (to be tuned on the H200).
+DECODE_BLOCK_MAX_M = 16
 
 
 def _fmt(qweight: torch.Tensor) -> str:
@@ -81,6 +88,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
     alignment; left out, they default to what `explain` describes: bf16 activations, M=1 (decode)."""
     device = torch.device(device)
+    if op == "mlp_block":
+        return _plan_block(device, M)
     if _forced == "reference":
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
@@ -103,6 +112,20 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     if device.type == "cpu":
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
+
+
+def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
+    """A whole dense 8-bit block: "triton:decode_block" (one launch) or "per_layer" (each layer's own path)."""
+    per_layer = "per_layer", "each layer takes its own path (see its row)"
+    if _forced == "reference":
+        return "per_layer", "forced reference: each layer runs the reference"
+    if device.type != "cuda" and _forced != "triton":
+        return per_layer
+    one = (f"whole block in one launch at M<={DECODE_BLOCK_MAX_M} (weight-only; 2 launches, bit-stable, under "
+           "torch.use_deterministic_algorithms)")
+    if M is None:
+        return "triton:decode_block|per_layer", one + ", each layer's own kernel above"
+    return ("triton:decode_block", one) if M <= DECODE_BLOCK_MAX_M else per_layer
 
 
 def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
@@ -270,3 +293,47 @@ def narrow_mlp(x, weights, params, dims, acts):
     # copies only when the leading dims cannot be merged
     y = kernel(x.reshape(-1, x.shape[-1]), weights, params, dims, acts)
     return y.reshape(*x.shape[:-1], dims[-1])
+
+
+def block_applies(device: torch.device) -> bool:
+    """Whether the decode block can run for a block on ``device`` at some M: the modules route a block
+    through ``mlp_block`` (or its op) only then, and keep their per-layer forward (hooks, paths) elsewhere."""
+    return _forced != "reference" and (device.type == "cuda" or _forced == "triton")
+
+
+def _smoothed(x: torch.Tensor, smooth_inv: torch.Tensor | None) -> torch.Tensor:
+    # as FusedLinear._smooth: x / s in fp32, rounded once to x's dtype
+    return x if smooth_inv is None else (x.float() * smooth_inv).to(x.dtype)
+
+
+def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
+    """A whole MLP block, y = down(h): gated h = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) with w1 [2H, K] stacked
+    (FusedGatedLinear's layout), or plain h = act(x·W_1ᵀ + b_1) with w1 [H, K]; then y = h·W_2ᵀ + b_2,
+    w2 [D, H]. Both layers dense 8-bit with fp32 per-row scales; ``dynamic``: W8A8 config (used by the
+    per-layer path; the decode block is weight-only, as the GEMV); ``smooth1`` [K] / ``smooth2`` [H]:
+    the layers' smooth_inv (None: not smoothed). At M <= DECODE_BLOCK_MAX_M on CUDA: one decode_block
+    launch (deterministic two-stage under torch.use_deterministic_algorithms); otherwise the two layers
+    through ``gated``/``linear``. h is rounded to x's dtype on both paths."""
+    op = "mlp_block"
+    _check(x, w1, op)
+    for name, w in (("w1", w1), ("w2", w2)):
+        if w.dtype not in (torch.int8, torch.float8_e4m3fn):
+            raise TypeError(f"{op}: {name} must be int8 or float8_e4m3fn (dense 8-bit), got {w.dtype}")
+    H = w1.shape[0] // 2 if gated else w1.shape[0]
+    if gated and w1.shape[0] % 2:
+        raise ValueError(f"{op}: the stacked gate/up weight needs an even row count, got {w1.shape[0]}")
+    if w2.device != x.device:
+        raise RuntimeError(f"{op}: device mismatch: activations on {x.device}, down weight on {w2.device}")
+    if w2.shape[1] != H:
+        raise ValueError(f"{op}: the down weight expects {w2.shape[1]} features, the first layer gives {H}")
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    path, why = plan(op, _fmt(w1), dynamic, x.device, x2.shape[0])
+    stats[(op, path)] += 1
+    if path == "per_layer":
+        h = _run("gated" if gated else "linear", _smoothed(x, smooth1), w1, s1, b1, act, dynamic)
+        return _run("linear", _smoothed(h, smooth2), w2, s2, b2, "none", dynamic)
+    from fused.kernels.decode_block import decode_block
+
+    y = decode_block(x2, w1, s1, b1, w2, s2, b2, act, gated, smooth1, smooth2)
+    return y.reshape(*x.shape[:-1], w2.shape[0])

@@ -21,9 +21,12 @@ def converted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
 
 def explain(model: nn.Module, device: torch.device | str | None = None, print_table: bool = True) -> list[dict]:
     """One row per fused op: fqn, kind, format, mode, activation, the path it takes on ``device``
-    (default: where its weights are), bytes before/after. Warns when nothing is converted."""
+    (default: where its weights are), bytes before/after. A layer of a block that can run as one op
+    (FusedGatedMLP / FusedMLP with dense 8-bit layers) also carries the block's path: "block_path" /
+    "block_why" (None otherwise; e.g. "triton:decode_block|per_layer" on CUDA: the whole block in one
+    launch at small M, each layer's own path above). Warns when nothing is converted."""
     rows = []
-    blocks = {n for n, m in model.named_modules() if isinstance(m, _BLOCKS)}
+    blocks = {n: m for n, m in model.named_modules() if isinstance(m, _BLOCKS)}
     for name, mod in converted_modules(model):
         dev = torch.device(device) if device is not None else next(mod.buffers()).device
         dense = hasattr(mod, "qweight")
@@ -31,6 +34,9 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
                                   k=mod.qweight.shape[1] if dense else None,
                                   weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight))
         parent = name.rsplit(".", 1)[0] if "." in name else ""
+        block_path = block_why = None
+        if parent in blocks and blocks[parent].block_fusable():
+            block_path, block_why = dispatch.plan("mlp_block", mod.fmt, mod.dynamic, dev)
         rows.append({
             "module": name,
             "block": parent if parent in blocks else None,
@@ -41,6 +47,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "device": str(dev),
             "path": path,
             "why": why,
+            "block_path": block_path,
+            "block_why": block_why,
             "bytes_before": mod.source_bytes,
             # + derived copies the CPU path caches (scales/bias in the activation dtype)
             "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense else 0),
@@ -54,8 +62,11 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
 
 def format_table(rows: list[dict]) -> str:
     head = ["module", "op", "format", "mode", "act", "path", "KiB before", "KiB after"]
-    lines = [head]
+    lines, shown = [head], set()
     for r in rows:
+        if r.get("block_path") is not None and r["block"] not in shown:  # the block's line, above its layers
+            shown.add(r["block"])
+            lines.append([r["block"], "mlp_block", "", "", "", f'{r["block_path"]} ({r["block_why"]})', "", ""])
         lines.append([r["module"], r["op"], r["format"], r["mode"], r["act"], f'{r["path"]} ({r["why"]})',
                       f'{r["bytes_before"] / 1024:.1f}', f'{r["bytes_after"] / 1024:.1f}'])
     before = sum(r["bytes_before"] for r in rows)

@@ -2,8 +2,10 @@
 
 FusedLinear      one Linear (+ optional activation)           -> 1 op
 FusedGatedLinear gate and up stacked in one [2H, K] weight     -> 1 op: act(gate) ⊙ up
-FusedGatedMLP    FusedGatedLinear + FusedLinear (down)        -> 2 ops
-FusedMLP         FusedLinear(act) + FusedLinear (fc1-act-fc2) -> 2 ops
+FusedGatedMLP    FusedGatedLinear + FusedLinear (down)        -> 1 op (mlp_block) on CUDA, else 2 ops
+FusedMLP         FusedLinear(act) + FusedLinear (fc1-act-fc2) -> 1 op (mlp_block) on CUDA, else 2 ops
+The block op runs both layers in one decode_block launch at small M and each layer's own kernel above
+(fused.dispatch.mlp_block); the buffers and checkpoints are those of the two layer modules either way.
 """
 from __future__ import annotations
 
@@ -171,23 +173,45 @@ class FusedGatedLinear(_Fused8bit):
         return f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt}, {mode}, act={self.act}(gate)*up, bias={self.bias is not None}{', smoothed' if self.smooth_inv is not None else ''}"
 
 
-class FusedGatedMLP(nn.Module):
+class _Block(nn.Module):
+    """A two-layer block; ``layers()`` gives (first, second, gated)."""
+
+    def block_fusable(self) -> bool:
+        """Whether the block can run as one ``mlp_block`` op: dense 8-bit layers (2:4 layers are other
+        classes), no activation after the down projection, one mode. Smoothing (smooth_inv) is folded in."""
+        first, second, gated = self.layers()
+        return (type(first) is (FusedGatedLinear if gated else FusedLinear) and type(second) is FusedLinear
+                and second.act == "none" and first.dynamic == second.dynamic)
+
+    def forward(self, x):
+        first, second, gated = self.layers()
+        # where the decode block cannot run at any M (the CPU) the block keeps its per-layer forward:
+        # the layers' hooks, paths and exported graph stay as they were
+        if not (dispatch.block_applies(x.device) and self.block_fusable()):
+            return second(first(x))
+        x = _input_for(x)
+        run = ops.mlp_block if _use_op(x) else dispatch.mlp_block
+        return run(x, first.qweight, first.scale, first.bias, second.qweight, second.scale, second.bias, first.act,
+                   gated, first.dynamic, first.smooth_inv, second.smooth_inv)
+
+
+class FusedGatedMLP(_Block):
     """down(act(gate(x)) ⊙ up(x)): LlamaMLP / MistralMLP / Qwen2MLP / Phi-3 gate_up_proj blocks."""
 
     def __init__(self, gate_up: FusedGatedLinear, down: FusedLinear):
         super().__init__()
         self.gate_up, self.down = gate_up, down
 
-    def forward(self, x):
-        return self.down(self.gate_up(x))
+    def layers(self):
+        return self.gate_up, self.down, True
 
 
-class FusedMLP(nn.Module):
+class FusedMLP(_Block):
     """fc2(act(fc1(x))): nn.Sequential(Linear, act, Linear) and fc1/act/fc2 blocks."""
 
     def __init__(self, fc1: FusedLinear, fc2: FusedLinear):
         super().__init__()
         self.fc1, self.fc2 = fc1, fc2
 
-    def forward(self, x):
-        return self.fc2(self.fc1(x))
+    def layers(self):
+        return self.fc1, self.fc2, False

@@ -69,11 +69,24 @@ def _narrow_mlp_fake(x, weights, params, dims, acts):
     return x.new_empty(*x.shape[:-1], dims[-1])
 
 
+@torch.library.custom_op("fusedmlp::mlp_block", mutates_args=())
+def mlp_block(x: Tensor, w1: Tensor, s1: Tensor, b1: Optional[Tensor], w2: Tensor, s2: Tensor, b2: Optional[Tensor],
+              act: str, gated: bool, dynamic: bool, smooth1: Optional[Tensor], smooth2: Optional[Tensor]) -> Tensor:
+    """A whole FusedGatedMLP (gated, w1 = stacked gate/up) or FusedMLP (fc1-act-fc2) block: one
+    decode_block launch at small M on CUDA, the two layers' own paths otherwise (chosen at run time)."""
+    return dispatch.mlp_block(x, w1, s1, b1, w2, s2, b2, act, gated, dynamic, smooth1, smooth2)
+
+
+@mlp_block.register_fake
+def _mlp_block_fake(x, w1, s1, b1, w2, s2, b2, act, gated, dynamic, smooth1, smooth2):
+    return x.new_empty(*x.shape[:-1], w2.shape[0])
+
+
 def _no_backward(ctx, grad):
     raise RuntimeError(
         "fusedmlp ops are inference-only: no backward. Run the converted model under torch.no_grad(), "
         "or train the unconverted model.")
 
 
-for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp):
+for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp, mlp_block):
     _op.register_autograd(_no_backward)

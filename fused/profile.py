@@ -7,6 +7,8 @@ launches   CUDA: device kernels (memcpy/memset counted apart). CPU: there are no
            analogue of a launch. ``aten_ops`` counts every aten op, nested ones included.
 fused ops  calls of the fusedmlp ops and the implementation each took, read from ``fused.dispatch.stats``
            ("gated -> triton:..." / "linear -> reference"); a reference path on CUDA is a fallback.
+           "mlp_block -> per_layer" (a block run layer by layer) is listed but not counted as a call: its
+           layers' calls are.
 busy/idle  CUDA: busy = time at least one kernel or copy runs; idle = forward wall time (up to the end of a
            synchronize) minus busy: launch gaps and host overhead. CPU: busy = time inside top-level aten
            ops; idle = wall minus busy: Python and module overhead.
@@ -33,11 +35,12 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
 from fused import dispatch
-from fused.modules import FusedGatedLinear, FusedLinear
+from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused.tasks import call
 
 FORWARD_RANGE = "fused.profile.forward"
 _FUSED_OPS = (FusedLinear, FusedGatedLinear)
+_BLOCKS = (FusedGatedMLP, FusedMLP)  # one mlp_block op where dispatch.block_applies (CUDA)
 _DEVICE_TYPES = (DeviceType.CUDA,)
 
 
@@ -133,15 +136,23 @@ def _annotate_fused_ops(model: nn.Module) -> list:
     handles, stack = [], []
 
     def pre(mod, args):
-        rf = record_function(f"fusedmlp::{mod.op_name}")
-        rf.__enter__()
+        rf = None
+        if isinstance(mod, _FUSED_OPS):
+            rf = record_function(f"fusedmlp::{mod.op_name}")
+        elif args and isinstance(args[0], torch.Tensor) and dispatch.block_applies(args[0].device) \
+                and mod.block_fusable():
+            rf = record_function("fusedmlp::mlp_block")
+        if rf is not None:
+            rf.__enter__()
         stack.append(rf)
 
     def post(mod, args, out):
-        stack.pop().__exit__(None, None, None)
+        rf = stack.pop()
+        if rf is not None:
+            rf.__exit__(None, None, None)
 
     for m in model.modules():
-        if isinstance(m, _FUSED_OPS):
+        if isinstance(m, _FUSED_OPS + _BLOCKS):
             handles.append(m.register_forward_pre_hook(pre))
             handles.append(m.register_forward_hook(post))
     return handles
@@ -297,7 +308,8 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 1, lab
     return ProfileReport(
         label=label, device=str(device), forwards=forwards,
         launches=launches, launch_unit=unit, device_copies=len(copies) / forwards,
-        aten_ops=aten / forwards, fused_op_calls=sum(fused_calls.values()) / forwards, paths=paths,
+        aten_ops=aten / forwards, paths=paths,
+        fused_op_calls=sum(n for (op, path), n in fused_calls.items() if path != "per_layer") / forwards,
         fallbacks=fallbacks, wall_ms=wall_us / forwards / 1e3, busy_ms=busy_us / forwards / 1e3,
         idle_ms=max(wall_us - busy_us, 0.0) / forwards / 1e3, idle_definition=idle_def,
         peak_memory_bytes=int(peak), peak_memory_definition=peak_def, weight_bytes=_weight_bytes(model),

@@ -6,6 +6,7 @@ gated:   y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u)        W_g, W_u stac
 sparse24_*: the same ops on a 2:4 weight packed by sparsity.pack_24 (unpacked to dense first); values
          int8 / float8_e4m3 with per-row scales, or bfloat16 with no scale (wscale None)
 narrow_mlp: a whole narrow MLP (fused.narrow) on its packed buffers, every layer in fp32
+mlp_block: a whole gated or fc1-act-fc2 block, weight-only: the two layers composed, h rounded to x's dtype
 
 Accumulation in fp32; the output has the activation's dtype. Inputs may be N-D and strided.
 """
@@ -59,6 +60,19 @@ def gated_ref(x, qweight, wscale, bias=None, act="silu", dynamic=False):
         y = y + bias.float()
     h = apply_activation(y[:, :H], act) * y[:, H:]
     return h.to(x.dtype).reshape(*x.shape[:-1], H)
+
+
+def _smoothed(x, smooth_inv):
+    # as the modules' _smooth: x / s in fp32, rounded once to x's dtype
+    return x if smooth_inv is None else (x.float() * smooth_inv).to(x.dtype)
+
+
+def mlp_block_ref(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, smooth1=None, smooth2=None):
+    """Reference whole block (the decode block's oracle): h = gated_ref (w1 [2H, K] stacked gate/up) or
+    linear_ref(act) (w1 [H, K]) on x·(1/s_1), in x's dtype (the two-launch path stores h so), then
+    y = linear_ref(h·(1/s_2)) with w2 [D, H]. Weight-only; smooth1/smooth2: smooth_inv or None."""
+    h = (gated_ref if gated else linear_ref)(_smoothed(x, smooth1), w1, s1, b1, act)
+    return linear_ref(_smoothed(h, smooth2), w2, s2, b2)
 
 
 def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):

@@ -1,0 +1,281 @@
+"""Decode (M <= 16) MLP block in one launch: y = down(h) with h the block's intermediate activation.
+
+gated:  h = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u)   W_g/W_u stacked in w1 [2H, K] (FusedGatedLinear)
+plain:  h = act(x·W_1ᵀ·s_1 + b_1)                        w1 [H, K] (fc1-act-fc2)
+then    y = (h·W_2ᵀ)·s_2 + b_2                           w2 [D, H]
+x [M, K] bf16/fp16/fp32 (any strides); weights int8, or float8 e4m3 passed as uint8 (bitcast in
+registers); scales fp32; biases any float dtype. Weight-only numerics, as the two-launch path at M <= 16:
+h is computed in fp32 and ROUNDED TO x's dtype (the two-launch path stores it so), the down projection
+accumulates in fp32 and y is cast to x's dtype. Optional SmoothQuant vectors (fused.smoothing) are folded
+in the same way the modules apply them: x·(1/s_1) and h·(1/s_2), each rounded to x's dtype.
+Reference: fused.reference.mlp_block_ref (gated_ref / linear_ref, weight-only, composed).
+
+Grid over slices of H: program p owns h[:, p·BLOCK_H : (p+1)·BLOCK_H]. It reads its gate/up (or fc1) rows
+over the whole K, finishes its h slice in registers (scale, bias, activation, gate, rounding), then
+multiplies it by the matching column slice of W_2 in BLOCK_D chunks: an unscaled [M, D] partial of the
+output, to be summed over the P = cdiv(H, BLOCK_H) programs. Every weight byte is read exactly once and h
+never leaves the chip; the price is the reduction: P·M·D fp32 adds (Llama-3-8B, BLOCK_H=64, M=16: 14.7 M,
+against 176 MB of weights), which grows with M and sets where the block stops paying
+(fused.dispatch.DECODE_BLOCK_MAX_M). Two ways to sum the partials:
+
+* default, ONE launch: each program adds its partial into an fp32 workspace [M, D] with atomics, one
+  BLOCK_D chunk at a time; after each chunk's adds it bumps that chunk's counter (acq_rel), and the
+  program that arrives last for a chunk applies s_2 and b_2, stores y there, and writes the chunk of the
+  workspace (and its counter) back to zero, so no memset launch is needed before the next call. This is
+  the fast default. fp32 addition is not associative and the order of the atomics depends on which
+  program gets there first, so y may differ in the last bits from run to run (as accurate, not bit-stable).
+* deterministic (``deterministic=True``, or under torch.use_deterministic_algorithms(True)): each program
+  stores its partial into part[p] and a second small kernel, parallel over D, sums the P partials in a
+  fixed order and runs the down epilogue: two launches and P·M·D·4 bytes written and read back, no
+  atomics, bit-identical across runs.
+
+The workspaces are cached per device (sized up as needed); like the split-K GEMV's counters they assume
+calls on one device are stream-ordered (two streams running this kernel at once would share them).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import check_out, dot_mode
+from fused.kernels.epilogue import activation, int8_to_f32
+from fused.kernels.tuning import m_bucket, pick
+
+
+@triton.jit
+def _mma(acc, a, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
+    """acc [BLOCK_M, R] += a [BLOCK_M, C] · w [R, C]ᵀ, w raw 8-bit (int8, or fp8 bits in uint8), unscaled."""
+    if W_FP8:
+        wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif CVT == "magic":
+        wf = int8_to_f32(w)
+    else:
+        wf = w.to(tl.float32)
+    if BLOCK_M == 1:
+        # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
+        acc += tl.sum(wf * a.to(tl.float32), axis=1)[None, :]
+    elif DOT == "fp32":
+        acc = tl.dot(a.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
+    elif W_FP8 or CVT == "magic":
+        acc = tl.dot(a, tl.trans(wf.to(a.dtype)), acc)
+    else:
+        acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)  # int8 -> bf16/fp16 is exact
+    return acc
+
+
+@triton.jit
+def _down_epilogue(acc, offs_m, offs_d, M, D, s2_ptr, b2_ptr, y_ptr, stride_ym, stride_yd, mask,
+                   HAS_B2: tl.constexpr):
+    d_ok = offs_d < D
+    y = acc * tl.load(s2_ptr + offs_d, mask=d_ok, other=0.0)[None, :]
+    if HAS_B2:
+        y += tl.load(b2_ptr + offs_d, mask=d_ok, other=0.0).to(tl.float32)[None, :]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_d[None, :] * stride_yd, y.to(y_ptr.dtype.element_ty),
+             mask=mask)
+
+
+@triton.jit
+def _decode_block_kernel(
+    x_ptr, w1_ptr, s1_ptr, b1_ptr, sx_ptr, w2_ptr, s2_ptr, b2_ptr, sh_ptr, y_ptr, ws_ptr, count_ptr,
+    M, K, H, D,
+    stride_xm, stride_xk, stride_w1r, stride_w1k, stride_w2d, stride_w2h, stride_ym, stride_yd,
+    GATED: tl.constexpr, ACT: tl.constexpr, HAS_B1: tl.constexpr, HAS_B2: tl.constexpr,
+    SMOOTH_X: tl.constexpr, SMOOTH_H: tl.constexpr, W1_FP8: tl.constexpr, W2_FP8: tl.constexpr,
+    DETERMINISTIC: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    m_ok = offs_m < M
+    offs_h = pid * BLOCK_H + tl.arange(0, BLOCK_H)
+    h_ok = offs_h < H
+
+    # ---- up: this program's [BLOCK_M, BLOCK_H] slice of gate/up (fc1) over the whole K
+    acc_g = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = offs_k < K
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        if SMOOTH_X:  # x·(1/s) in fp32, rounded to x's dtype: what FusedLinear._smooth does
+            x = (x.to(tl.float32) * tl.load(sx_ptr + offs_k, mask=k_ok, other=0.0)[None, :]).to(x.dtype)
+        w_mask = h_ok[:, None] & k_ok[None, :]
+        wg = tl.load(w1_ptr + offs_h[:, None] * stride_w1r + offs_k[None, :] * stride_w1k, mask=w_mask, other=0)
+        acc_g = _mma(acc_g, x, wg, W1_FP8, BLOCK_M, DOT, CVT)
+        if GATED:
+            wu = tl.load(w1_ptr + (H + offs_h)[:, None] * stride_w1r + offs_k[None, :] * stride_w1k,
+                         mask=w_mask, other=0)
+            acc_u = _mma(acc_u, x, wu, W1_FP8, BLOCK_M, DOT, CVT)
+
+    h = acc_g * tl.load(s1_ptr + offs_h, mask=h_ok, other=0.0)[None, :]
+    if HAS_B1:
+        h += tl.load(b1_ptr + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
+    h = activation(h, ACT)
+    if GATED:
+        u = acc_u * tl.load(s1_ptr + H + offs_h, mask=h_ok, other=0.0)[None, :]
+        if HAS_B1:
+            u += tl.load(b1_ptr + H + offs_h, mask=h_ok, other=0.0).to(tl.float32)[None, :]
+        h = h * u
+    # the two-launch path stores h in x's dtype: round the same way
+    h = h.to(x_ptr.dtype.element_ty)
+    if SMOOTH_H:
+        h = (h.to(tl.float32) * tl.load(sh_ptr + offs_h, mask=h_ok, other=0.0)[None, :]).to(x_ptr.dtype.element_ty)
+    # columns past H meet zero-masked W_2 columns, but 0·NaN (from a NaN in x) is NaN: zero them
+    h = tl.where(h_ok[None, :], h, tl.zeros_like(h))
+
+    # ---- down: the unscaled partial h_slice · W_2[:, slice]ᵀ, BLOCK_D outputs at a time. Program p starts
+    # at chunk p: the programs' atomics then land on different addresses (L2 slices) at any moment, and
+    # the chunks get finished (below) at different times instead of all by one program at the end.
+    n_chunks = tl.cdiv(D, BLOCK_D)
+    for i in range(0, n_chunks):
+        chunk = (pid + i) % n_chunks
+        offs_d = chunk * BLOCK_D + tl.arange(0, BLOCK_D)
+        d_ok = offs_d < D
+        w2 = tl.load(w2_ptr + offs_d[:, None] * stride_w2d + offs_h[None, :] * stride_w2h,
+                     mask=d_ok[:, None] & h_ok[None, :], other=0)
+        part = _mma(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), h, w2, W2_FP8, BLOCK_M, DOT, CVT)
+        # workspace [M, D] (atomics) or part[P, M, D] (deterministic); rows past M dropped
+        offs = offs_m[:, None] * D + offs_d[None, :]
+        mask = m_ok[:, None] & d_ok[None, :]
+        if DETERMINISTIC:
+            tl.store(ws_ptr + pid * M * D + offs, part, mask=mask)
+        else:
+            tl.atomic_add(ws_ptr + offs, part, mask=mask, sem="relaxed")
+            tl.debug_barrier()  # every thread's adds are issued before the release below
+            count = tl.atomic_add(count_ptr + chunk, 1, sem="acq_rel")
+            if count == tl.num_programs(0) - 1:  # the last program for this chunk: all partials are in
+                acc = tl.load(ws_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")  # L2, where atomics land
+                _down_epilogue(acc, offs_m, offs_d, M, D, s2_ptr, b2_ptr, y_ptr, stride_ym, stride_yd, mask, HAS_B2)
+                tl.store(ws_ptr + offs, tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), mask=mask)
+                tl.atomic_xchg(count_ptr + chunk, 0)  # ready for the next call
+
+
+@triton.jit
+def _decode_block_reduce_kernel(part_ptr, s2_ptr, b2_ptr, y_ptr, M, D, P, stride_ym, stride_yd,
+                                HAS_B2: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Deterministic second stage: y[:, d-chunk] = epilogue(Σ_p part[p, :, d-chunk]) summed in order p = 0..P-1."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.program_id(0) * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs = offs_m[:, None] * D + offs_d[None, :]
+    mask = (offs_m < M)[:, None] & (offs_d < D)[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+    for p in range(P):
+        acc += tl.load(part_ptr + p * M * D + offs, mask=mask, other=0.0)
+    _down_epilogue(acc, offs_m, offs_d, M, D, s2_ptr, b2_ptr, y_ptr, stride_ym, stride_yd, mask, HAS_B2)
+
+
+_workspace: dict = {}  # device -> (fp32 accumulator, int32 counters per D chunk), both kept at zero
+_partials: dict = {}  # device -> fp32 part[P, M, D] of the deterministic mode (no invariant)
+
+
+def _buffers(device, numel: int, chunks: int):
+    ws = _workspace.get(device)
+    if ws is None or ws[0].numel() < numel or ws[1].numel() < chunks:
+        acc = torch.zeros(max(numel, 1 << 16), device=device, dtype=torch.float32)
+        ws = _workspace[device] = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
+    return ws
+
+
+def _partial_buffer(device, numel: int):
+    part = _partials.get(device)
+    if part is None or part.numel() < numel:
+        part = _partials[device] = torch.empty(max(numel, 1 << 16), device=device, dtype=torch.float32)
+    return part
+
+
+def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = False) -> list[dict]:
+    """First entry: the heuristic default (used untuned with FUSED_TUNE=0). BLOCK_H sets the programs
+    (P = H / BLOCK_H) and so the reduction traffic (P·M·D atomics): small BLOCK_H fills the GPU, large
+    BLOCK_H adds less. BLOCK_K follows BLOCK_H so the gate/up tiles of one step stay near 16 KiB of
+    weights. CVT: how int8 becomes float ("magic": integer ops, see epilogue.int8_to_f32). ``fp32_dot``
+    (fp32 activations, M > 1): the ieee fp32 dot is FMA code; tiles past these spill (ptxas, sm_90)."""
+    if M > 1 and fp32_dot:
+        return [dict(BLOCK_M=16, BLOCK_H=bh, BLOCK_K=bk, BLOCK_D=64, num_warps=4, CVT="magic")
+                for bh, bk in ((32, 64), (64, 32), (16, 64))]
+    if M == 1:
+        first = dict(BLOCK_M=1, BLOCK_H=32, BLOCK_K=256, BLOCK_D=128, num_warps=4, CVT="magic")
+        tiles = [(bh, min(512, 16384 // (bh * (2 if gated else 1)))) for bh in (16, 32, 64)]
+        bds = (128, 256)
+    else:
+        first = dict(BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, BLOCK_D=128, num_warps=4, CVT="native")
+        tiles = [(16, 256), (32, 256), (64, 128), (128, 128)]
+        bds = (64, 128)
+    out = [first]
+    for bh, bk in tiles:
+        for bd in bds:
+            for warps, cvt in ((4, "magic"), (4, "native"), (8, "magic")):
+                c = dict(BLOCK_M=first["BLOCK_M"], BLOCK_H=bh, BLOCK_K=bk, BLOCK_D=bd, num_warps=warps, CVT=cvt)
+                if c != first:
+                    out.append(c)
+    return out
+
+
+def _interpret_config(M):
+    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_H=16, BLOCK_K=32, BLOCK_D=16, num_warps=4, CVT="magic")
+
+
+def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.Tensor | None,
+                 w2: torch.Tensor, s2: torch.Tensor, b2: torch.Tensor | None, act: str = "silu",
+                 gated: bool = True, smooth_x: torch.Tensor | None = None, smooth_h: torch.Tensor | None = None,
+                 deterministic: bool | None = None, config: dict | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M <= 16, K]. gated: w1 [2H, K] (gate rows, then up rows), else w1 [H, K];
+    w2 [D, H]; s1/b1 per w1 row, s2/b2 per w2 row; smooth_x [K] / smooth_h [H]: 1/s of SmoothQuant
+    smoothing (None: not smoothed). ``deterministic`` None: torch.are_deterministic_algorithms_enabled().
+    Returns y [M, D] in x's dtype."""
+    M, K = x.shape
+    R, H, D = w1.shape[0], w2.shape[1], w2.shape[0]
+    assert M <= 16 and w1.shape[1] == K and R == (2 * H if gated else H), (x.shape, w1.shape, w2.shape, gated)
+    if deterministic is None:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+    w1_dtype = w1.dtype
+    w1_fp8, w2_fp8 = w1.dtype == torch.float8_e4m3fn, w2.dtype == torch.float8_e4m3fn
+    w1 = w1.view(torch.uint8) if w1_fp8 else w1
+    w2 = w2.view(torch.uint8) if w2_fp8 else w2
+    # per-row vectors are indexed as contiguous (no-ops for module buffers)
+    s1, s2 = s1.contiguous(), s2.contiguous()
+    b1 = b1.contiguous() if b1 is not None else None
+    b2 = b2.contiguous() if b2 is not None else None
+    smooth_x = smooth_x.contiguous() if smooth_x is not None else None
+    smooth_h = smooth_h.contiguous() if smooth_h is not None else None
+    y = check_out(out, (M, D), x.dtype, x.device) if out is not None else torch.empty((M, D), device=x.device,
+                                                                                      dtype=x.dtype)
+    if M == 0 or D == 0:
+        return y
+
+    def launch(cfg):
+        bm, bh, bd = cfg["BLOCK_M"], cfg["BLOCK_H"], cfg["BLOCK_D"]
+        P = triton.cdiv(H, bh)
+        if deterministic:
+            ws, count = _partial_buffer(x.device, max(P, 1) * M * D), s1  # (no counter)
+        else:
+            ws, count = _buffers(x.device, M * D, triton.cdiv(D, bd))
+        _decode_block_kernel[(max(P, 1),)](
+            x, w1, s1, b1 if b1 is not None else s1, smooth_x if smooth_x is not None else s1,
+            w2, s2, b2 if b2 is not None else s2, smooth_h if smooth_h is not None else s2, y, ws, count,
+            M, K, H, D,
+            x.stride(0), x.stride(1), w1.stride(0), w1.stride(1), w2.stride(0), w2.stride(1), y.stride(0), y.stride(1),
+            GATED=gated, ACT=act, HAS_B1=b1 is not None, HAS_B2=b2 is not None,
+            SMOOTH_X=smooth_x is not None, SMOOTH_H=smooth_h is not None, W1_FP8=w1_fp8, W2_FP8=w2_fp8,
+            DETERMINISTIC=deterministic,
+            BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=cfg["BLOCK_K"], BLOCK_D=bd, DOT=dot_mode(x.dtype),
+            CVT=cfg.get("CVT", "magic"), num_warps=cfg["num_warps"],
+        )
+        if deterministic:
+            _decode_block_reduce_kernel[(triton.cdiv(D, bd),)](
+                ws, s2, b2 if b2 is not None else s2, y, M, D, max(P, 1), y.stride(0), y.stride(1),
+                HAS_B2=b2 is not None, BLOCK_M=bm, BLOCK_D=bd, num_warps=4,
+            )
+
+    if config is None:
+        from fused.kernels import INTERPRET
+
+        fp32_dot = dot_mode(x.dtype) == "fp32"
+        cands = (lambda: [_interpret_config(M)]) if INTERPRET else (lambda: _candidates(M, K, H, D, gated, fp32_dot))
+        key = (m_bucket(M), K, H, D, gated, deterministic, w1_dtype, x.dtype)
+        config = pick("decode_block", key, cands, launch)
+    launch(config)
+    return y

@@ -1,0 +1,71 @@
+"""Compile a Triton kernel for sm_90 on a machine without a GPU (Triton's wheel ships ptxas), specialised
+as a real launch would be: integer arguments equal to 1 become constants, pointers and 16-divisible
+integers carry the divisibility hint. Catches what the interpreter cannot: code that does not compile
+for the GPU. Run in a process WITHOUT TRITON_INTERPRET (the interpreter replaces the jit functions).
+
+    python tests/sm90_compile.py   # the decode block's default configs; prints one line per kernel
+"""
+from __future__ import annotations
+
+import re
+
+
+def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: int = 4) -> dict:
+    """``pointers`` {arg: "*bf16"...}, ``ints`` {arg: value}, ``constexprs`` {arg: value}.
+    Returns {"ptx": str, "memory_ops": sorted PTX memory instruction names}."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    sig, attrs, consts = {}, {}, dict(constexprs)
+    for i, name in enumerate(fn.arg_names):
+        if name in constexprs:
+            sig[name] = "constexpr"
+        elif name in pointers:
+            sig[name] = pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints[name] == 1:
+            sig[name], consts[name] = "constexpr", 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs),
+                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    ptx = kernel.asm["ptx"]
+    return {"ptx": ptx, "memory_ops": sorted(set(re.findall(r"\b(?:red|atom|ld\.global|st\.global)\.[\w.]+", ptx)))}
+
+
+def decode_block_configs():
+    """(label, kernel, pointers, ints, constexprs, num_warps) for the decode block's default configs on the
+    Llama-3-8B block: M = 1 and 16, int8 and fp8, one-launch and deterministic, plus the reduce kernel."""
+    from fused.kernels import decode_block as db
+
+    K, H, D = 4096, 14336, 4096
+    out = []
+    for M in (1, 16):
+        cfg = db._candidates(M, K, H, D, True)[0]
+        for fp8 in (False, True):
+            for det in (False, True):
+                w = "*u8" if fp8 else "*i8"
+                pointers = dict(x_ptr="*bf16", w1_ptr=w, s1_ptr="*fp32", b1_ptr="*bf16", sx_ptr="*fp32", w2_ptr=w,
+                                s2_ptr="*fp32", b2_ptr="*bf16", sh_ptr="*fp32", y_ptr="*bf16", ws_ptr="*fp32",
+                                count_ptr="*i32")
+                ints = dict(M=M, K=K, H=H, D=D, stride_xm=K, stride_xk=1, stride_w1r=K, stride_w1k=1,
+                            stride_w2d=H, stride_w2h=1, stride_ym=D, stride_yd=1)
+                consts = dict(GATED=True, ACT="silu", HAS_B1=True, HAS_B2=True, SMOOTH_X=True, SMOOTH_H=True,
+                              W1_FP8=fp8, W2_FP8=fp8, DETERMINISTIC=det, BLOCK_M=cfg["BLOCK_M"],
+                              BLOCK_H=cfg["BLOCK_H"], BLOCK_K=cfg["BLOCK_K"], BLOCK_D=cfg["BLOCK_D"], DOT="native",
+                              CVT=cfg["CVT"])
+                label = f"decode_block M={M} {'fp8' if fp8 else 'int8'} {'deterministic' if det else 'atomic'}"
+                out.append((label, db._decode_block_kernel, pointers, ints, consts, cfg["num_warps"]))
+        out.append((f"decode_block_reduce M={M}", db._decode_block_reduce_kernel,
+                    dict(part_ptr="*fp32", s2_ptr="*fp32", b2_ptr="*bf16", y_ptr="*bf16"),
+                    dict(M=M, D=D, P=H // cfg["BLOCK_H"], stride_ym=D, stride_yd=1),
+                    dict(HAS_B2=True, BLOCK_M=cfg["BLOCK_M"], BLOCK_D=cfg["BLOCK_D"]), 4))
+    return out
+
+
+if __name__ == "__main__":
+    for label, fn, pointers, ints, consts, warps in decode_block_configs():
+        print(label, "|", " ".join(compile_sm90(fn, pointers, ints, consts, warps)["memory_ops"]))
