@@ -175,10 +175,12 @@ def _triton_kernels():
         from types import SimpleNamespace
 
         from fused.kernels.act_quant import act_quant
+        from fused.kernels.decode_block import decode_block
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
 
-        _kernels = SimpleNamespace(act_quant=act_quant, w8_gemm=w8_gemm, w8a16_gemv=w8a16_gemv)
+        _kernels = SimpleNamespace(act_quant=act_quant, decode_block=decode_block, w8_gemm=w8_gemm,
+                                   w8a16_gemv=w8a16_gemv)
     return _kernels
 
 
@@ -301,11 +303,6 @@ def block_applies(device: torch.device) -> bool:
     return _forced != "reference" and (device.type == "cuda" or _forced == "triton")
 
 
-def _smoothed(x: torch.Tensor, smooth_inv: torch.Tensor | None) -> torch.Tensor:
-    # as FusedLinear._smooth: x / s in fp32, rounded once to x's dtype
-    return x if smooth_inv is None else (x.float() * smooth_inv).to(x.dtype)
-
-
 def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
     """A whole MLP block, y = down(h): gated h = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) with w1 [2H, K] stacked
     (FusedGatedLinear's layout), or plain h = act(x·W_1ᵀ + b_1) with w1 [H, K]; then y = h·W_2ᵀ + b_2,
@@ -326,14 +323,15 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
         raise RuntimeError(f"{op}: device mismatch: activations on {x.device}, down weight on {w2.device}")
     if w2.shape[1] != H:
         raise ValueError(f"{op}: the down weight expects {w2.shape[1]} features, the first layer gives {H}")
-    K = x.shape[-1]
-    x2 = x.reshape(-1, K)
-    path, why = plan(op, _fmt(w1), dynamic, x.device, x2.shape[0])
+    x2 = x.reshape(-1, x.shape[-1])
+    M = x2.shape[0]
+    if x.is_cuda and _forced is None:  # the eager hot path: plan()'s choice without its strings
+        path = "triton:decode_block" if M <= DECODE_BLOCK_MAX_M else "per_layer"
+    else:
+        path = plan(op, _fmt(w1), dynamic, x.device, M)[0]
     stats[(op, path)] += 1
     if path == "per_layer":
-        h = _run("gated" if gated else "linear", _smoothed(x, smooth1), w1, s1, b1, act, dynamic)
-        return _run("linear", _smoothed(h, smooth2), w2, s2, b2, "none", dynamic)
-    from fused.kernels.decode_block import decode_block
-
-    y = decode_block(x2, w1, s1, b1, w2, s2, b2, act, gated, smooth1, smooth2)
-    return y.reshape(*x.shape[:-1], w2.shape[0])
+        h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
+        return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)
+    y = _triton_kernels().decode_block(x2, w1, s1, b1, w2, s2, b2, act, gated, smooth1, smooth2)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])

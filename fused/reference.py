@@ -62,8 +62,8 @@ def gated_ref(x, qweight, wscale, bias=None, act="silu", dynamic=False):
     return h.to(x.dtype).reshape(*x.shape[:-1], H)
 
 
-def _smoothed(x, smooth_inv):
-    # as the modules' _smooth: x / s in fp32, rounded once to x's dtype
+def smooth_input(x, smooth_inv):
+    """x·(1/s) of SmoothQuant smoothing as the modules apply it: in fp32, rounded once to x's dtype."""
     return x if smooth_inv is None else (x.float() * smooth_inv).to(x.dtype)
 
 
@@ -71,8 +71,8 @@ def mlp_block_ref(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, smooth1=Non
     """Reference whole block (the decode block's oracle): h = gated_ref (w1 [2H, K] stacked gate/up) or
     linear_ref(act) (w1 [H, K]) on x·(1/s_1), in x's dtype (the two-launch path stores h so), then
     y = linear_ref(h·(1/s_2)) with w2 [D, H]. Weight-only; smooth1/smooth2: smooth_inv or None."""
-    h = (gated_ref if gated else linear_ref)(_smoothed(x, smooth1), w1, s1, b1, act)
-    return linear_ref(_smoothed(h, smooth2), w2, s2, b2)
+    h = (gated_ref if gated else linear_ref)(smooth_input(x, smooth1), w1, s1, b1, act)
+    return linear_ref(smooth_input(h, smooth2), w2, s2, b2)
 
 
 def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):

@@ -38,8 +38,10 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import check_out, dot_mode
+from fused.kernels import cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation, int8_to_f32
+from fused.kernels.launch import launch_kernel
+from fused.kernels.splitk import buffers as splitk_buffers
 from fused.kernels.tuning import m_bucket, pick
 
 
@@ -167,8 +169,9 @@ def _decode_block_reduce_kernel(part_ptr, s2_ptr, b2_ptr, y_ptr, M, D, P, stride
     _down_epilogue(acc, offs_m, offs_d, M, D, s2_ptr, b2_ptr, y_ptr, stride_ym, stride_yd, mask, HAS_B2)
 
 
-_workspace: dict = {}  # device -> (fp32 accumulator, int32 counters per D chunk), both kept at zero
-_partials: dict = {}  # device -> fp32 part[P, M, D] of the deterministic mode (no invariant)
+# device -> (fp32 accumulator, int32 counters per D chunk), both kept at zero by the kernel. (The
+# deterministic mode's part[P, M, D] has no invariant: it shares the split-K kernels' partials buffer.)
+_workspace: dict = {}
 
 
 def _buffers(device, numel: int, chunks: int):
@@ -177,13 +180,6 @@ def _buffers(device, numel: int, chunks: int):
         acc = torch.zeros(max(numel, 1 << 16), device=device, dtype=torch.float32)
         ws = _workspace[device] = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
     return ws
-
-
-def _partial_buffer(device, numel: int):
-    part = _partials.get(device)
-    if part is None or part.numel() < numel:
-        part = _partials[device] = torch.empty(max(numel, 1 << 16), device=device, dtype=torch.float32)
-    return part
 
 
 def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = False) -> list[dict]:
@@ -248,12 +244,12 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
 
     def launch(cfg):
         bm, bh, bd = cfg["BLOCK_M"], cfg["BLOCK_H"], cfg["BLOCK_D"]
-        P = triton.cdiv(H, bh)
+        P = max(cdiv(H, bh), 1)
         if deterministic:
-            ws, count = _partial_buffer(x.device, max(P, 1) * M * D), s1  # (no counter)
+            ws, count = splitk_buffers(x.device, P * M * D, 0)[0], s1  # (no counter)
         else:
-            ws, count = _buffers(x.device, M * D, triton.cdiv(D, bd))
-        _decode_block_kernel[(max(P, 1),)](
+            ws, count = _buffers(x.device, M * D, cdiv(D, bd))
+        launch_kernel(_decode_block_kernel, (P,),
             x, w1, s1, b1 if b1 is not None else s1, smooth_x if smooth_x is not None else s1,
             w2, s2, b2 if b2 is not None else s2, smooth_h if smooth_h is not None else s2, y, ws, count,
             M, K, H, D,
@@ -265,8 +261,8 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
             CVT=cfg.get("CVT", "magic"), num_warps=cfg["num_warps"],
         )
         if deterministic:
-            _decode_block_reduce_kernel[(triton.cdiv(D, bd),)](
-                ws, s2, b2 if b2 is not None else s2, y, M, D, max(P, 1), y.stride(0), y.stride(1),
+            launch_kernel(_decode_block_reduce_kernel, (cdiv(D, bd),),
+                ws, s2, b2 if b2 is not None else s2, y, M, D, P, y.stride(0), y.stride(1),
                 HAS_B2=b2 is not None, BLOCK_M=bm, BLOCK_D=bd, num_warps=4,
             )
 
