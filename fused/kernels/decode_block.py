@@ -244,6 +244,7 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
 
     def launch(cfg):
         bm, bh, bd = cfg["BLOCK_M"], cfg["BLOCK_H"], cfg["BLOCK_D"]
+        assert bm >= M, f"config BLOCK_M={bm} < M={M}"
         P = max(cdiv(H, bh), 1)
         if deterministic:
             ws, count = splitk_buffers(x.device, P * M * D, 0)[0], s1  # (no counter)
