@@ -122,6 +122,27 @@ if "host" in what:
                     p(sio.getvalue()[-3500:])
         del m
 
+if "w8a16big" in what:
+    # W8A16 at large M: widen the 8-bit weight to bf16 once per call (exact), then the same tiled kernel
+    # with a bf16 B operand (pipelined wgmma, no per-tile widening) vs the mixed-input kernel
+    from triton.testing import do_bench
+
+    from fused.kernels.w8_gemm import w8_gemm
+    from lowbit import quantize_weight
+    for fmt in ("int8", "float8_e4m3"):
+        for (N2, K, gated) in ((28672, 4096, True), (4096, 14336, False)):
+            q, s_ = quantize_weight(torch.randn(N2, K, device="cuda"), fmt)
+            for M in (128, 1024, 8192):
+                x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                t_mixed = do_bench(lambda: w8_gemm(x, q, s_, None, "silu", gated), warmup=5, rep=30)
+                t_deq = do_bench(lambda: q.to(torch.bfloat16), warmup=5, rep=30)
+                wb = q.to(torch.bfloat16)
+                t_bf = do_bench(lambda: w8_gemm(x, wb, s_, None, "silu", gated), warmup=5, rep=30)
+                ref = w8_gemm(x, q, s_, None, "silu", gated)
+                d = (w8_gemm(x, wb, s_, None, "silu", gated).float() - ref.float()).abs().max().item()
+                t_cub = do_bench(lambda: torch.mm(x, wb.t()), warmup=5, rep=30)
+                p(f"w8a16 {fmt} N={N2} K={K} M={M}: mixed {t_mixed*1e3:.1f}  dequant {t_deq*1e3:.1f} + bf16 tiled {t_bf*1e3:.1f}  (cuBLAS mm alone {t_cub*1e3:.1f}) maxdiff {d:.3g}")
+
 if "launcher" in what:
     from triton.compiler import compiler as cc
     p("== CompiledKernel source (triton", triton.__version__, ")")
