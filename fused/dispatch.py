@@ -24,6 +24,7 @@ from collections import Counter
 import torch
 
 from fused import cpu, reference
+from fused.kernels.tuning import m_bucket, pick
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
@@ -54,6 +55,11 @@ def force_path(path: str | None):
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
 GEMV_MAX_M = 16
+# W8A16 from this M up (bf16/fp16 activations): widen the 8-bit weight to the activation dtype once per call
+# and run the tiled kernel on 16-bit operands. Compute-bound there, and Triton's mixed-input Hopper GEMM
+# runs at about half the rate of a 16-bit one (H200, 2026-11-30: gate/up at M=8192 4503 µs mixed vs
+# 322 widen + 3126); the widened copy is transient.
+WIDEN_MIN_M = 1024
 SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block runs as one decode_block launch (weight-only, as
 # the GEMV): saves a launch and h's round trip through memory. Above it the reduction of the per-slice
@@ -76,6 +82,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     else:
         small = "w8a16_gemv"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
+        if not dynamic and M is not None and M >= WIDEN_MIN_M:
+            large = "widen+w8_gemm_bf16"
     if M is None:
         return f"{small}|{large}"
     return small if M <= GEMV_MAX_M else large
@@ -102,6 +110,10 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
+            else:
+                why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
+        elif kernel.startswith("widen"):
+            why = f"M>={WIDEN_MIN_M}: weight widened to 16 bits once per call (transient), 16-bit tiled GEMM"
         else:
             why = f"fused Triton ({op}, {fmt})"
         return f"triton:{kernel}", why
@@ -178,9 +190,10 @@ def _triton_kernels():
         from fused.kernels.decode_block import decode_block
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
+        from fused.kernels.widen import widen
 
         _kernels = SimpleNamespace(act_quant=act_quant, decode_block=decode_block, w8_gemm=w8_gemm,
-                                   w8a16_gemv=w8a16_gemv)
+                                   w8a16_gemv=w8a16_gemv, widen=widen)
     return _kernels
 
 
@@ -191,10 +204,11 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
         # the eager hot path (budget ~10 µs per launch): the same choice as plan(), without its strings
-        small = M <= GEMV_MAX_M
-        path = _cuda_paths.get((op, dynamic, small))
+        size = 0 if M <= GEMV_MAX_M else (2 if M >= WIDEN_MIN_M and x.dtype != torch.float32 else 1)
+        path = _cuda_paths.get((op, dynamic, size))
         if path is None:
-            path = _cuda_paths[(op, dynamic, small)] = "triton:" + triton_kernel_for(op, "int8", dynamic, M)
+            path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
+                op, "int8", dynamic, (1, GEMV_MAX_M + 1, WIDEN_MIN_M)[size])
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -213,6 +227,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
+    elif M >= WIDEN_MIN_M and x.dtype != torch.float32:  # see WIDEN_MIN_M
+        y = k.w8_gemm(x2, k.widen(qweight, x.dtype), wscale, bias, act, gated)
     else:
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
@@ -303,6 +319,9 @@ def block_applies(device: torch.device) -> bool:
     return _forced != "reference" and (device.type == "cuda" or _forced == "triton")
 
 
+_block_routes: dict = {}
+
+
 def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
     """A whole MLP block, y = down(h): gated h = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) with w1 [2H, K] stacked
     (FusedGatedLinear's layout), or plain h = act(x·W_1ᵀ + b_1) with w1 [H, K]; then y = h·W_2ᵀ + b_2,
@@ -325,13 +344,28 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
         raise ValueError(f"{op}: the down weight expects {w2.shape[1]} features, the first layer gives {H}")
     x2 = x.reshape(-1, x.shape[-1])
     M = x2.shape[0]
+
+    def per_layer():
+        h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
+        return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)
+
+    def one_launch():
+        y = _triton_kernels().decode_block(x2, w1, s1, b1, w2, s2, b2, act, gated, smooth1, smooth2)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
     if x.is_cuda and _forced is None:  # the eager hot path: plan()'s choice without its strings
-        path = "triton:decode_block" if M <= DECODE_BLOCK_MAX_M else "per_layer"
+        path = "per_layer"
+        if M <= DECODE_BLOCK_MAX_M:
+            # measured, not assumed: the first call of a shape times one launch against the two-launch
+            # path (each with its own tuned config) and keeps the faster (`tuning.picks` shows it)
+            key = (m_bucket(M), x2.shape[1], w1.shape[0], w2.shape[0], gated, dynamic, w1.dtype, x.dtype,
+                   smooth1 is not None)
+            path = _block_routes.get(key)
+            if path is None:
+                cfg = pick("mlp_block_route", key, lambda: [{"route": "triton:decode_block"}, {"route": "per_layer"}],
+                           lambda c: one_launch() if c["route"] == "triton:decode_block" else per_layer())
+                path = _block_routes[key] = cfg["route"]
     else:
         path = plan(op, _fmt(w1), dynamic, x.device, M)[0]
     stats[(op, path)] += 1
-    if path == "per_layer":
-        h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
-        return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)
-    y = _triton_kernels().decode_block(x2, w1, s1, b1, w2, s2, b2, act, gated, smooth1, smooth2)
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+    return per_layer() if path == "per_layer" else one_launch()

@@ -184,3 +184,31 @@ def test_gemv_deterministic_cuda():
     x, q, s, b = _case(4, 4096, 14336, "int8", False, False, torch.bfloat16, "cuda", "plain")
     ys = [w8a16_gemv(x, q, s, b, "none", False) for _ in range(5)]
     assert all(torch.equal(ys[0], y) for y in ys[1:])
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_widen_exact(fmt, dtype):
+    from fused.kernels.widen import widen
+
+    q, _ = quantize_weight(torch.randn(37, 300) * 3, fmt)
+    q[0, :5] = q[0, :5].view(torch.uint8).fill_(0).view(q.dtype)  # zeros
+    out = widen(q, dtype)
+    assert out.dtype == dtype and torch.equal(out, q.to(dtype))
+
+
+def test_w8a16_large_m_widens(monkeypatch):
+    """From dispatch.WIDEN_MIN_M on, W8A16 widens the weight once and runs the 16-bit tiled kernel:
+    same result as the mixed-input kernel, counted under its own path."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "WIDEN_MIN_M", 20)
+    x, q, s, b = _case(23, 19, 40, "int8", True, True, torch.bfloat16, "cpu", "plain")
+    dispatch.stats.clear()
+    with dispatch.force_path("triton"):
+        y = dispatch.gated(x, q, s, b, "silu")
+        y_small = dispatch.gated(x[:19], q, s, b, "silu")
+    assert dispatch.stats[("gated", "triton:widen+w8_gemm_bf16")] == 1
+    assert dispatch.stats[("gated", "triton:w8_gemm_w8a16")] == 1
+    assert sqnr(gated_ref(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
+    assert sqnr(gated_ref(x[:19], q, s, b, "silu"), y_small) > _min_db(torch.bfloat16)

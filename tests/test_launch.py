@@ -8,15 +8,25 @@ from fused.reference import gated_ref, linear_ref
 from lowbit import quantize_weight, sqnr
 
 
-def test_spec_separates_what_triton_specializes_on():
+def test_key_separates_what_triton_specializes_on():
     a = torch.empty(64, dtype=torch.int8)
-    assert launch._spec(a[0:]) != launch._spec(a[1:])  # 16-byte aligned vs not
-    assert launch._spec(a) != launch._spec(a.view(torch.uint8))
-    assert launch._spec(1) != launch._spec(2) != launch._spec(16)
-    assert launch._spec(16) != launch._spec(17)
-    assert launch._spec(2 ** 31) != launch._spec(2 ** 31 - 16)  # i64 vs i32
-    assert launch._spec(True) != launch._spec(1)
-    assert launch._spec(None) != launch._spec(0)
+    k = launch._key
+    assert k([a[0:]]) != k([a[1:]])  # 16-byte aligned vs not
+    assert k([a]) != k([a.view(torch.uint8)])
+    assert k([1]) != k([2]) != k([16]) != k([17])
+    assert k([2 ** 31]) != k([2 ** 31 - 16])  # i64 vs i32
+    assert k([True]) != k([1])
+    assert k([None]) != k([0])
+    assert k([a, 3]) == k([a[0:], 3])  # same alignment, same value: same launcher
+
+
+def test_hook_detection():
+    class Chain:
+        def __init__(self, calls):
+            self.calls = calls
+
+    assert not launch._installed(None) and not launch._installed(Chain([]))
+    assert launch._installed(Chain([print])) and launch._installed(print)
 
 
 def _case(M, N, K, fmt="int8", device="cuda"):
