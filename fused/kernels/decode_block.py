@@ -192,21 +192,14 @@ def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = Fa
         return [dict(BLOCK_M=16, BLOCK_H=bh, BLOCK_K=bk, BLOCK_D=64, num_warps=4, CVT="magic")
                 for bh, bk in ((32, 64), (64, 32), (16, 64))]
     if M == 1:
-        first = dict(BLOCK_M=1, BLOCK_H=32, BLOCK_K=256, BLOCK_D=128, num_warps=4, CVT="magic")
-        tiles = [(bh, min(512, 16384 // (bh * (2 if gated else 1)))) for bh in (16, 32, 64)]
-        bds = (128, 256)
+        bm, tiles = 1, [(32, 256, 128, 4, "magic"), (16, 512, 128, 4, "magic"), (64, 128, 128, 4, "magic"),
+                        (32, 256, 256, 8, "magic"), (16, 512, 256, 8, "magic"), (64, 128, 256, 4, "native")]
     else:
-        first = dict(BLOCK_M=16, BLOCK_H=64, BLOCK_K=128, BLOCK_D=128, num_warps=4, CVT="native")
-        tiles = [(16, 256), (32, 256), (64, 128), (128, 128)]
-        bds = (64, 128)
-    out = [first]
-    for bh, bk in tiles:
-        for bd in bds:
-            for warps, cvt in ((4, "magic"), (4, "native"), (8, "magic")):
-                c = dict(BLOCK_M=first["BLOCK_M"], BLOCK_H=bh, BLOCK_K=bk, BLOCK_D=bd, num_warps=warps, CVT=cvt)
-                if c != first:
-                    out.append(c)
-    return out
+        bm, tiles = 16, [(64, 128, 128, 4, "native"), (32, 256, 128, 4, "native"), (16, 256, 64, 4, "native"),
+                         (128, 128, 128, 8, "native"), (64, 128, 64, 4, "magic"), (32, 256, 128, 8, "magic")]
+    # a short list: every candidate is a compile on first use (tuning time), fp8 ignores CVT
+    return [dict(BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=min(bk, 16384 // (bh * (2 if gated else 1))), BLOCK_D=bd,
+                 num_warps=w, CVT=cvt) for bh, bk, bd, w, cvt in tiles]
 
 
 def _interpret_config(M):
