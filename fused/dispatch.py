@@ -11,7 +11,8 @@ reference unpacks them to dense and runs the dense reference; on CUDA the Triton
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "mlp_block" (a whole FusedGatedMLP / FusedMLP with dense 8-bit weights):
-  * CUDA, M <= DECODE_BLOCK_MAX_M -> decode_block: both layers in ONE launch, weight-only
+  * CUDA, M <= DECODE_BLOCK_MAX_M (default 0: off) -> decode_block: both layers in ONE launch, weight-only,
+    where the first call of the shape measures it faster than the two launches
   * otherwise                     -> "per_layer": each layer through its own dispatch (as above)
 Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
@@ -24,7 +25,7 @@ from collections import Counter
 import torch
 
 from fused import cpu, reference
-from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.tuning import m_bucket
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
@@ -61,10 +62,13 @@ GEMV_MAX_M = 16
 # 322 widen + 3126); the widened copy is transient.
 WIDEN_MIN_M = 1024
 SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
-# At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block runs as one decode_block launch (weight-only, as
-# the GEMV): saves a launch and h's round trip through memory. Above it the reduction of the per-slice
-# down-projection partials ([M, D] per program) costs more than it saves (to be tuned on the H200).
-DECODE_BLOCK_MAX_M = 16
+# At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
+# as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
+# Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
+# 68-70 µs for the two GEMV launches) and M=16 (116 vs 66-77 µs): the fp32 atomics of the per-slice
+# down-projection partials and the strided [D, BLOCK_H] reads of W2 cost more than the saved launch.
+# Set it to 16 to let the measurement decide.
+DECODE_BLOCK_MAX_M = 0
 
 
 def _fmt(qweight: torch.Tensor) -> str:
@@ -133,6 +137,9 @@ def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
         return "per_layer", "forced reference: each layer runs the reference"
     if device.type != "cuda" and _forced != "triton":
         return per_layer
+    if DECODE_BLOCK_MAX_M < 1:
+        return "per_layer", ("each layer its own kernel (the one-launch decode block is off: measured slower "
+                             "on the H200; dispatch.DECODE_BLOCK_MAX_M = 16 lets a per-shape measurement decide)")
     one = (f"whole block in one launch at M<={DECODE_BLOCK_MAX_M} (weight-only; 2 launches, bit-stable, under "
            "torch.use_deterministic_algorithms)")
     if M is None:
@@ -322,6 +329,33 @@ def block_applies(device: torch.device) -> bool:
 _block_routes: dict = {}
 
 
+def _route(key, one_launch, per_layer) -> str:
+    """"triton:decode_block" or "per_layer" for a block shape: timed interleaved, best of 3 rounds each
+    (one do_bench per candidate proved noisy: a 68 µs path once measured 103), and one launch must win
+    by 3% (with FUSED_TUNE=0 or under the interpreter: one launch)."""
+    from fused.kernels import INTERPRET
+
+    if INTERPRET or os.environ.get("FUSED_TUNE") == "0":
+        route = "triton:decode_block"
+    else:
+        from triton.testing import do_bench
+
+        one_launch(), per_layer()  # each tunes its own configs first
+        best = {"one": float("inf"), "two": float("inf")}
+        for _ in range(3):
+            best["one"] = min(best["one"], do_bench(one_launch, warmup=5, rep=20, return_mode="median"))
+            best["two"] = min(best["two"], do_bench(per_layer, warmup=5, rep=20, return_mode="median"))
+        route = "triton:decode_block" if best["one"] < 0.97 * best["two"] else "per_layer"
+        from fused.kernels import tuning
+
+        tuning.timings[("mlp_block_route",) + key] = [(round(best["one"] * 1e3, 2), "one launch"),
+                                                      (round(best["two"] * 1e3, 2), "two launches")]
+    from fused.kernels import tuning
+
+    tuning.picks[("mlp_block_route",) + key] = {"route": route}
+    return route
+
+
 def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
     """A whole MLP block, y = down(h): gated h = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) with w1 [2H, K] stacked
     (FusedGatedLinear's layout), or plain h = act(x·W_1ᵀ + b_1) with w1 [H, K]; then y = h·W_2ᵀ + b_2,
@@ -362,9 +396,7 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
                    smooth1 is not None)
             path = _block_routes.get(key)
             if path is None:
-                cfg = pick("mlp_block_route", key, lambda: [{"route": "triton:decode_block"}, {"route": "per_layer"}],
-                           lambda c: one_launch() if c["route"] == "triton:decode_block" else per_layer())
-                path = _block_routes[key] = cfg["route"]
+                path = _block_routes[key] = _route(key, one_launch, per_layer)
     else:
         path = plan(op, _fmt(w1), dynamic, x.device, M)[0]
     stats[(op, path)] += 1

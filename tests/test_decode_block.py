@@ -19,6 +19,13 @@ ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
 FMTS = ["int8", "float8_e4m3"]
 
 
+
+@pytest.fixture(autouse=True)
+def _decode_block_on(monkeypatch):
+    """The decode block is off by default (measured slower on the H200); these tests switch it on."""
+    monkeypatch.setattr(dispatch, "DECODE_BLOCK_MAX_M", 16)
+    monkeypatch.setattr(dispatch, "_block_routes", {})
+
 def _min_db(dtype):
     # bf16: the interpreter truncates where the GPU rounds (h and y: ~43 dB measured); fp16/fp32 match
     # the reference to the last bits or nearly (a missing rounding of h costs ~70 dB in fp16: see below)
@@ -457,7 +464,7 @@ def test_module_paths_and_cuda_graph_cuda():
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("M", [1, 16])
-def test_decode_block_faster_than_two_launches_cuda(M, capsys):
+def test_decode_block_timing_cuda(M, capsys):
     """GPU time (CUDA graph replay, median) of one decode_block launch vs the two GEMV launches."""
     from triton.testing import do_bench
 
@@ -478,4 +485,7 @@ def test_decode_block_faster_than_two_launches_cuda(M, capsys):
     two = graph_us(lambda: dispatch.linear(dispatch.gated(x, q1, s1, b1, "silu"), q2, s2, b2))
     with capsys.disabled():
         print(f"\nLlama-3-8B MLP int8, M={M}: decode_block {one:.1f} µs, deterministic {det:.1f} µs, two launches {two:.1f} µs")
-    assert one < two
+    # measured on the H200 (2026-11-30): one launch lost (M=1: 85 vs 68 µs; M=16: 116 vs 77), which is why
+    # dispatch.DECODE_BLOCK_MAX_M defaults to 0; this reports the numbers and checks the deterministic
+    # mode stays within its expected cost (a second launch and a partials round trip)
+    assert det < 4 * two
