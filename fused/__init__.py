@@ -21,6 +21,9 @@ from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 from fused.profile import profile  # the function hides the submodule; it carries .compare, .before_after
 from fused import ops  # noqa: F401  (registers the torch.library ops)
+from fused import compile_passes
+
+compile_passes.install()  # torch.compile: activations and gate/up pairs of per-Linear modules into our ops
 
 __version__ = "0.1.0"
 

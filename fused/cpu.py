@@ -198,3 +198,21 @@ def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dy
     else:
         y = torch.mul(_act_(y[:, :n_out], act), y[:, n_out:])  # a contiguous [M, H], like the fake impl
     return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
+
+
+def run_pair(path: str, x: torch.Tensor, wg, sg, bg, wu, su, bu, act: str, dynamic: bool) -> torch.Tensor:
+    """The gated op with gate and up in separate tensors (fused.dispatch.gated_pair) through ``path``: the
+    two projections one after the other (concatenating the weights would copy them on every call), then
+    `run`'s gated epilogue. Same numbers as `run` on the stacked weights, row for row."""
+    K = x.shape[-1]
+    H = wg.shape[0]
+    x2 = x.reshape(-1, K)
+    if x2.shape[0] == 0:
+        return x.new_empty(*x.shape[:-1], H)
+    xc = x2.to(compute_dtype(x.dtype))
+    g = _matmul(path, xc, wg, sg, dynamic)
+    u = _matmul(path, xc, wu, su, dynamic)
+    if bg is not None:
+        g, u = g.add_(bg), u.add_(bu)
+    y = _act_(g, act).mul_(u)
+    return y.to(x.dtype).reshape(*x.shape[:-1], H)

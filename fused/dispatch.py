@@ -251,6 +251,49 @@ def gated(x, qweight, wscale, bias=None, act="silu", dynamic=False):
     return _run("gated", x, qweight, wscale, bias, act, dynamic)
 
 
+def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
+    """``gated`` with the gate (wg, sg, bg) and up (wu, su, bu) projections in separate tensors: the same
+    kernels, reading both weights where they are (no copy). fused.compile_passes rewrites
+    act(linear(x, W_g)) * linear(x, W_u) of two per-Linear modules into this op."""
+    op = "gated_pair"
+    _check(x, wg, op)
+    if wu.shape != wg.shape or wu.dtype != wg.dtype or su.shape != sg.shape:
+        raise ValueError(f"{op}: gate and up weights differ: {wg.dtype} {tuple(wg.shape)} / scale {tuple(sg.shape)} "
+                         f"vs {wu.dtype} {tuple(wu.shape)} / scale {tuple(su.shape)}")
+    if (bg is None) != (bu is None):
+        raise ValueError(f"{op}: gate and up projections must both have a bias or both have none")
+    if wu.device != wg.device:
+        raise RuntimeError(f"{op}: gate weights on {wg.device}, up weights on {wu.device}")
+    K = x.shape[-1]
+    x2 = x.reshape(-1, K)
+    M = x2.shape[0]
+    if x.is_cuda and _forced is None:
+        small = M <= GEMV_MAX_M
+        path = _cuda_paths.get((op, dynamic, small))
+        if path is None:
+            path = _cuda_paths[(op, dynamic, small)] = "triton:" + triton_kernel_for(op, "int8", dynamic, M)
+    else:
+        path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
+                         weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
+    stats[(op, path)] += 1
+    if path.startswith("cpu:"):
+        return cpu.run_pair(path, x, wg, sg, bg, wu, su, bu, act, dynamic)
+    if path == "reference":
+        if _strict and x.device.type == "cuda":
+            raise RuntimeError(f"fused strict mode: {why}")
+        return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
+    k = _triton_kernels()
+    up = (wu, su, bu)
+    if M <= GEMV_MAX_M:
+        y = k.w8a16_gemv(x2, wg, sg, bg, act, True, up=up)
+    elif dynamic:
+        xq, xs = k.act_quant(x2, fp8=wg.dtype == torch.float8_e4m3fn)
+        y = k.w8_gemm(xq, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up)
+    else:
+        y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
+
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
     if not x.is_floating_point():
         raise TypeError(f"{op}: activations must be float16/bfloat16/float32, got {x.dtype}")

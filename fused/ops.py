@@ -34,6 +34,18 @@ def _gated_fake(x, qweight, wscale, bias, act, dynamic):
     return x.new_empty(*x.shape[:-1], qweight.shape[0] // 2)
 
 
+@torch.library.custom_op("fusedmlp::gated_pair", mutates_args=())
+def gated_pair(x: Tensor, wg: Tensor, sg: Tensor, bg: Optional[Tensor], wu: Tensor, su: Tensor, bu: Optional[Tensor],
+               act: str, dynamic: bool) -> Tensor:
+    """``gated`` with gate and up in separate tensors: what fused.compile_passes makes of per-Linear modules."""
+    return dispatch.gated_pair(x, wg, sg, bg, wu, su, bu, act, dynamic)
+
+
+@gated_pair.register_fake
+def _gated_pair_fake(x, wg, sg, bg, wu, su, bu, act, dynamic):
+    return x.new_empty(*x.shape[:-1], wg.shape[0])
+
+
 @torch.library.custom_op("fusedmlp::sparse24_linear", mutates_args=())
 def sparse24_linear(x: Tensor, values: Tensor, meta: Tensor, wscale: Optional[Tensor], bias: Optional[Tensor],
                     act: str, dynamic: bool) -> Tensor:
@@ -90,3 +102,4 @@ def _no_backward(ctx, grad):
 
 for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp, mlp_block):
     _op.register_autograd(_no_backward)
+gated_pair.register_autograd(_no_backward)

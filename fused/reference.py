@@ -3,6 +3,7 @@
 linear:  y = act((x · dequant(W)ᵀ) + b)                     weight-only (W8A16)
          y = act((q(x) · Wqᵀ) · s_x · s_w + b)              dynamic activations (W8A8)
 gated:   y = act(x · W_gᵀ + b_g) ⊙ (x · W_uᵀ + b_u)        W_g, W_u stacked as one [2H, K] weight
+gated_pair: the same with W_g, W_u (scales, biases) in separate tensors
 sparse24_*: the same ops on a 2:4 weight packed by sparsity.pack_24 (unpacked to dense first); values
          int8 / float8_e4m3 with per-row scales, or bfloat16 with no scale (wscale None)
 narrow_mlp: a whole narrow MLP (fused.narrow) on its packed buffers, every layer in fp32
@@ -73,6 +74,12 @@ def mlp_block_ref(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, smooth1=Non
     y = linear_ref(h·(1/s_2)) with w2 [D, H]. Weight-only; smooth1/smooth2: smooth_inv or None."""
     h = (gated_ref if gated else linear_ref)(smooth_input(x, smooth1), w1, s1, b1, act)
     return linear_ref(smooth_input(h, smooth2), w2, s2, b2)
+
+
+def gated_pair_ref(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
+    """Reference for gate and up projections held in separate tensors: ``gated_ref`` on them stacked."""
+    b = None if bg is None else torch.cat([bg, bu])
+    return gated_ref(x, torch.cat([wg, wu]), torch.cat([sg, su]), b, act, dynamic)
 
 
 def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):

@@ -153,6 +153,85 @@ def test_gemv_split_counter_reset():
     assert sqnr(gated_ref(x, q, s, b, "silu"), y1) > 90
 
 
+def _pair_case(M, H, K, fmt, bias, dtype, device, view):
+    """Gate and up projections in separate tensors; the up weight a strided view (row stride K + 5) so the
+    kernels' separate up strides are exercised."""
+    x, wg, sg, bg = _case(M, H, K, fmt, False, bias, dtype, device, view)
+    q, su = quantize_weight(torch.randn(H, K, device=device), fmt)
+    buf = torch.zeros(H, K + 5, device=device, dtype=torch.uint8)
+    buf[:, :K] = q.view(torch.uint8)
+    wu = buf.view(q.dtype)[:, :K]
+    bu = torch.randn(H, device=device) if bias else None
+    return x, (wg, sg, bg), (wu, su, bu)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("act", ["none", "gelu", "silu"])
+def test_gemv_separate_up_interpreted(fmt, act, monkeypatch):
+    """Gated GEMV with the up projection in tensors of its own (fusedmlp::gated_pair) vs the reference."""
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+    from fused.reference import gated_pair_ref
+
+    _poisoned_empty(monkeypatch)
+    for M, H, K, bias, dtype, view in [(1, 37, 50, True, torch.bfloat16, "plain"),
+                                       (3, 20, 70, False, torch.float32, "transposed"),
+                                       (16, 9, 130, True, torch.float16, "3d_offset")]:
+        x, g, u = _pair_case(M, H, K, fmt, bias, dtype, "cpu", view)
+        assert not u[0].is_contiguous()
+        y = w8a16_gemv(x, *g, act, True, up=u)
+        ref = gated_pair_ref(x, *g, *u, act)
+        assert y.shape == ref.shape == (M, H) and y.dtype == dtype
+        assert sqnr(ref, y) > _min_db(dtype), (M, H, K, dtype, view)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("a8", [False, True])
+def test_gemm_separate_up_interpreted(fmt, a8, monkeypatch):
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+    from fused.reference import gated_pair_ref
+
+    _poisoned_empty(monkeypatch)
+    for (M, H, K, bias, dtype, view), act in zip([(17, 37, 50, True, torch.bfloat16, "plain"),
+                                                  (33, 20, 70, False, torch.float32, "transposed"),
+                                                  (19, 9, 40, True, torch.float16, "3d_offset")],
+                                                 ["gelu", "silu", "gelu_tanh"]):
+        x, g, u = _pair_case(M, H, K, fmt, bias, dtype, "cpu", view)
+        if a8:
+            xq, xs = act_quant(x, fp8=fmt != "int8")
+            y = w8_gemm(xq, *g, act, True, x_scale=xs, out_dtype=dtype, up=u)
+        else:
+            y = w8_gemm(x, *g, act, True, up=u)
+        ref = gated_pair_ref(x, *g, *u, act, dynamic=a8)
+        assert y.shape == ref.shape == (M, H) and y.dtype == dtype
+        assert sqnr(ref, y) > _min_db(dtype) - (10 if a8 and dtype == torch.float32 else 0), (M, H, K, dtype, view)
+
+
+def test_separate_up_split_k_and_bad_input():
+    """Split-K with separate up weights (GEMV and GEMM); mismatched gate/up tensors are refused."""
+    from fused.kernels.w8_gemm import w8_gemm
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+    from fused.reference import gated_pair_ref
+
+    for M in (2, 19):
+        x, g, u = _pair_case(M, 24, 200, "int8", True, torch.float32, "cpu", "plain")
+        if M <= 16:
+            cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=4, num_warps=4)
+            y1, y2 = (w8a16_gemv(x, *g, "silu", True, config=cfg, up=u) for _ in range(2))
+        else:
+            cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=3)
+            y1, y2 = (w8_gemm(x, *g, "silu", True, config=cfg, up=u) for _ in range(2))
+        assert torch.equal(y1, y2)
+        assert sqnr(gated_pair_ref(x, *g, *u, "silu"), y1) > 90
+    x, g, u = _pair_case(2, 24, 64, "int8", True, torch.float32, "cpu", "plain")
+    with pytest.raises(ValueError, match="both have a bias"):
+        w8a16_gemv(x, *g, "silu", True, up=(u[0], u[1], None))
+    with pytest.raises(ValueError, match="gate and up weights differ"):
+        w8_gemm(x, *g, "silu", True, up=(u[0][:20], u[1][:20], u[2][:20]))
+    with pytest.raises(ValueError, match="non-gated"):
+        w8a16_gemv(x, *g, "silu", False, up=u)
+
+
 # ------------------------------------------------------------------------------------------ on the GPU
 
 @pytest.mark.cuda

@@ -29,3 +29,27 @@ def cdiv(a: int, b: int) -> int:
 
 def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
+def up_operands(qweight, wscale, bias, gated: bool, up):
+    """(N, up weight, up scale, up bias, first up row) for the gated kernels, which read the up projection
+    at ``wu[u_row0 + n]``, ``su[u_row0 + n]``, ``bu[u_row0 + n]``.
+
+    ``up`` None: the stacked layout, gate rows [0, N) and up rows [N, 2N) of one tensor (u_row0 = N; the same
+    tensors are passed again, no slicing on the eager hot path). ``up`` = (qweight, scale, bias): the up
+    projection in tensors of its own, shaped like the gate's (u_row0 = 0): what `fused.compile_passes`
+    makes of two per-Linear modules, with no copy of either weight. Not gated: dummies (never read)."""
+    R = qweight.shape[0]
+    if up is None:
+        if not gated:
+            return R, qweight, wscale, bias, 0
+        return R // 2, qweight, wscale, bias, R // 2
+    if not gated:
+        raise ValueError("up weights given for a non-gated launch")
+    wu, su, bu = up
+    if wu.shape != qweight.shape or wu.dtype != qweight.dtype or su.shape != wscale.shape:
+        raise ValueError(f"gate and up weights differ: {qweight.dtype} {tuple(qweight.shape)} / scale "
+                         f"{tuple(wscale.shape)} vs {wu.dtype} {tuple(wu.shape)} / scale {tuple(su.shape)}")
+    if (bias is None) != (bu is None):
+        raise ValueError("gate and up projections must both have a bias or both have none")
+    return R, wu, su, bu, 0

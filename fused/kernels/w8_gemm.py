@@ -2,7 +2,9 @@
 
 y = epilogue(x · Wᵀ): per-channel weight scale (× per-token activation scale for W8A8), bias, activation,
 and for gated weights act(gate) ⊙ up. x [M, K]: bf16/fp16/fp32 for W8A16; int8 or float8 e4m3 (as uint8)
-with an fp32 per-token scale [M] for W8A8 (made by fused.kernels.act_quant). W [R, K] int8 or e4m3 (uint8).
+with an fp32 per-token scale [M] for W8A8 (made by fused.kernels.act_quant). W [R, K] int8 or e4m3 (uint8);
+gated: gate rows [0, R/2), up rows [R/2, R), or (``up=``) the up projection in tensors of its own
+(fused.kernels.up_operands).
 Reference: fused.reference.linear_ref / gated_ref.
 
 Tutorial-03 structure: each program owns a BLOCK_M × BLOCK_N output tile (for gated: the gate tile and
@@ -17,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, cdiv, check_out, dot_mode
+from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -53,9 +55,9 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
 
 @triton.jit
 def _w8_gemm_kernel(
-    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, K_PER_SPLIT,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, u_row0,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
@@ -79,7 +81,7 @@ def _w8_gemm_kernel(
     n_ok = offs_n < N
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k_lo + rk)[None, :] * stride_xk
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k_lo + rk)[None, :] * stride_wk
-    u_ptrs = w_ptrs + N * stride_wn  # up rows follow the gate rows
+    u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + (k_lo + rk)[None, :] * stride_uk
 
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -99,7 +101,7 @@ def _w8_gemm_kernel(
             if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
             acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
-            u_ptrs += BLOCK_K * stride_wk
+            u_ptrs += BLOCK_K * stride_uk
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
@@ -119,9 +121,9 @@ def _w8_gemm_kernel(
         u = acc_u.to(tl.float32)
         if A8:
             u = u * xs
-        u = u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        u = u * tl.load(su_ptr + u_row0 + offs_n, mask=n_ok, other=0.0)[None, :]
         if HAS_BIAS:
-            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         y = y * u
     out_mask = m_ok[:, None] & n_ok[None, :]
     if SPLIT_K > 1:  # only the program that finished the tile stores it
@@ -161,14 +163,14 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
 def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
             act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, config: dict | None = None,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant)."""
+            out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
+    """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant).
+    Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R]."""
     M, K = x.shape
     assert qweight.shape[1] == K, (x.shape, qweight.shape)
     a8 = x_scale is not None
     fp8 = qweight.dtype == torch.float8_e4m3fn
-    R = qweight.shape[0]
-    N = R // 2 if gated else R
+    N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     out_dtype = out_dtype or x.dtype
     y = check_out(out, (M, N), out_dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=out_dtype)
     if M == 0:
@@ -177,6 +179,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     # interpreter cannot do masked fp8 loads, so there it is passed as uint8 and bitcast
     as_u8 = fp8 and INTERPRET
     w = qweight.view(torch.uint8) if as_u8 else qweight
+    wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
     xk = x.view(torch.uint8) if (a8 and as_u8) else x
 
     def launch(cfg):
@@ -190,9 +193,10 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         else:
             part = count = y  # unused
         launch_kernel(_w8_gemm_kernel, (tiles, split),
-            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale, y, part, count,
-            M, N, K, k_per,
-            xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
+            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale,
+            wu, su, bu if bu is not None else su, y, part, count,
+            M, N, K, k_per, u_row0,
+            xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],

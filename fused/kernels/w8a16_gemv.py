@@ -2,7 +2,8 @@
 
 x [M, K] bf16/fp16/fp32 (any strides); W [R, K] int8, or float8 e4m3 passed as uint8 (bitcast in
 registers); s_w [R] fp32; optional bias [R]. Linear: R = N outputs. Gated: rows [0, H) are the gate,
-[H, 2H) the up projection, and y = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) [M, H].
+[H, 2H) the up projection, and y = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) [M, H]; or (``up=``) W [H, K] is the
+gate and the up projection comes in tensors of its own (fused.kernels.up_operands).
 Reference: fused.reference.linear_ref / gated_ref with dynamic=False.
 
 Decode is memory-bound: the weight is read once, in [BLOCK_N, BLOCK_K] tiles contiguous along K (wide
@@ -18,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode
+from fused.kernels import cdiv, check_out, dot_mode, up_operands
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import launch_kernel
 from fused.kernels.splitk import buffers
@@ -60,9 +61,9 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
 
 @triton.jit
 def _w8a16_gemv_kernel(
-    x_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, K_PER_SPLIT,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
+    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, u_row0,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr,
@@ -76,8 +77,8 @@ def _w8a16_gemv_kernel(
     acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
                    stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     if GATED:
-        acc_u = _partial(x_ptr, w_ptr, offs_m, offs_n, N, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
+        acc_u = _partial(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm, stride_xk,
+                         stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
         acc_u = acc
 
@@ -111,9 +112,9 @@ def _w8a16_gemv_kernel(
         y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
     y = activation(y, ACT)
     if GATED:
-        u = acc_u * tl.load(ws_ptr + N + offs_n, mask=n_ok, other=0.0)[None, :]
+        u = acc_u * tl.load(su_ptr + u_row0 + offs_n, mask=n_ok, other=0.0)[None, :]
         if HAS_BIAS:
-            u += tl.load(b_ptr + N + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
         y = y * u
     out_mask = (offs_m[:, None] < M) & n_ok[None, :] & (tile < live)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
@@ -156,14 +157,18 @@ def _interpret_config(M, N, K):
 
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
                act: str = "none", gated: bool = False, config: dict | None = None,
-               out: torch.Tensor | None = None) -> torch.Tensor:
-    """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated) in x's dtype."""
+               out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
+    with ``up`` = (qweight, scale, bias) of the up projection (gated only), [M, R] with qweight the gate."""
     M, K = x.shape
     assert M <= 16 and qweight.shape[1] == K, (x.shape, qweight.shape)
-    R = qweight.shape[0]
-    N = R // 2 if gated else R
+    N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     w_fp8 = qweight.dtype == torch.float8_e4m3fn
     w = qweight.view(torch.uint8) if w_fp8 else qweight
+    if w_fp8 and up is not None:
+        wu = wu.view(torch.uint8)
+    elif up is None:
+        wu = w
     y = check_out(out, (M, N), x.dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0:
         return y
@@ -175,9 +180,9 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         split = cdiv(K, k_per)  # no empty splits
         part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
         launch_kernel(_w8a16_gemv_kernel, (tiles, split),
-            x, w, wscale, bias if bias is not None else wscale, y, part, count,
-            M, N, K, k_per,
-            x.stride(0), x.stride(1), w.stride(0), w.stride(1), y.stride(0), y.stride(1),
+            x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y, part, count,
+            M, N, K, k_per, u_row0,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
             num_warps=cfg["num_warps"],
