@@ -29,7 +29,7 @@ therefore differs from eager by that rounding (tests bound it by SQNR).
 
 `install()` (called by ``import fused``) appends the pass to ``torch._inductor.config.
 post_grad_custom_post_pass``, keeping any pass already there; a pass assigned to that setting later
-replaces ours (call `install()` again, or put both in a list). Off: ``FUSED_COMPILE_PASSES=0`` or
+replaces ours (call `install()` again, or chain both with `ChainedPass`). Off: ``FUSED_COMPILE_PASSES=0`` or
 `set_enabled(False)`; the state is part of the pass's cache key, so Inductor's FX graph cache never hands
 out a graph built in the other state. `stats` counts the rewrites ("linear+silu", "gated_pair(silu)").
 """
@@ -39,7 +39,7 @@ import os
 from collections import Counter
 
 import torch
-from torch._inductor.custom_graph_pass import CustomGraphPass, get_custom_graph_passes, get_hash_for_files
+from torch._inductor.custom_graph_pass import CustomGraphPass, get_hash_for_files
 
 # rewrites made, by kind: "linear+<act>", "sparse24_linear+<act>", "gated_pair(<act>)"
 stats: Counter = Counter()
@@ -220,11 +220,37 @@ class FusedMLPPass(CustomGraphPass):
         return get_hash_for_files((__file__, _activations_file())), _enabled
 
 
+class ChainedPass(CustomGraphPass):
+    """Several passes as one: torch <= 2.12 takes a single post-grad pass, not a list."""
+
+    def __init__(self, passes):
+        self.passes = tuple(passes)
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        for p in self.passes:
+            p(graph)
+
+    def uuid(self):
+        keys = tuple(p.uuid() if isinstance(p, CustomGraphPass) else None for p in self.passes)
+        return None if None in keys else keys  # a plain callable has no key: no FX-graph caching
+
+
+def _as_tuple(custom_pass) -> tuple:
+    if custom_pass is None:
+        return ()
+    if isinstance(custom_pass, ChainedPass):
+        return custom_pass.passes
+    if isinstance(custom_pass, (list, tuple)):
+        return tuple(custom_pass)
+    return (custom_pass,)
+
+
 def install() -> None:
-    """Add the pass to torch._inductor.config.post_grad_custom_post_pass (idempotent; keeps others)."""
+    """Add the pass to torch._inductor.config.post_grad_custom_post_pass (idempotent; keeps others,
+    chained into one pass object, which every torch version accepts)."""
     from torch._inductor import config
 
-    passes = list(get_custom_graph_passes(config.post_grad_custom_post_pass))
+    passes = _as_tuple(config.post_grad_custom_post_pass)
     if any(isinstance(p, FusedMLPPass) for p in passes):
         return
-    config.post_grad_custom_post_pass = passes + [FusedMLPPass()] if passes else FusedMLPPass()
+    config.post_grad_custom_post_pass = ChainedPass(passes + (FusedMLPPass(),)) if passes else FusedMLPPass()

@@ -192,7 +192,7 @@ def test_install_is_idempotent_and_keeps_other_passes():
     with config.patch(post_grad_custom_post_pass=other):
         compile_passes.install()
         compile_passes.install()
-        passes = config.post_grad_custom_post_pass
+        passes = config.post_grad_custom_post_pass.passes
         assert passes[0] is other and sum(isinstance(p, compile_passes.FusedMLPPass) for p in passes) == 1
         model = _per_linear(LlamaMLP(32, 48))
         with _fresh():
