@@ -241,6 +241,61 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+# Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of
+# the old state are dropped.
+epoch = 0
+_REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout of x)
+
+
+def eager(owner, x: torch.Tensor, fn):
+    """``fn(x)``, the eager forward of a converted module; on CUDA replayed from a recording after the
+    first calls of an input signature (fused.kernels.launch.Replay): the same launches with the same
+    configs, without the Python between them (host time of a decode MLP block ~95 -> ~30 µs on the H200's
+    host). Call 1 of a signature runs (and tunes), call 2 runs and records, later calls replay. A call
+    whose launches take a tensor the recording cannot place (smoothing, autocast, copies) is never replayed.
+    ``dispatch.stats`` counts replayed calls as the recorded call counted them."""
+    from fused.kernels import launch
+
+    if not x.is_cuda or _forced is not None or not launch.ENABLED or launch._rec is not None:
+        return fn(x)
+    key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
+           torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
+           GEMV_MAX_M, WIDEN_MIN_M, DECODE_BLOCK_MAX_M)
+    cache = owner.__dict__.get("_replays")
+    if cache is None:
+        cache = owner.__dict__["_replays"] = {}
+    r = cache.get(key)
+    if r.__class__ is launch.Replay:
+        if not launch._hooked():
+            for k, n in r.stats:
+                stats[k] += n
+            return r(x)
+        return fn(x)
+    if r is None or key[5] or key[6]:  # first call (tunes), or grad/autocast: not recorded
+        if len(cache) >= _REPLAY_CAP:
+            cache.clear()
+        cache[key] = False
+        return fn(x)
+    if r is not False:  # not replayable
+        return fn(x)
+    from fused.kernels import tuning
+
+    before, tuned = Counter(stats), len(tuning._cache)
+    rec = launch.start_recording(x, owner.buffers())
+    try:
+        y = fn(x)
+    finally:
+        launch.stop_recording()
+    out = rec.live.get(y.data_ptr()) if isinstance(y, torch.Tensor) else None
+    if (rec.ok and out is not None and rec.launches and len(tuning._cache) == tuned and y.is_contiguous()
+            and y.dtype == rec.allocs[out][1] and y.numel() == torch.Size(rec.allocs[out][0]).numel()):
+        shape = None if tuple(y.shape) == rec.allocs[out][0] else tuple(y.shape)
+        cache[key] = launch.Replay(rec, out, shape, tuple((stats - before).items()))
+    else:
+        cache[key] = "no replay"
+    return y
+
+
 def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):
     """y = act(x · dequant(W)ᵀ + b) through the chosen implementation."""
     return _run("linear", x, qweight, wscale, bias, act, dynamic)

@@ -31,7 +31,33 @@ def _use_op(x: torch.Tensor) -> bool:
     return torch.compiler.is_compiling() or (x.requires_grad and torch.is_grad_enabled())
 
 
-class _Fused8bit(nn.Module):
+class _Replayable(nn.Module):
+    """Eager CUDA calls replay their recorded launches (fused.dispatch.eager); any change to a module's
+    attributes, buffers or device drops every recording (dispatch.epoch)."""
+
+    def __setattr__(self, name, value):
+        dispatch.epoch += 1
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        dispatch.epoch += 1
+        super().__delattr__(name)
+
+    def _apply(self, fn, recurse=True):
+        dispatch.epoch += 1
+        return super()._apply(fn, recurse)
+
+    def _load_from_state_dict(self, *args, **kw):
+        dispatch.epoch += 1
+        return super()._load_from_state_dict(*args, **kw)
+
+    def forward(self, x):
+        if torch.compiler.is_compiling():
+            return self._forward(x)
+        return dispatch.eager(self, x, self._forward)
+
+
+class _Fused8bit(_Replayable):
     """Shared buffer layout and checkpoint checks for an 8-bit weight + per-row fp32 scale (+ bias)."""
 
     def _init_weight(self, n: int, k: int, fmt, bias: bool, bias_dtype, device):
@@ -129,7 +155,7 @@ class FusedLinear(_Fused8bit):
                   bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
         return mod._quantize_from(weight, bias, fmt, smooth)
 
-    def forward(self, x):
+    def _forward(self, x):
         x = self._smooth(_input_for(x))
         run = ops.linear if _use_op(x) else dispatch.linear
         return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
@@ -163,7 +189,7 @@ class FusedGatedLinear(_Fused8bit):
                   bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
         return mod._quantize_from(gate_up_weight, b, fmt, smooth)
 
-    def forward(self, x):
+    def _forward(self, x):
         x = self._smooth(_input_for(x))
         run = ops.gated if _use_op(x) else dispatch.gated
         return run(x, self.qweight, self.scale, self.bias, self.act, self.dynamic)
@@ -173,7 +199,7 @@ class FusedGatedLinear(_Fused8bit):
         return f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt}, {mode}, act={self.act}(gate)*up, bias={self.bias is not None}{', smoothed' if self.smooth_inv is not None else ''}"
 
 
-class _Block(nn.Module):
+class _Block(_Replayable):
     """A two-layer block; ``layers()`` gives (first, second, gated)."""
 
     def block_fusable(self) -> bool:
@@ -183,7 +209,7 @@ class _Block(nn.Module):
         return (type(first) is (FusedGatedLinear if gated else FusedLinear) and type(second) is FusedLinear
                 and second.act == "none" and first.dynamic == second.dynamic)
 
-    def forward(self, x):
+    def _forward(self, x):
         first, second, gated = self.layers()
         # where the decode block cannot run at any M (the CPU) the block keeps its per-layer forward:
         # the layers' hooks, paths and exported graph stay as they were

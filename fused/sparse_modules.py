@@ -122,7 +122,7 @@ class FusedSparseLinear(_Sparse24):
                   bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
         return mod._pack_from(weight, bias, prune, where or cls.__name__)
 
-    def forward(self, x):
+    def _forward(self, x):
         return self._run(self.op_name, x)
 
     def extra_repr(self):
@@ -156,7 +156,7 @@ class FusedSparseGatedLinear(_Sparse24):
                   bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
         return mod._pack_from(gate_up_weight, b, prune, where or cls.__name__)
 
-    def forward(self, x):
+    def _forward(self, x):
         return self._run(self.op_name, x)
 
     def extra_repr(self):

@@ -64,3 +64,73 @@ def test_cached_launch_respects_alignment_and_unit_strides():
     for v in views * 2:  # twice: the second round runs from the cache
         y = w8a16_gemv(v, q, s, None, "gelu")
         assert sqnr(linear_ref(v, q, s, None, "gelu"), y) > 40, (v.stride(), v.data_ptr() % 16)
+
+
+# ------------------------------------------------------------------------------------------- replay
+class _FakeCompiled:
+    run = function = packed_metadata = None
+
+
+def test_recording_places_every_tensor_or_refuses():
+    x = torch.randn(4, 8)
+    w = torch.randn(8, 8)
+    rec = launch.Recording(x, [w])
+    launch._rec = rec
+    try:
+        y = launch.empty((4, 8), device="cpu", dtype=torch.float32)
+    finally:
+        launch.stop_recording()
+    rec.add(_FakeCompiled(), ("TAIL",), (2,), (x, w, y.view(torch.int32), 4, 8))
+    (_, g0, g1, g2, _, _, template, subs), = rec.launches
+    assert rec.ok and (g0, g1, g2) == (2, 1, 1)
+    # x and the output are filled in per replay (and not kept alive); the weight is a constant
+    assert template[0] is None and template[1] is w and template[2] is None and template[3:] == [4, 8, "TAIL"]
+    assert subs == ((0, -1, None), (2, 0, torch.int32))
+    rec.add(_FakeCompiled(), (), (1,), (x * 2,))  # made by a torch op on the way: cannot be replayed
+    assert not rec.ok
+
+
+def test_persistent_workspace_replacement_forgets_the_old_address():
+    a, b = torch.empty(4), torch.empty(4)
+    launch.persistent((a,))
+    assert a.data_ptr() in launch._persistent
+    launch.persistent((b,), old=(a,))
+    assert a.data_ptr() not in launch._persistent and b.data_ptr() in launch._persistent
+    launch._persistent.discard(b.data_ptr())
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cfg", ["int8", "int8_w8a8", "fp8"])
+@pytest.mark.parametrize("blocks", [True, False])
+def test_eager_replay_matches_the_python_path(cfg, blocks):
+    import copy
+
+    import fused
+    from fused import dispatch
+    from fused.bench import make_block
+
+    config = {"int8": fused.FusedInt8MLP(), "int8_w8a8": fused.FusedInt8MLP(weight_only=False),
+              "fp8": fused.FusedFloat8MLP()}[cfg]
+    base = make_block("llama", 64, 176, "cuda")
+    model = fused.quantize(copy.deepcopy(base), config, blocks=blocks)
+    for shape in ((1, 64), (3, 64), (2, 17, 64), (300, 64)):
+        xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(4)]
+        with torch.no_grad():
+            r0 = launch.counts["replayed"]
+            outs = [model(x) for x in xs]  # tune, record, replay, replay
+            assert launch.counts["replayed"] > r0, shape
+            with dispatch.force_path("triton"):  # the Python path, never replayed
+                refs = [model(x) for x in xs]
+        for o, r in zip(outs, refs):
+            assert o.shape == r.shape and torch.equal(o, r), shape
+    # a non-contiguous view and new weights after load_state_dict: still the Python path's results
+    v = torch.randn(5, 128, device="cuda", dtype=torch.bfloat16)[:, ::2]
+    other = fused.quantize(make_block("llama", 64, 176, "cuda"), config, blocks=blocks)
+    with torch.no_grad():
+        for _ in range(3):
+            model(v)
+        model.load_state_dict(other.state_dict())
+        got = model(v)
+        with dispatch.force_path("triton"):
+            want = other(v)
+    assert torch.equal(got, want)

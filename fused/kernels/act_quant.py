@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import MIN_SCALE
 
 MAX_ONE_PASS = 16384
@@ -83,8 +83,8 @@ def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
 
 def act_quant(x: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
     M, K = x.shape
-    q = torch.empty((M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
-    s = torch.empty((M,), device=x.device, dtype=torch.float32)
+    q = empty((M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
         return q, s
     block = min(next_pow2(K), MAX_ONE_PASS)

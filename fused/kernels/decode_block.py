@@ -40,7 +40,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation, int8_to_f32
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.splitk import buffers as splitk_buffers
 from fused.kernels.tuning import m_bucket, pick
 
@@ -178,7 +178,9 @@ def _buffers(device, numel: int, chunks: int):
     ws = _workspace.get(device)
     if ws is None or ws[0].numel() < numel or ws[1].numel() < chunks:
         acc = torch.zeros(max(numel, 1 << 16), device=device, dtype=torch.float32)
-        ws = _workspace[device] = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
+        new = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
+        persistent(new, old=ws)
+        ws = _workspace[device] = new
     return ws
 
 
@@ -230,7 +232,7 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
     b2 = b2.contiguous() if b2 is not None else None
     smooth_x = smooth_x.contiguous() if smooth_x is not None else None
     smooth_h = smooth_h.contiguous() if smooth_h is not None else None
-    y = check_out(out, (M, D), x.dtype, x.device) if out is not None else torch.empty((M, D), device=x.device,
+    y = check_out(out, (M, D), x.dtype, x.device) if out is not None else empty((M, D), device=x.device,
                                                                                       dtype=x.dtype)
     if M == 0 or D == 0:
         return y

@@ -21,7 +21,7 @@ from fused.kernels import INTERPRET
 ENABLED = not INTERPRET and os.environ.get("FUSED_FAST_LAUNCH", "1") != "0"
 _cache: dict = {}
 # launches through Triton's own path ("jit": first call of a key, or a hook installed) vs the cache
-counts = {"jit": 0, "cached": 0}
+counts = {"jit": 0, "cached": 0, "replayed": 0}
 _Tensor = torch.Tensor
 
 
@@ -44,10 +44,17 @@ def launch_kernel(fn, grid: tuple, *args, **kw) -> None:
         if hit is None and compiled is not None:
             # constexpr params after the positional ones, in signature order (the launcher takes them all)
             tail = tuple(kw[p.name] if p.name in kw else p.default for p in fn.params[len(args):])
-            _cache[key] = (compiled, tail)
+            _cache[key] = hit = (compiled, tail)
+        if _rec is not None:
+            if hit is None or _hooked():
+                _rec.ok = False
+            else:
+                _rec.add(hit[0], hit[1], grid, args)
         return
     counts["cached"] += 1
     k, tail = hit
+    if _rec is not None:
+        _rec.add(k, tail, grid, args)
     g = grid + (1, 1)
     k.run(g[0], g[1], g[2], torch._C._cuda_getCurrentRawStream(dev), k.function, k.packed_metadata,
           None, None, None, *args, *tail)
@@ -68,3 +75,105 @@ def _hooked() -> bool:
 
         _knobs = _k.runtime
     return _installed(_knobs.launch_enter_hook) or _installed(_knobs.launch_exit_hook)
+
+
+# ------------------------------------------------------------------------------------------- replay
+# An eager call of a converted module runs the same launches every time for the same input signature. The
+# dispatch records them once (`record`) and re-issues them (`Replay`): per launch one torch.empty for each
+# output and the launcher call, none of the Python between them. Every tensor a recorded launch takes must
+# be classified, else the call is not replayable: the call's input x, an output made by `empty` during the
+# call (allocated afresh on replay), or a constant (the module's buffers, the `persistent` workspaces).
+# A tensor made any other way (a torch op on the way, e.g. smoothing or a copying reshape) aborts the
+# recording, so nothing that a replay would skip can go missing. Outputs from `empty` must be written only
+# by kernels launched through `launch_kernel` (no torch op writes into them in place).
+_rec = None
+_persistent: set = set()
+
+
+def empty(shape, *, device, dtype) -> torch.Tensor:
+    """torch.empty for a launcher's output (registered with the recording, if one is being made)."""
+    t = torch.empty(shape, device=device, dtype=dtype)
+    if _rec is not None:
+        _rec.alloc(t)
+    return t
+
+
+def persistent(new: tuple, old: tuple | None = None) -> None:
+    """Register long-lived workspaces (split-K partials, counters) that recordings may take as constants;
+    ``old``: the workspaces these replace (their memory may now go to anything else)."""
+    if old is not None:
+        _persistent.difference_update(t.data_ptr() for t in old)
+    _persistent.update(t.data_ptr() for t in new)
+
+
+class Recording:
+    def __init__(self, x: torch.Tensor, constants):
+        self.x_ptr, self.x_dtype = x.data_ptr(), x.dtype
+        self.constants = {t.data_ptr() for t in constants} | _persistent
+        self.allocs: list = []  # (shape, dtype) per output made by `empty`
+        self.live: dict = {}  # data_ptr -> index into allocs (the latest allocation at that address)
+        self.launches: list = []
+        self.ok = True
+
+    def alloc(self, t: torch.Tensor) -> None:
+        if t.numel() == 0:
+            self.ok = False  # no address to tell it by
+        self.live[t.data_ptr()] = len(self.allocs)
+        self.allocs.append((tuple(t.shape), t.dtype))
+
+    def add(self, compiled, tail: tuple, grid: tuple, args: tuple) -> None:
+        template, subs = [], []
+        for pos, a in enumerate(args):
+            if isinstance(a, _Tensor):
+                ptr = a.data_ptr()
+                idx = self.live.get(ptr)
+                if idx is not None:
+                    dt = self.allocs[idx][1]
+                    subs.append((pos, idx, None if a.dtype == dt else a.dtype))
+                elif ptr == self.x_ptr:
+                    subs.append((pos, -1, None if a.dtype == self.x_dtype else a.dtype))
+                else:
+                    if ptr not in self.constants:
+                        self.ok = False
+                    template.append(a)
+                    continue
+                a = None  # filled in per replay (and not kept alive by the recording)
+            template.append(a)
+        g = tuple(grid) + (1, 1)
+        self.launches.append((compiled.run, g[0], g[1], g[2], compiled.function, compiled.packed_metadata,
+                              template + list(tail), tuple(subs)))
+
+
+class Replay:
+    """The recorded launches of one call signature, re-issued on a new input."""
+
+    __slots__ = ("allocs", "launches", "out", "out_shape", "stats")
+
+    def __init__(self, rec: Recording, out: int, out_shape, stats):
+        self.allocs, self.launches = tuple(rec.allocs), tuple(rec.launches)
+        self.out, self.out_shape, self.stats = out, out_shape, stats
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        dev = x.device
+        ts = [torch.empty(s, device=dev, dtype=d) for s, d in self.allocs]
+        ts.append(x)  # index -1
+        stream = torch._C._cuda_getCurrentRawStream(x.get_device())
+        for run, g0, g1, g2, function, meta, template, subs in self.launches:
+            args = template.copy()
+            for pos, idx, dt in subs:
+                args[pos] = ts[idx] if dt is None else ts[idx].view(dt)
+            run(g0, g1, g2, stream, function, meta, None, None, None, *args)
+        counts["replayed"] += len(self.launches)
+        y = ts[self.out]
+        return y if self.out_shape is None else y.view(self.out_shape)
+
+
+def start_recording(x: torch.Tensor, constants) -> Recording:
+    global _rec
+    _rec = Recording(x, constants)
+    return _rec
+
+
+def stop_recording() -> None:
+    global _rec
+    _rec = None

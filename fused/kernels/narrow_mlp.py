@@ -37,7 +37,7 @@ import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode
 from fused.kernels.epilogue import activation
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
 from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
 
@@ -185,7 +185,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
     if weights.numel() != nw or params.numel() != np_ or params.dtype != torch.float32:
         raise ValueError(f"narrow_mlp: packed buffers have {weights.numel()} weights / {params.numel()} "
                          f"{params.dtype} params, dims {list(dims)} need {nw} / {np_} float32")
-    y = check_out(out, (M, dims[-1]), x.dtype, x.device) if out is not None else torch.empty(
+    y = check_out(out, (M, dims[-1]), x.dtype, x.device) if out is not None else empty(
         (M, dims[-1]), device=x.device, dtype=x.dtype)
     if M == 0:
         return y

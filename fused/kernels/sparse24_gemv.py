@@ -36,7 +36,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _buffers, _split_for
@@ -262,7 +262,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
     if gated and R % 2:
         raise ValueError(f"sparse24_gemv: a gated (stacked gate/up) weight needs an even row count, got {R}")
     N = R // 2 if gated else R
-    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
+    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return y
     value = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(values.dtype, "float")

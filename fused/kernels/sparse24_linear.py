@@ -24,7 +24,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, dot_mode
 from fused.kernels.epilogue import activation
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 
 VALUE_DTYPES = (torch.int8, torch.float8_e4m3fn, torch.bfloat16)
 
@@ -193,7 +193,7 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out):
     rows = values.shape[0]
     N = rows // 2 if gated else rows
     if out is None:
-        out = torch.empty((M, N), device=x.device, dtype=x.dtype)
+        out = empty((M, N), device=x.device, dtype=x.dtype)
     assert out.shape == (M, N) and out.dtype == x.dtype, (out.shape, out.dtype)
     if M == 0 or N == 0:
         return out

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from fused.kernels.launch import persistent
+
 _workspace: dict = {}
 
 
@@ -21,6 +23,7 @@ def buffers(device, part_numel: int, tiles: int):
     if ws is None or ws[0].numel() < part_numel or ws[1].numel() < tiles:
         part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
         count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
+        persistent((part, count), old=ws)
         ws = _workspace[device] = (part, count)
     return ws
 

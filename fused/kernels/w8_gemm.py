@@ -21,7 +21,7 @@ import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
 from fused.kernels.epilogue import activation
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 
@@ -172,7 +172,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     fp8 = qweight.dtype == torch.float8_e4m3fn
     N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     out_dtype = out_dtype or x.dtype
-    y = check_out(out, (M, N), out_dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=out_dtype)
+    y = check_out(out, (M, N), out_dtype, x.device) if out is not None else empty((M, N), device=x.device, dtype=out_dtype)
     if M == 0:
         return y
     # fp8 goes in natively on the GPU (TMA-friendly loads straight into the tensor-core pipeline); the

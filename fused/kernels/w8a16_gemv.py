@@ -21,7 +21,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode, up_operands
 from fused.kernels.epilogue import activation, int8_to_f32
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 
@@ -169,7 +169,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         wu = wu.view(torch.uint8)
     elif up is None:
         wu = w
-    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else torch.empty((M, N), device=x.device, dtype=x.dtype)
+    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0:
         return y
 

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv
-from fused.kernels.launch import launch_kernel
+from fused.kernels.launch import empty, launch_kernel
 
 BLOCK = 8192
 
@@ -36,7 +36,7 @@ def widen(qweight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.T
         raise ValueError("widen expects a contiguous weight")
     fp8 = qweight.dtype == torch.float8_e4m3fn
     q = qweight.view(torch.uint8) if fp8 else qweight
-    out = torch.empty(qweight.shape, device=qweight.device, dtype=dtype)
+    out = empty(qweight.shape, device=qweight.device, dtype=dtype)
     n = q.numel()
     if n:
         launch_kernel(_widen_kernel, (cdiv(n, BLOCK),), q, out, n, FP8=fp8, BLOCK=BLOCK, num_warps=8)
