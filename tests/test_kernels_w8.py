@@ -291,3 +291,26 @@ def test_w8a16_large_m_widens(monkeypatch):
     assert dispatch.stats[("gated", "triton:w8_gemm_w8a16")] == 1
     assert sqnr(gated_ref(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
     assert sqnr(gated_ref(x[:19], q, s, b, "silu"), y_small) > _min_db(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("variant", [dict(JOINT=True), dict(PREFETCH=True), dict(JOINT=True, PREFETCH=True)])
+def test_gemv_loop_variants_interpreted(fmt, variant, monkeypatch):
+    """The joint gate/up loop and the prefetching loop add in the same order as the plain loops: equal bits,
+    with and without split-K (the prefetch must stop at its split's end), stacked and separate up."""
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+
+    _poisoned_empty(monkeypatch)
+    for M, bm, split, K in ((1, 1, 1, 70), (1, 1, 3, 200), (3, 16, 2, 130)):
+        base = dict(BLOCK_M=bm, BLOCK_N=16, BLOCK_K=32, SPLIT_K=split, num_warps=4, CVT="magic")
+        x, q, s, b = _case(M, 21, K, fmt, True, True, torch.float32, "cpu", "plain")
+        want = w8a16_gemv(x, q, s, b, "silu", True, config=base)
+        got = w8a16_gemv(x, q, s, b, "silu", True, config=dict(base, **variant))
+        assert torch.equal(want, got), (M, split, K)
+        assert sqnr(gated_ref(x, q, s, b, "silu"), got) > 90
+        _, g, u = _pair_case(M, 21, K, fmt, True, torch.float32, "cpu", "plain")
+        want = w8a16_gemv(x, *g, "gelu", True, config=base, up=u)
+        assert torch.equal(want, w8a16_gemv(x, *g, "gelu", True, config=dict(base, **variant), up=u))
+        if not variant.get("JOINT"):
+            want = w8a16_gemv(x, q, s, b, "relu", False, config=base)
+            assert torch.equal(want, w8a16_gemv(x, q, s, b, "relu", False, config=dict(base, **variant)))

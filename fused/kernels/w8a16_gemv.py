@@ -27,36 +27,86 @@ from fused.kernels.tuning import m_bucket, pick
 
 
 @triton.jit
+def _tile_dot(acc, x, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
+    """acc += x [BLOCK_M, BLOCK_K] · w [BLOCK_N, BLOCK_K]ᵀ, w raw 8-bit (fp8 as uint8), fp32 accumulator."""
+    if W_FP8:
+        wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif CVT == "magic":
+        wf = int8_to_f32(w)
+    else:
+        wf = w.to(tl.float32)
+    if BLOCK_M == 1:
+        # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
+        acc += tl.sum(wf * x.to(tl.float32), axis=1)[None, :]
+    elif DOT == "fp32":
+        acc = tl.dot(x.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
+    elif W_FP8 or CVT == "magic":
+        acc = tl.dot(x, tl.trans(wf.to(x.dtype)), acc)
+    else:
+        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    return acc
+
+
+@triton.jit
 def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_wn, stride_wk,
              W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             DOT: tl.constexpr, CVT: tl.constexpr):
-    """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled)."""
+             DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled).
+    PREFETCH: the next weight tile is loaded before this one is used (two tiles in flight per program)."""
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    m_ok = offs_m[:, None] < M
+    r_ok = rows[:, None] < R_END
+    # masks compare with K (specialized on divisibility by 16: the loads stay 16 bytes wide); a split's
+    # tiles never cross k_hi, which is K or a multiple of BLOCK_K
+    # (no tensor defined before the loop is reassigned in it, except w: a loop-carried offs_k would lose
+    # its contiguity and the loads their width)
+    if PREFETCH:
+        offs_k0 = k_lo + tl.arange(0, BLOCK_K)
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k0[None, :] * stride_wk,
+                    mask=r_ok & (offs_k0 < K)[None, :], other=0)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
+        if PREFETCH:
+            w_next = w
+            if k0 + BLOCK_K < k_hi:  # not past the split's end (a uniform branch: the loads stay wide)
+                nxt = offs_k + BLOCK_K
+                w_next = tl.load(w_ptr + rows[:, None] * stride_wn + nxt[None, :] * stride_wk,
+                                 mask=r_ok & (nxt < K)[None, :], other=0)
+        else:
+            w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                        mask=r_ok & k_ok[None, :], other=0)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
-                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                    mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
-        if W_FP8:
-            wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-        elif CVT == "magic":
-            wf = int8_to_f32(w)
-        else:
-            wf = w.to(tl.float32)
-        if BLOCK_M == 1:
-            # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
-            acc += tl.sum(wf * x.to(tl.float32), axis=1)[None, :]
-        elif DOT == "fp32":
-            acc = tl.dot(x.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
-        elif W_FP8 or CVT == "magic":
-            acc = tl.dot(x, tl.trans(wf.to(x.dtype)), acc)
-        else:
-            acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+                    mask=m_ok & k_ok[None, :], other=0.0)
+        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        if PREFETCH:
+            w = w_next
     return acc
+
+
+@triton.jit
+def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k_hi,
+                  stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk,
+                  W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  DOT: tl.constexpr, CVT: tl.constexpr):
+    """Gate and up partials in one K loop: both weight tiles are loaded per step (twice the bytes in
+    flight of two loops, and x read once)."""
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    m_ok = offs_m[:, None] < M
+    n_ok = offs_n[:, None] < N
+    rows_u = u_row0 + offs_n
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = (offs_k < K)[None, :]
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk, mask=n_ok & k_ok, other=0)
+        u = tl.load(wu_ptr + rows_u[:, None] * stride_un + offs_k[None, :] * stride_uk, mask=n_ok & k_ok, other=0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=m_ok & k_ok, other=0.0)
+        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        acc_u = _tile_dot(acc_u, x, u, W_FP8, BLOCK_M, DOT, CVT)
+    return acc, acc_u
 
 
 @triton.jit
@@ -66,7 +116,7 @@ def _w8a16_gemv_kernel(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT: tl.constexpr, CVT: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -74,13 +124,18 @@ def _w8a16_gemv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
-    if GATED:
-        acc_u = _partial(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
+    if GATED and JOINT:
+        acc, acc_u = _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k_hi,
+                                   stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk,
+                                   W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
-        acc_u = acc
+        acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
+                       stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+        if GATED:
+            acc_u = _partial(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm,
+                             stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+        else:
+            acc_u = acc
 
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
@@ -135,18 +190,24 @@ def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """First entry: the heuristic default (used untuned with FUSED_TUNE=0). CVT: how int8 becomes
     float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit)."""
+    out = []
+    if M == 1:  # the 16-row tensor-core tile with 15 rows masked off competes too
+        out += [c for c in _candidates(2, N, K, gated) if c["BLOCK_N"] == 32]
     bm = 1 if M == 1 else 16
     bks = (256, 512) if bm == 1 else (128, 256)
-    out = []
     for bn in (32, 64):
         for bk in bks:
             if bm == 16 and bn * bk > 64 * 256:
                 continue
             split = _split_for(cdiv(N, bn), K, bk)
-            for cvt in ("magic", "native"):
-                out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT=cvt))
+            base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT="magic")
+            out += [base, dict(base, CVT="native")]
             if bm == 1:  # half the registers per thread for the widened tile: more loads in flight
-                out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=8, CVT="magic"))
+                out.append(dict(base, num_warps=8))
+            # more weight bytes in flight per program: both gated tiles per step, or the next tile early
+            if gated:
+                out += [dict(base, JOINT=True)] + ([dict(base, JOINT=True, num_warps=8)] if bm == 1 else [])
+            out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
     return out
 
 
@@ -185,7 +246,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
-            num_warps=cfg["num_warps"],
+            JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False), num_warps=cfg["num_warps"],
         )
 
     if config is None:
