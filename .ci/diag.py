@@ -189,23 +189,3 @@ if "gemv" in what:
                 for t, c in res[:6]:
                     p(f"  {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s {c}")
 
-if "oldgemv" in what:
-    # the kernel before this session's loop rewrite vs now, same configs, M=1 (regression check)
-    from triton.testing import do_bench
-
-    from lowbit import quantize_weight
-    sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
-    import old_gemv
-
-    from fused.kernels.w8a16_gemv import w8a16_gemv
-    for name, R, K, gated in (("gate_up", 2 * 14336, 4096, True), ("down", 4096, 14336, False)):
-        q, s = quantize_weight(torch.randn(R, K, device="cuda"), "int8")
-        for M in (1, 16):
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            N = R // 2 if gated else R
-            for c in old_gemv._candidates(M, N, K, gated)[:4]:
-                row = []
-                for fn in (old_gemv.w8a16_gemv, w8a16_gemv, old_gemv.w8a16_gemv, w8a16_gemv):
-                    row.append(do_bench(lambda: fn(x, q, s, None, "silu" if gated else "none", gated, config=c),
-                                        warmup=10, rep=40, return_mode="median") * 1e3)
-                p(f"old/new/old/new {name} M={M} {c}: " + " ".join(f"{t:.1f}" for t in row))
