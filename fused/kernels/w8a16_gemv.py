@@ -51,38 +51,58 @@ def _tile_dot(acc, x, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.con
 def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_wn, stride_wk,
              W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr):
+             DOT: tl.constexpr, CVT: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled).
-    PREFETCH: the next weight tile is loaded before this one is used (two tiles in flight per program)."""
+    Masks compare with K (specialized on divisibility by 16: the loads stay 16 bytes wide); a split's tiles
+    never cross k_hi, which is K or a multiple of BLOCK_K."""
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    m_ok = offs_m[:, None] < M
-    r_ok = rows[:, None] < R_END
-    # masks compare with K (specialized on divisibility by 16: the loads stay 16 bytes wide); a split's
-    # tiles never cross k_hi, which is K or a multiple of BLOCK_K
-    # (no tensor defined before the loop is reassigned in it, except w: a loop-carried offs_k would lose
-    # its contiguity and the loads their width)
-    if PREFETCH:
-        offs_k0 = k_lo + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k0[None, :] * stride_wk,
-                    mask=r_ok & (offs_k0 < K)[None, :], other=0)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
-        if PREFETCH:
-            w_next = w
-            if k0 + BLOCK_K < k_hi:  # not past the split's end (a uniform branch: the loads stay wide)
-                nxt = offs_k + BLOCK_K
-                w_next = tl.load(w_ptr + rows[:, None] * stride_wn + nxt[None, :] * stride_wk,
-                                 mask=r_ok & (nxt < K)[None, :], other=0)
-        else:
-            w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                        mask=r_ok & k_ok[None, :], other=0)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
-                    mask=m_ok & k_ok[None, :], other=0.0)
+                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                    mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
         acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
-        if PREFETCH:
-            w = w_next
+    return acc
+
+
+@triton.jit
+def _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
+                      stride_xm, stride_xk, stride_wn, stride_wk,
+                      W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      DOT: tl.constexpr, CVT: tl.constexpr):
+    """_partial with the next weight tile loaded before this one is used (two tiles in flight)."""
+    rows = row0 + offs_n
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    offs_k0 = k_lo + tl.arange(0, BLOCK_K)
+    w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k0[None, :] * stride_wk,
+                mask=(rows[:, None] < R_END) & (offs_k0 < K)[None, :], other=0)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        w_next = w
+        if k0 + BLOCK_K < k_hi:  # not past the split's end (a uniform branch: the loads stay wide)
+            nxt = offs_k + BLOCK_K
+            w_next = tl.load(w_ptr + rows[:, None] * stride_wn + nxt[None, :] * stride_wk,
+                             mask=(rows[:, None] < R_END) & (nxt < K)[None, :], other=0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & (offs_k < K)[None, :], other=0.0)
+        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        w = w_next
+    return acc
+
+
+@triton.jit
+def _partial_k(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn, stride_wk,
+               W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+               DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr):
+    if PREFETCH:
+        acc = _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
+                                stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
+    else:
+        acc = _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
+                       stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     return acc
 
 
@@ -129,11 +149,11 @@ def _w8a16_gemv_kernel(
                                    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk,
                                    W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
-        acc = _partial(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                       stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+        acc = _partial_k(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
+                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
         if GATED:
-            acc_u = _partial(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm,
-                             stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+            acc_u = _partial_k(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm,
+                               stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
         else:
             acc_u = acc
 
