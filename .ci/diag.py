@@ -189,33 +189,3 @@ if "gemv" in what:
                 for t, c in res[:6]:
                     p(f"  {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s {c}")
 
-
-if "wide" in what:
-    # W8A16 at M=128: the weight-streaming GEMV kernel with one 128-row M tile vs the pipelined tiled GEMM
-    from triton.testing import do_bench
-
-    from fused.kernels import w8_gemm as wg
-    from fused.kernels.w8a16_gemv import _wide_candidates, w8a16_gemv
-    from lowbit import quantize_weight
-    for fmt in ("int8", "float8_e4m3"):
-        for name, R, K, gated in (("gate_up", 2 * 14336, 4096, True), ("down", 4096, 14336, False)):
-            q, s = quantize_weight(torch.randn(R, K, device="cuda"), fmt)
-            M = 128
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            N = R // 2 if gated else R
-            act = "silu" if gated else "none"
-            for kname, fn, cands in (("gemv", w8a16_gemv, _wide_candidates(M, N, K, gated)),
-                                     ("gemm", wg.w8_gemm, wg._candidates(M, N, K, gated, False))):
-                res = []
-                for c in cands:
-                    try:
-                        t = do_bench(lambda: fn(x, q, s, None, act, gated, config=c), warmup=10, rep=40,
-                                     return_mode="median")
-                    except Exception as e:  # noqa: BLE001
-                        p(f"  {kname} {c}: {type(e).__name__}")
-                        continue
-                    res.append((t * 1e3, c))
-                res.sort(key=lambda r: r[0])
-                p(f"== wide {fmt} {name} M={M} {kname}: {len(res)} configs")
-                for t, c in res[:3]:
-                    p(f"  {t:6.1f} us {c}")

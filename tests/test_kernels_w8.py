@@ -314,17 +314,3 @@ def test_gemv_loop_variants_interpreted(fmt, variant, monkeypatch):
         if not variant.get("JOINT"):
             want = w8a16_gemv(x, q, s, b, "relu", False, config=base)
             assert torch.equal(want, w8a16_gemv(x, q, s, b, "relu", False, config=dict(base, **variant)))
-
-
-@pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("gated", [False, True])
-def test_gemv_wide_m_interpreted(fmt, gated, monkeypatch):
-    """The GEMV kernel with one M tile of up to 128 rows (16 < M <= MAX_M), as the bench's diag times it."""
-    from fused.kernels.w8a16_gemv import w8a16_gemv
-
-    _poisoned_empty(monkeypatch)
-    for M, view in ((17, "plain"), (40, "transposed")):
-        x, q, s, b = _case(M, 19, 70, fmt, gated, True, torch.float32, "cpu", view)
-        y = w8a16_gemv(x, q, s, b, "gelu", gated)
-        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "gelu")
-        assert y.shape == ref.shape and sqnr(ref, y) > 90, M

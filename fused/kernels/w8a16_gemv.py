@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, next_pow2, up_operands
+from fused.kernels import cdiv, check_out, dot_mode, up_operands
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
@@ -231,35 +231,18 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     return out
 
 
-def _wide_candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
-    """16 < M <= MAX_M: one M tile of up to 128 rows (x read from L2 per weight tile), weights streamed
-    once, split-K to fill the SMs: a weight-streaming alternative to the pipelined tiled GEMM."""
-    bm = max(16, next_pow2(M))
-    out = []
-    for bn in (32, 64):
-        for bk in (64, 128):
-            split = _split_for(cdiv(N, bn), K, bk)
-            for warps in (4, 8):
-                base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=warps, CVT="native")
-                out += [base, dict(base, CVT="magic")]
-    return out
-
-
-MAX_M = 128
-
-
 def _interpret_config(M, N, K):
-    return dict(BLOCK_M=1 if M == 1 else max(16, next_pow2(M)), BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4,
+    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4,
                 CVT="magic")
 
 
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
                act: str = "none", gated: bool = False, config: dict | None = None,
                out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
-    """Launch on a 2-D x [M <= MAX_M, K] (the dispatch uses it at M <= 16). Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
+    """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
     with ``up`` = (qweight, scale, bias) of the up projection (gated only), [M, R] with qweight the gate."""
     M, K = x.shape
-    assert M <= MAX_M and qweight.shape[1] == K, (x.shape, qweight.shape)
+    assert M <= 16 and qweight.shape[1] == K, (x.shape, qweight.shape)
     N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     w_fp8 = qweight.dtype == torch.float8_e4m3fn
     w = qweight.view(torch.uint8) if w_fp8 else qweight
@@ -289,8 +272,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if config is None:
         from fused.kernels import INTERPRET
 
-        gen = _candidates if M <= 16 else _wide_candidates
-        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: gen(M, N, K, gated))
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
         config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype), cands, launch)
     launch(config)
     return y
