@@ -189,3 +189,32 @@ if "gemv" in what:
                 for t, c in res[:6]:
                     p(f"  {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s {c}")
 
+
+if "readbw" in what:
+    # Is the decode GEMV's ~2.6 TB/s plateau its access pattern or its arithmetic? Stream the same [BN, BK]
+    # int8 tiles with the GEMV's grid but almost no ALU work (xor of int32 words), next to a torch copy.
+    import triton.language as tl
+    from triton.testing import do_bench
+
+    @triton.jit
+    def _read_tiles(w_ptr, out_ptr, N, KW, stride_n, BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.int32)
+        for k0 in range(0, KW, BLOCK_KW):
+            offs = k0 + tl.arange(0, BLOCK_KW)
+            acc ^= tl.load(w_ptr + rows[:, None] * stride_n + offs[None, :], mask=(rows[:, None] < N) & (offs[None, :] < KW), other=0)
+        tl.store(out_ptr + rows, tl.xor_sum(acc, axis=1), mask=rows < N)
+
+    for name, R, K in (("gate_up", 2 * 14336, 4096), ("down", 4096, 14336)):
+        w = torch.randint(-128, 127, (R, K), device="cuda", dtype=torch.int8)
+        w32 = w.view(torch.int32)
+        out = torch.empty(R, device="cuda", dtype=torch.int32)
+        t = do_bench(lambda: w.clone(), warmup=10, rep=40, return_mode="median")
+        p(f"== readbw {name}: torch clone {t * 1e3:.1f} us = {2 * R * K / t / 1e9:.2f} TB/s (read+write)")
+        for bn in (16, 32, 64):
+            for bk in (256, 512, 1024):
+                for warps in (4, 8):
+                    f = lambda: _read_tiles[(triton.cdiv(R, bn),)](w32, out, R, K // 4, w32.stride(0), BLOCK_N=bn,  # noqa: E731
+                                                                  BLOCK_KW=bk // 4, num_warps=warps)
+                    t = do_bench(f, warmup=10, rep=40, return_mode="median")
+                    p(f"  BN {bn:3d} BK {bk:5d} warps {warps}: {t * 1e3:6.1f} us {R * K / t / 1e9:5.2f} TB/s")
