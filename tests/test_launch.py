@@ -100,7 +100,7 @@ def test_persistent_workspace_replacement_forgets_the_old_address():
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("cfg", ["int8", "int8_w8a8", "fp8"])
+@pytest.mark.parametrize("cfg", ["int8", "int8_w8a8", "fp8", "int8_24"])
 @pytest.mark.parametrize("blocks", [True, False])
 def test_eager_replay_matches_the_python_path(cfg, blocks):
     import copy
@@ -110,7 +110,7 @@ def test_eager_replay_matches_the_python_path(cfg, blocks):
     from fused.bench import make_block
 
     config = {"int8": fused.FusedInt8MLP(), "int8_w8a8": fused.FusedInt8MLP(weight_only=False),
-              "fp8": fused.FusedFloat8MLP()}[cfg]
+              "fp8": fused.FusedFloat8MLP(), "int8_24": fused.FusedInt8MLP(sparsity="2:4")}[cfg]
     base = make_block("llama", 64, 176, "cuda")
     model = fused.quantize(copy.deepcopy(base), config, blocks=blocks)
     for shape in ((1, 64), (3, 64), (2, 17, 64), (300, 64)):
