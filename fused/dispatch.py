@@ -287,13 +287,35 @@ def eager(owner, x: torch.Tensor, fn):
     finally:
         launch.stop_recording()
     out = rec.live.get(y.data_ptr()) if isinstance(y, torch.Tensor) else None
-    if (rec.ok and out is not None and rec.launches and len(tuning._cache) == tuned and y.is_contiguous()
-            and y.dtype == rec.allocs[out][1] and y.numel() == torch.Size(rec.allocs[out][0]).numel()):
+    if len(tuning._cache) != tuned:
+        return y  # a config was still being tuned: record on the next call (cache[key] stays False)
+    if not rec.ok:
+        cache[key] = ("no replay: a launch takes a tensor made outside the kernels (smoothing, autocast, a "
+                      "copying reshape of x, a user out=)")
+    elif not rec.launches:
+        cache[key] = "no replay: no kernel launch"
+    elif (out is None or not y.is_contiguous() or y.dtype != rec.allocs[out][1]
+          or y.numel() != torch.Size(rec.allocs[out][0]).numel()):
+        cache[key] = "no replay: the result is not a kernel's output"
+    else:
         shape = None if tuple(y.shape) == rec.allocs[out][0] else tuple(y.shape)
         cache[key] = launch.Replay(rec, out, shape, tuple((stats - before).items()))
-    else:
-        cache[key] = "no replay"
     return y
+
+
+def replay_status(model) -> tuple[int, list[tuple[str, str]]]:
+    """(input signatures replayed, [(module, reason)] for signatures refused) over the modules of ``model``
+    that ran eager CUDA calls (fused.explain prints it)."""
+    from fused.kernels import launch
+
+    replayed, refused = 0, []
+    for name, mod in model.named_modules():
+        for r in mod.__dict__.get("_replays", {}).values():
+            if r.__class__ is launch.Replay:
+                replayed += 1
+            elif isinstance(r, str):
+                refused.append((name or "<root>", r))
+    return replayed, refused
 
 
 def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):

@@ -57,6 +57,10 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
     if print_table:
         print(format_table(rows))
+        replayed, refused = dispatch.replay_status(model)
+        if replayed or refused:
+            print(f"eager CUDA calls: {replayed} input signature(s) replayed from recorded launches"
+                  + "".join(f"\n  {m}: {why}" for m, why in dict(refused).items()))
     return rows
 
 

@@ -134,3 +134,15 @@ def test_eager_replay_matches_the_python_path(cfg, blocks):
         with dispatch.force_path("triton"):
             want = other(v)
     assert torch.equal(got, want)
+
+
+def test_replay_status_reports_recorded_and_refused_signatures():
+    from fused import dispatch
+
+    class Owner(torch.nn.Module):
+        pass
+
+    model = torch.nn.Sequential(Owner(), Owner())
+    model[0].__dict__["_replays"] = {"a": launch.Replay(launch.Recording(torch.zeros(1), []), 0, None, ())}
+    model[1].__dict__["_replays"] = {"b": "no replay: no kernel launch", "c": False}
+    assert dispatch.replay_status(model) == (1, [("1", "no replay: no kernel launch")])
