@@ -294,10 +294,12 @@ def test_w8a16_large_m_widens(monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("variant", [dict(JOINT=True), dict(PREFETCH=True), dict(JOINT=True, PREFETCH=True)])
+@pytest.mark.parametrize("variant", [dict(JOINT=True), dict(PREFETCH=True), dict(JOINT=True, PREFETCH=True),
+                                     dict(PERSISTENT=1), dict(PERSISTENT=2, JOINT=True)])
 def test_gemv_loop_variants_interpreted(fmt, variant, monkeypatch):
-    """The joint gate/up loop and the prefetching loop add in the same order as the plain loops: equal bits,
-    with and without split-K (the prefetch must stop at its split's end), stacked and separate up."""
+    """The joint gate/up loop, the prefetching loop and the persistent grid (4 programs on the CPU, fewer than
+    the items) add in the same order as the plain loops: equal bits, with and without split-K (the prefetch
+    must stop at its split's end), stacked and separate up."""
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
     _poisoned_empty(monkeypatch)

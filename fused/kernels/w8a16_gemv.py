@@ -115,15 +115,16 @@ def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k
     flight of two loops, and x read once)."""
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    m_ok = offs_m[:, None] < M
-    n_ok = offs_n[:, None] < N
     rows_u = u_row0 + offs_n
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):  # masks built in the loop, as in _partial (see NOTES: hoisting)
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = (offs_k < K)[None, :]
-        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk, mask=n_ok & k_ok, other=0)
-        u = tl.load(wu_ptr + rows_u[:, None] * stride_un + offs_k[None, :] * stride_uk, mask=n_ok & k_ok, other=0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk, mask=m_ok & k_ok, other=0.0)
+        k_ok = offs_k < K
+        w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0)
+        u = tl.load(wu_ptr + rows_u[:, None] * stride_un + offs_k[None, :] * stride_uk,
+                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
         acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
         acc_u = _tile_dot(acc_u, x, u, W_FP8, BLOCK_M, DOT, CVT)
     return acc, acc_u
@@ -132,14 +133,36 @@ def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k
 @triton.jit
 def _w8a16_gemv_kernel(
     x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, u_row0, TILES,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+    GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
+):
+    if PERSISTENT:
+        # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
+        for item in range(tl.program_id(0), TILES * SPLIT_K, tl.num_programs(0)):
+            _gemv_item(item % TILES, item // TILES, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
+                       part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
+                       stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+                       GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
+    else:
+        _gemv_item(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
+                   part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
+                   stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
+
+
+@triton.jit
+def _gemv_item(
+    pid_n, pid_k, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    """One (output tile, K split) item: partial dot, split-K finish, epilogue."""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT
@@ -197,6 +220,15 @@ def _w8a16_gemv_kernel(
 
 
 _buffers = buffers  # (sparse24_gemv imports it from here)
+_sms: dict = {}
+
+
+def _sm_count(device) -> int:
+    """Streaming multiprocessors of ``device`` (queried once, on the first persistent launch; 4 on the CPU)."""
+    n = _sms.get(device)
+    if n is None:
+        n = _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
+    return n
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
@@ -228,6 +260,8 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
             if gated:
                 out += [dict(base, JOINT=True)] + ([dict(base, JOINT=True, num_warps=8)] if bm == 1 else [])
             out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
+            # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
+            out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
     return out
 
 
@@ -260,13 +294,16 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         k_per = cdiv(cdiv(K, split), bk) * bk
         split = cdiv(K, k_per)  # no empty splits
         part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
-        launch_kernel(_w8a16_gemv_kernel, (tiles, split),
+        persistent = cfg.get("PERSISTENT", 0)
+        grid = (min(tiles * split, persistent * _sm_count(x.device)),) if persistent else (tiles, split)
+        launch_kernel(_w8a16_gemv_kernel, grid,
             x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y, part, count,
-            M, N, K, k_per, u_row0,
+            M, N, K, k_per, u_row0, tiles,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
-            JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False), num_warps=cfg["num_warps"],
+            JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
+            PERSISTENT=persistent > 0, num_warps=cfg["num_warps"],
         )
 
     if config is None:
