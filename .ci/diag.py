@@ -218,3 +218,44 @@ if "readbw" in what:
                                                                   BLOCK_KW=bk // 4, num_warps=warps)
                     t = do_bench(f, warmup=10, rep=40, return_mode="median")
                     p(f"  BN {bn:3d} BK {bk:5d} warps {warps}: {t * 1e3:6.1f} us {R * K / t / 1e9:5.2f} TB/s")
+
+if "decode8" in what:
+    # decode (M = 1, 16) with the weights fed straight into tensor-core MMAs (no per-weight widening): the
+    # W8A8 tiled GEMM (act_quant + w8_gemm) and, for W8A16 int8, split activations (act_split + w8_gemm
+    # x_split), each config timed; vs the weight-only GEMV's tuned pick. L2 flushed by do_bench.
+    from triton.testing import do_bench
+
+    from fused.kernels import w8_gemm as wg
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+    from lowbit import quantize_weight
+    for fmt in ("int8", "float8_e4m3"):
+        for name, R, K, gated in (("gate_up", 2 * 14336, 4096, True), ("down", 4096, 14336, False)):
+            q, s = quantize_weight(torch.randn(R, K, device="cuda"), fmt)
+            N = R // 2 if gated else R
+            act = "silu" if gated else "none"
+            for M in (1, 16):
+                x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                t = do_bench(lambda: w8a16_gemv(x, q, s, None, act, gated), warmup=10, rep=40, return_mode="median")
+                p(f"== decode8 {fmt} {name} M={M}: GEMV (tuned pick) {t * 1e3:.1f} us {R * K / t / 1e9:.2f} TB/s")
+                xq, xs = act_quant(x, fp8=fmt != "int8")
+                modes = [("W8A8 tiled", lambda c: wg.w8_gemm(xq, q, s, None, act, gated, x_scale=xs,
+                                                              out_dtype=x.dtype, config=c))]
+                if fmt == "int8":
+                    planes, ps = act_split(x)
+                    modes.append(("split W8A16", lambda c: wg.w8_gemm(planes, q, s, None, act, gated, x_scale=ps,
+                                                                       out_dtype=x.dtype, config=c, x_split=True)))
+                t = do_bench(lambda: act_quant(x, fp8=fmt != "int8"), warmup=10, rep=40, return_mode="median")
+                t2 = do_bench(lambda: act_split(x), warmup=10, rep=40, return_mode="median")
+                p(f"  act_quant {t * 1e3:.1f} us, act_split {t2 * 1e3:.1f} us")
+                for label, fn in modes:
+                    res = []
+                    for c in wg._candidates(max(M, 2), N, K, gated, True):
+                        try:
+                            res.append((do_bench(lambda: fn(c), warmup=10, rep=40, return_mode="median") * 1e3, c))
+                        except Exception as e:  # noqa: BLE001
+                            p(f"  {label} {c}: {type(e).__name__}")
+                    res.sort(key=lambda r: r[0])
+                    for t, c in res[:3]:
+                        p(f"  {label}: {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s {c}")

@@ -56,12 +56,22 @@ def force_path(path: str | None):
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
 GEMV_MAX_M = 16
+# The same bound for dense W8A8 configs (FUSED_A8_GEMV_MAX_M=0: act_quant + the tiled W8A8 GEMM from M=1,
+# whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
+# GEMV's ~6; to be measured on the H200).
+A8_GEMV_MAX_M = int(os.environ.get("FUSED_A8_GEMV_MAX_M", GEMV_MAX_M))
 # W8A16 from this M up (bf16/fp16 activations): widen the 8-bit weight to the activation dtype once per call
 # and run the tiled kernel on 16-bit operands. Compute-bound there, and Triton's mixed-input Hopper GEMM
 # runs at about half the rate of a 16-bit one (H200, 2026-11-30: gate/up at M=8192 4503 µs mixed vs
 # 322 widen + 3126); the widened copy is transient.
 WIDEN_MIN_M = 1024
 SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
+# W8A16 with int8 weights and bf16/fp16 activations at M <= SPLIT_MAX_M: the activations as two int8 planes
+# (act_split: x ≈ s·(256·hi + lo), 15 bits per token, finer than bf16's 8-bit mantissa near the row's
+# absmax) and two int8 tensor-core dots per weight tile (w8_gemm x_split): the weights go from memory into
+# the MMA untouched, where the GEMV spends ~6 instructions per weight byte widening them (sm_90 SASS).
+# Off (0) until measured on the H200; set it to 16 to try it.
+SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", "0"))
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
 # as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
@@ -85,12 +95,15 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         return "narrow_mlp"
     else:
         small = "w8a16_gemv"
+        if not dynamic and fmt == "int8" and M is not None and M <= SPLIT_MAX_M:
+            return "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
         if not dynamic and M is not None and M >= WIDEN_MIN_M:
             large = "widen+w8_gemm_bf16"
     if M is None:
         return f"{small}|{large}"
-    return small if M <= GEMV_MAX_M else large
+    bound = A8_GEMV_MAX_M if (dynamic and op not in SPARSE_OPS) else GEMV_MAX_M
+    return small if M <= bound else large
 
 
 def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
@@ -106,6 +119,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
         kernel = triton_kernel_for(op, fmt, dynamic, M)
+        if kernel.startswith("act_split") and dtype == torch.float32:  # 15 bits would lose to fp32's 24
+            kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
             if dynamic:
@@ -116,6 +131,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 why += " with fused per-token activation quantization (W8A8)"
             else:
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
+        elif kernel.startswith("act_split"):
+            why = (f"W8A16 at M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
+                   "(15 bits), two int8 tensor-core dots per weight tile")
         elif kernel.startswith("widen"):
             why = f"M>={WIDEN_MIN_M}: weight widened to 16 bits once per call (transient), 16-bit tiled GEMM"
         else:
@@ -194,12 +212,13 @@ def _triton_kernels():
         from types import SimpleNamespace
 
         from fused.kernels.act_quant import act_quant
+        from fused.kernels.act_split import act_split
         from fused.kernels.decode_block import decode_block
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
         from fused.kernels.widen import widen
 
-        _kernels = SimpleNamespace(act_quant=act_quant, decode_block=decode_block, w8_gemm=w8_gemm,
+        _kernels = SimpleNamespace(act_quant=act_quant, act_split=act_split, decode_block=decode_block, w8_gemm=w8_gemm,
                                    w8a16_gemv=w8a16_gemv, widen=widen)
     return _kernels
 
@@ -211,11 +230,16 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
         # the eager hot path (budget ~10 µs per launch): the same choice as plan(), without its strings
-        size = 0 if M <= GEMV_MAX_M else (2 if M >= WIDEN_MIN_M and x.dtype != torch.float32 else 1)
+        if not dynamic and M <= SPLIT_MAX_M and qweight.dtype == torch.int8 and x.dtype != torch.float32:
+            size = 3
+        else:
+            size = 0 if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M) else (
+                2 if M >= WIDEN_MIN_M and x.dtype != torch.float32 else 1)
         path = _cuda_paths.get((op, dynamic, size))
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8", dynamic, (1, GEMV_MAX_M + 1, WIDEN_MIN_M)[size])
+                op, "int8" if size == 3 else "any", dynamic,
+                (1, (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M) + 1, WIDEN_MIN_M, 1)[size])
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -229,7 +253,10 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         return ref(x, qweight, wscale, bias, act, dynamic)
     gated = op == "gated"
     k = _triton_kernels()
-    if M <= GEMV_MAX_M:
+    if path == "triton:act_split+w8_gemm_split":  # see SPLIT_MAX_M
+        planes, xs = k.act_split(x2)
+        y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype, x_split=True)
+    elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
@@ -260,7 +287,7 @@ def eager(owner, x: torch.Tensor, fn):
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
-           GEMV_MAX_M, WIDEN_MIN_M, DECODE_BLOCK_MAX_M)
+           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M)
     cache = owner.__dict__.get("_replays")
     if cache is None:
         cache = owner.__dict__["_replays"] = {}
@@ -345,10 +372,12 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
-        small = M <= GEMV_MAX_M
-        path = _cuda_paths.get((op, dynamic, small))
+        split = not dynamic and M <= SPLIT_MAX_M and wg.dtype == torch.int8 and x.dtype != torch.float32
+        size = 3 if split else int(M > (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M))
+        path = _cuda_paths.get((op, dynamic, size))
         if path is None:
-            path = _cuda_paths[(op, dynamic, small)] = "triton:" + triton_kernel_for(op, "int8", dynamic, M)
+            path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
+                op, "int8" if split else "any", dynamic, M)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -361,7 +390,10 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
     k = _triton_kernels()
     up = (wu, su, bu)
-    if M <= GEMV_MAX_M:
+    if path == "triton:act_split+w8_gemm_split":  # see SPLIT_MAX_M
+        planes, xs = k.act_split(x2)
+        y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
+    elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, wg, sg, bg, act, True, up=up)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=wg.dtype == torch.float8_e4m3fn)

@@ -45,6 +45,22 @@ def quantize_activation(x: torch.Tensor, fmt: str | Format) -> tuple[torch.Tenso
     return quantize_rowwise(x, fmt)
 
 
+SPLIT_QMAX = 127 * 256 + 127  # 32639: v = 256·hi + lo with hi, lo both in int8
+
+
+def split_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token 16-bit activations as two int8 planes: (hi, lo [..., K] int8, scale [..., 1] fp32) with
+    x ≈ scale·(256·hi + lo), scale = max(absmax / 32639, MIN_SCALE), v = round(x / scale) ties to even,
+    hi = (v + 128) >> 8, lo = v - 256·hi. Two int8 tensor-core dots then give x·Wᵀ for int8 W to 15 bits
+    per token (finer than bf16's 8-bit mantissa for values within 2⁻⁷ of the row's absmax)."""
+    xf = x.float()
+    scale = (xf.abs().amax(dim=-1, keepdim=True) / SPLIT_QMAX).clamp_min(MIN_SCALE)
+    scale = torch.where(torch.isfinite(xf).all(dim=-1, keepdim=True), scale, torch.full_like(scale, float("nan")))
+    v = torch.round(torch.nan_to_num(xf / scale).clamp(-SPLIT_QMAX, SPLIT_QMAX)).to(torch.int32)
+    hi = (v + 128) >> 8
+    return hi.to(torch.int8), (v - 256 * hi).to(torch.int8), scale
+
+
 def quantize_weight(w: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-channel quantization of a [N, K] weight: (qdata [N, K], scale [N] fp32)."""
     if w.dim() != 2:

@@ -316,3 +316,77 @@ def test_gemv_loop_variants_interpreted(fmt, variant, monkeypatch):
         if not variant.get("JOINT"):
             want = w8a16_gemv(x, q, s, b, "relu", False, config=base)
             assert torch.equal(want, w8a16_gemv(x, q, s, b, "relu", False, config=dict(base, **variant)))
+
+
+# ------------------------------------------------------------------- split activations (W8A16 via int8 MMA)
+def test_split_activation_reference_reconstructs():
+    from lowbit.quant import SPLIT_QMAX, split_activation
+
+    x = torch.randn(5, 300) * torch.logspace(-3, 3, 5)[:, None]
+    x[2, 7] = float("nan")
+    hi, lo, s = split_activation(x)
+    v = 256 * hi.int() + lo.int()
+    ok = torch.tensor([True, True, False, True, True])
+    assert v.abs().max() <= SPLIT_QMAX and torch.isnan(s[2]).all() and not torch.isnan(s[ok]).any()
+    assert sqnr(x[ok], (v.float() * s)[ok]) > 85  # 15 bits per token
+
+
+@pytest.mark.parametrize("K", [70, 300])
+def test_act_split_bit_exact(K, monkeypatch):
+    from fused.kernels import act_quant
+    from fused.kernels.act_split import act_split
+    from lowbit.quant import split_activation
+
+    if K > 100:  # the two-pass path
+        monkeypatch.setattr(act_quant, "MAX_ONE_PASS", 64)
+        import fused.kernels.act_split as mod
+        monkeypatch.setattr(mod, "MAX_ONE_PASS", 64)
+    x = torch.randn(4, K + 3, dtype=torch.bfloat16)[:, 3:] * 10
+    x[1, 5] = float("inf")
+    planes, s = act_split(x)
+    hi, lo, rs = split_activation(x)
+    assert torch.equal(planes[0], hi) and torch.equal(planes[1], lo)
+    assert torch.equal(s[[0, 2, 3]], rs[[0, 2, 3], 0]) and torch.isnan(s[1])
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("split", [1, 2])
+def test_gemm_split_activations_interpreted(gated, split, monkeypatch):
+    """w8_gemm on act_split's planes: W8A16 results (vs the bf16/fp32-activation reference) to ~15 bits."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    for M, N, K, dtype, view in ((1, 37, 64, torch.float32, "plain"), (3, 20, 96, torch.bfloat16, "transposed")):
+        x, q, s, b = _case(M, N, K, "int8", gated, True, dtype, "cpu", view)
+        planes, xs = act_split(x)
+        cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+        y = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype, config=cfg, x_split=True)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+        assert y.shape == ref.shape and y.dtype == dtype
+        assert sqnr(ref, y) > (70 if dtype == torch.float32 else 40), (M, dtype)
+    with pytest.raises(ValueError, match="int8 weights"):
+        w8_gemm(planes, *quantize_weight(torch.randn(8, 96), "float8_e4m3"), x_scale=xs, out_dtype=x.dtype,
+                x_split=True)
+
+
+def test_dispatch_split_path_interpreted(monkeypatch):
+    """With dispatch.SPLIT_MAX_M set, W8A16 int8 calls at small M take act_split + w8_gemm (one per op);
+    fp32 activations, fp8 weights and W8A8 keep their paths."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 16)
+    dispatch.stats.clear()
+    x, q, s, b = _case(3, 24, 64, "int8", True, True, torch.bfloat16, "cpu", "plain")
+    with dispatch.force_path("triton"):
+        y = dispatch.gated(x, q, s, b, "silu")
+        assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40
+        _, g, u = _pair_case(3, 24, 64, "int8", True, torch.bfloat16, "cpu", "plain")
+        yp = dispatch.gated_pair(x, *g, *u, act="gelu")
+        assert sqnr(gated_ref(x, torch.cat([g[0], u[0]]), torch.cat([g[1], u[1]]), torch.cat([g[2], u[2]]), "gelu"), yp) > 40
+        dispatch.linear(x.float(), q, s, b)  # fp32: the GEMV
+        dispatch.linear(x, *quantize_weight(torch.randn(8, 64), "float8_e4m3"))  # fp8: the GEMV
+    paths = {k: v for k, v in dispatch.stats.items()}
+    assert paths[("gated", "triton:act_split+w8_gemm_split")] == 1
+    assert paths[("gated_pair", "triton:act_split+w8_gemm_split")] == 1
+    assert paths[("linear", "triton:w8a16_gemv")] == 2

@@ -57,10 +57,11 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
 def _w8_gemm_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
-    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn, stride_xlo,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    X_LO: tl.constexpr,
 ):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -86,6 +87,9 @@ def _w8_gemm_kernel(
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    # X_LO (int8 W, split activations from act_split): x holds the hi plane, x + stride_xlo the lo plane
+    acc_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
+    acc_u_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:  # K a multiple of BLOCK_K: no K mask
             x_mask = m_ok[:, None]
@@ -96,15 +100,23 @@ def _w8_gemm_kernel(
             w_mask = n_ok[:, None] & k_ok[None, :]
         x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8, FP8_AS_U8)
         acc = _mma(x, w, acc, A8, FP8, DOT)
+        if X_LO:
+            x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
+            acc_lo = _mma(x_lo, w, acc_lo, A8, FP8, DOT)
         if GATED:
             u = tl.load(u_ptrs, mask=w_mask, other=0.0)
             if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
             acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
+            if X_LO:
+                acc_u_lo = _mma(x_lo, u, acc_u_lo, A8, FP8, DOT)
             u_ptrs += BLOCK_K * stride_uk
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
+    if X_LO:  # x·w = 256·(hi·w) + lo·w; the int32 sums combined in fp32 (24 bits: below bf16's rounding)
+        acc = acc.to(tl.float32) * 256.0 + acc_lo.to(tl.float32)
+        acc_u = acc_u.to(tl.float32) * 256.0 + acc_u_lo.to(tl.float32)
     live = BLOCK_M * BLOCK_N
     if SPLIT_K > 1:
         acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid, pid_k, SPLIT_K, GATED,
@@ -163,9 +175,15 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
 def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
             act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, config: dict | None = None,
-            out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
+            out: torch.Tensor | None = None, up: tuple | None = None, x_split: bool = False) -> torch.Tensor:
     """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant).
-    Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R]."""
+    Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R].
+    ``x_split``: x is act_split's [2, M, K] int8 planes (int8 W only): x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ."""
+    planes = x if x_split else None
+    if x_split:
+        if qweight.dtype != torch.int8 or x_scale is None:
+            raise ValueError("x_split needs int8 weights and the planes' scale")
+        x = planes[0]
     M, K = x.shape
     assert qweight.shape[1] == K, (x.shape, qweight.shape)
     a8 = x_scale is not None
@@ -197,10 +215,11 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             wu, su, bu if bu is not None else su, y, part, count,
             M, N, K, k_per, u_row0,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
+            planes.stride(0) if x_split else 0,
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-            num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
+            X_LO=x_split, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
     if config is None:
@@ -208,6 +227,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
             cands = lambda: _candidates(M, N, K, gated, a8)  # noqa: E731
-        config = pick("w8_gemm", (m_bucket(M), N, K, gated, a8, qweight.dtype), cands, launch)
+        key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ())
+        config = pick("w8_gemm", key, cands, launch)
     launch(config)
     return y

@@ -1,0 +1,69 @@
+"""Per-token 16-bit activations as two int8 planes, one pass: x [M, K] -> (planes [2, M, K] int8, scale [M]).
+
+x ≈ scale·(256·hi + lo): the split-activation W8A16 path runs two int8 tensor-core dots per weight tile
+(weights straight from memory into the MMA, no per-weight conversion) instead of widening every weight.
+Reference: lowbit.split_activation (bit-identical: IEEE division, ties-to-even rounding). One program per
+token, the row held in registers as in act_quant.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import next_pow2
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint
+from fused.kernels.launch import empty, launch_kernel
+from lowbit.quant import MIN_SCALE, SPLIT_QMAX
+
+
+@triton.jit
+def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr):
+    v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xk, scale), -QMAX), QMAX)).to(tl.int32)
+    hi = (v + 128) >> 8
+    tl.store(q_row + offs, hi.to(tl.int8), mask=offs < K)
+    tl.store(q_row + lo_off + offs, (v - hi * 256).to(tl.int8), mask=offs < K)
+
+
+@triton.jit
+def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, lo_off,
+                      QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK_K)
+    x_row = x_ptr + row * stride_xm
+    q_row = q_ptr + row * stride_qm
+    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    if ONE_PASS:
+        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
+        amax = tl.abs(x)
+        nans = tl.where(tl.abs(x) < float("inf"), 0.0, 1.0)  # NaN and ±Inf
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(xk))
+            nans += tl.where(tl.abs(xk) < float("inf"), 0.0, 1.0)
+    scale = tl.maximum(tl.max(amax, axis=0) / QMAX, MIN_S)
+    bad = tl.sum(nans, axis=0) > 0
+    if ONE_PASS:
+        _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX)
+    tl.store(s_ptr + row, tl.where(bad, float("nan"), scale))
+
+
+def act_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] float -> (planes [2, M, K] int8: hi then lo, scale [M] fp32). A row holding NaN/Inf gets a
+    NaN scale (its outputs are NaN, as in the unquantized layer) and zero planes."""
+    M, K = x.shape
+    q = empty((2, M, K), device=x.device, dtype=torch.int8)
+    s = empty((M,), device=x.device, dtype=torch.float32)
+    if M == 0:
+        return q, s
+    block = min(next_pow2(K), MAX_ONE_PASS)
+    launch_kernel(_act_split_kernel, (M,), x, q, s, K, x.stride(0), x.stride(1), q.stride(1), q.stride(0),
+                  QMAX=float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block, ONE_PASS=K <= block,
+                  num_warps=8 if block >= 4096 else 4)
+    return q, s
