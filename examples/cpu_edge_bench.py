@@ -30,19 +30,10 @@ from torch import nn
 
 import fused
 from fused import dispatch
+from fused.demo import LlamaMLP  # transformers' LlamaMLP attribute names
 from lowbit import sqnr
 
 
-class LlamaMLP(nn.Module):
-    def __init__(self, d: int, h: int):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, h, bias=False)
-        self.up_proj = nn.Linear(d, h, bias=False)
-        self.down_proj = nn.Linear(h, d, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 def tensor_bytes(t: torch.Tensor) -> int:

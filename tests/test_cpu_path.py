@@ -5,6 +5,7 @@ from torch import nn
 
 import fused
 from fused import cpu, dispatch, reference
+from fused.demo import LlamaMLP
 from lowbit import quantize_weight, sqnr
 
 # Our kernels vs the reference (fp32 math, one rounding to the output dtype). bf16: the GEMMs round
@@ -177,20 +178,10 @@ def test_thread_count_respected_and_result_independent():
     assert torch.equal(y_many, y_one)
 
 
-class _Llama(nn.Module):
-    def __init__(self, d=64, h=96):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, h, bias=False)
-        self.up_proj = nn.Linear(d, h, bias=False)
-        self.down_proj = nn.Linear(h, d, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 def test_model_end_to_end_and_explain_names_the_cpu_path():
-    model = nn.Sequential(_Llama())
+    model = nn.Sequential(LlamaMLP(64, 96))
     x = torch.randn(2, 3, 64)
     y_float = model(x)
     fused.quantize(model, fused.FusedInt8MLP())

@@ -7,25 +7,16 @@ from torch.export import Dim
 
 import fused
 from fused import dispatch
+from fused.demo import LlamaMLP
 
 CONFIGS = [fused.FusedInt8MLP(), fused.FusedInt8MLP(weight_only=False), fused.FusedFloat8MLP()]
 IDS = ["int8-wo", "int8-w8a8", "fp8-w8a8"]
 
 
-class Llama(nn.Module):
-    def __init__(self, d=32, h=48):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, h, bias=False)
-        self.up_proj = nn.Linear(d, h, bias=False)
-        self.down_proj = nn.Linear(h, d, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 def model_for(cfg, dtype):
-    model = nn.Sequential(nn.LayerNorm(32), Llama(), nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 32)),
+    model = nn.Sequential(nn.LayerNorm(32), LlamaMLP(32, 48), nn.Sequential(nn.Linear(32, 40), nn.GELU(), nn.Linear(40, 32)),
                           nn.Linear(32, 16))
     fused.quantize(model, cfg)
     model[0].to(dtype)  # the LayerNorm runs in the activation dtype

@@ -8,20 +8,11 @@ from torch import nn
 
 import fused
 from fused.checkpoint import read_metadata
+from fused.demo import LlamaMLP
 from fused.smoothing import S_MAX, S_MIN, factors
 from lowbit import sqnr
 
 
-class Llama(nn.Module):
-    def __init__(self, d=32, h=48):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, h, bias=False)
-        self.up_proj = nn.Linear(d, h, bias=False)
-        self.down_proj = nn.Linear(h, d, bias=False)
-        self.act_fn = nn.SiLU()
-
-    def forward(self, x):
-        return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
 class Net(nn.Module):
@@ -30,7 +21,7 @@ class Net(nn.Module):
 
     def __init__(self, d=32):
         super().__init__()
-        self.mlp = Llama(d, 48)
+        self.mlp = LlamaMLP(d, 48)
         self.ffn = nn.Sequential(nn.Linear(d, 40), nn.GELU(), nn.Linear(40, d))
         self.head = nn.Linear(d, 24)
 
@@ -192,7 +183,7 @@ def test_smooth_inv_is_one_over_s_and_module_math():
 
 
 def test_root_block_and_partial_dict():
-    block = Llama().eval()
+    block = LlamaMLP(32, 48).eval()
     x = outlier_inputs(2)
     s = fused.calibrate_smoothing(block, x)
     assert set(s) == {"gate_proj", "up_proj", "down_proj"}
