@@ -190,13 +190,18 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
     return "cpu:int8_dequant_mm", f"{why}; per-tile dequant + {cdt} GEMM"
 
 
-def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
+def _check_input(x: torch.Tensor, weight: torch.Tensor, name: str) -> None:
+    """Float activations on the weights' device (the checks every op shares)."""
     if not x.is_floating_point():
         raise TypeError(f"{name}: activations must be float16/bfloat16/float32, got {x.dtype}")
-    if x.device != qweight.device:
+    if x.device != weight.device:
         raise RuntimeError(
-            f"{name}: device mismatch: activations on {x.device}, weights on {qweight.device}; "
+            f"{name}: device mismatch: activations on {x.device}, weights on {weight.device}; "
             f"move the input or the model (model.to({x.device.type!r}))")
+
+
+def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
+    _check_input(x, qweight, name)
     if x.shape[-1] != qweight.shape[1]:
         raise ValueError(f"{name}: input has {x.shape[-1]} features, weight expects {qweight.shape[1]}")
 
@@ -404,12 +409,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
-    if not x.is_floating_point():
-        raise TypeError(f"{op}: activations must be float16/bfloat16/float32, got {x.dtype}")
-    if x.device != values.device:
-        raise RuntimeError(
-            f"{op}: device mismatch: activations on {x.device}, weights on {values.device}; "
-            f"move the input or the model (model.to({x.device.type!r}))")
+    _check_input(x, values, op)
     if x.shape[-1] != 2 * values.shape[1]:
         raise ValueError(f"{op}: input has {x.shape[-1]} features, the packed 2:4 weight expects {2 * values.shape[1]}")
     x2 = x.reshape(-1, x.shape[-1])
@@ -447,12 +447,7 @@ def sparse24_gated(x, values, meta, wscale=None, bias=None, act="silu", dynamic=
 def narrow_mlp(x, weights, params, dims, acts):
     """A whole narrow MLP (packed by fused.narrow.pack_narrow): one fused launch on CUDA, the reference on CPU."""
     op = "narrow_mlp"
-    if not x.is_floating_point():
-        raise TypeError(f"{op}: activations must be float16/bfloat16/float32, got {x.dtype}")
-    if x.device != weights.device:
-        raise RuntimeError(
-            f"{op}: device mismatch: activations on {x.device}, weights on {weights.device}; "
-            f"move the input or the model (model.to({x.device.type!r}))")
+    _check_input(x, weights, op)
     if x.shape[-1] != dims[0]:
         raise ValueError(f"{op}: input has {x.shape[-1]} features, the MLP expects {dims[0]}")
     fmt = {torch.int8: "int8", torch.float16: "float16", torch.bfloat16: "bfloat16"}.get(weights.dtype)
