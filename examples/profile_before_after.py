@@ -17,20 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 
-from fused.demo import DemoModel, LlamaMLP  # noqa: E402
+from fused.demo import DemoModel, Layer, LlamaMLP  # noqa: E402
 from fused.profile import before_after  # noqa: E402
 from fused.sweep import config_names, get_config  # noqa: E402
-
-
-class Layer(nn.Module):
-    def __init__(self, mlp: nn.Module):
-        super().__init__()
-        self.mlp = mlp
-
-    def forward(self, x):
-        return self.mlp(x)
 
 
 def main(argv=None) -> int:

@@ -17,24 +17,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import torch  # noqa: E402
-from torch import nn  # noqa: E402
 from torchao.quantization import quantize_  # noqa: E402
 
 import fused  # noqa: E402
-from fused.demo import LlamaMLP  # noqa: E402  (transformers' LlamaMLP attribute names)
+from fused.demo import Layer, LlamaMLP  # noqa: E402  (transformers' LlamaMLP attribute names)
 from fused.sweep import param_bytes, time_side_by_side  # noqa: E402
 from lowbit import sqnr  # noqa: E402
-
-
-class Layer(nn.Module):
-    """quantize_ replaces children, never the root: hold the block as ``.mlp`` like a decoder layer does."""
-
-    def __init__(self, mlp: nn.Module):
-        super().__init__()
-        self.mlp = mlp
-
-    def forward(self, x):
-        return self.mlp(x)
 
 
 CONFIGS = {

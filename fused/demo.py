@@ -35,6 +35,18 @@ class LlamaMLP(nn.Module):
         return self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
 
 
+class Layer(nn.Module):
+    """A layer holding an MLP block as ``.mlp``, as a decoder layer does: quantize_ replaces children,
+    never the root, so a bare block is converted inside this."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.mlp = mlp
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
 class Block(nn.Module):
     def __init__(self, d, mlp):
         super().__init__()
