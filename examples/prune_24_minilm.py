@@ -13,7 +13,7 @@ import torch
 
 import fused
 from fused.tasks import call, sentence_encoder_task
-from sparsity import kept_energy, prune_24_
+from sparsity import prune_24_
 
 
 def mlp_filter(module, fqn):

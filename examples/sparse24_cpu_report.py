@@ -15,7 +15,7 @@ import fused
 from fused.demo import DemoModel
 from fused.sparse_modules import FusedSparseLinear
 from lowbit import sqnr
-from sparsity import bytes_per_weight, kept_energy, prune_24_
+from sparsity import bytes_per_weight, prune_24_
 
 
 def memory_rows():

@@ -6,7 +6,6 @@ The last section is issue 2's "what must be shown".
 import copy
 import io
 import math
-import warnings
 
 import pytest
 import torch
