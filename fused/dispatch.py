@@ -123,6 +123,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
+            if fmt != "bfloat16":
+                why += ("; per shape, the first call also times unpacking to dense (transient) + the dense kernels "
+                        "and keeps the faster (SPARSE_ROUTE)")
             if dynamic:
                 why += " with per-token activation quantization (W8A8)"
         elif "|" in kernel:
@@ -292,7 +295,7 @@ def eager(owner, x: torch.Tensor, fn):
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
-           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M)
+           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE)
     cache = owner.__dict__.get("_replays")
     if cache is None:
         cache = owner.__dict__["_replays"] = {}
@@ -408,6 +411,13 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
 
 
+# 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
+# to a transient dense copy, then the dense path), or None: the first call of each shape times both and
+# keeps the faster (packed unless unpacked wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
+SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
+_sparse_routes: dict = {}
+
+
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
     _check_input(x, values, op)
     if x.shape[-1] != 2 * values.shape[1]:
@@ -415,22 +425,41 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
     x2 = x.reshape(-1, x.shape[-1])
     M = x2.shape[0]
     path, why = plan(op, _fmt(values), dynamic, x.device, M)
-    stats[(op, path)] += 1
     if path == "reference":
+        stats[(op, path)] += 1
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.sparse24_linear_ref if op == "sparse24_linear" else reference.sparse24_gated_ref
         return ref(x, values, meta, wscale, bias, act, dynamic)
-    if M <= GEMV_MAX_M:
-        # decode: weight-only even for a W8A8 config (dynamic ignored), as for the dense ops
-        from fused.kernels.sparse24_gemv import sparse24_gemv
 
-        y = sparse24_gemv(x2, values, meta, wscale, bias, act, gated=op == "sparse24_gated")
-    else:
+    def packed():
+        if M <= GEMV_MAX_M:
+            # decode: weight-only even for a W8A8 config (dynamic ignored), as for the dense ops
+            from fused.kernels.sparse24_gemv import sparse24_gemv
+
+            return sparse24_gemv(x2, values, meta, wscale, bias, act, gated=op == "sparse24_gated")
         from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
 
         kernel = sparse24_linear if op == "sparse24_linear" else sparse24_gated
-        y = kernel(x2, values, meta, wscale, bias, act, dynamic)
+        return kernel(x2, values, meta, wscale, bias, act, dynamic)
+
+    def unpacked():  # the same weights, dense: exact; the dense path counts its own call in `stats`
+        from fused.kernels.unpack24 import unpack24
+
+        dense_op = "linear" if op == "sparse24_linear" else "gated"
+        return _run(dense_op, x2, unpack24(values, meta), wscale, bias, act, dynamic)
+
+    route = "packed"
+    if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
+        route = SPARSE_ROUTE
+        if route is None:
+            key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)
+            route = _sparse_routes.get(key)
+            if route is None:
+                route = _sparse_routes[key] = measure_route("sparse24_route", key,
+                                                            {"packed": packed, "unpacked": unpacked})
+    stats[(op, "triton:unpack24+dense" if route == "unpacked" else path)] += 1
+    y = unpacked() if route == "unpacked" else packed()
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -476,31 +505,40 @@ def block_applies(device: torch.device) -> bool:
 _block_routes: dict = {}
 
 
-def _route(key, one_launch, per_layer) -> str:
-    """"triton:decode_block" or "per_layer" for a block shape: timed interleaved, best of 3 rounds each
-    (one do_bench per candidate proved noisy: a 68 µs path once measured 103), and one launch must win
-    by 3% (with FUSED_TUNE=0 or under the interpreter: one launch)."""
-    from fused.kernels import INTERPRET
+def measure_route(kind: str, key, candidates: dict, untimed: str | None = None) -> str:
+    """The name of the fastest of ``candidates`` {name: fn} for a shape, timed interleaved, best of 3 rounds
+    each (one do_bench per candidate proved noisy: a 68 µs path once measured 103); another candidate must
+    beat the first (the incumbent) by 3%. With FUSED_TUNE=0 or under the interpreter: ``untimed`` (default:
+    the first). The timings and the pick are kept in fused.kernels.tuning (bench.json shows them)."""
+    from fused.kernels import INTERPRET, tuning
 
+    names = list(candidates)
+    route = names[0]
     if INTERPRET or os.environ.get("FUSED_TUNE") == "0":
-        route = "triton:decode_block"
+        route = untimed or route
     else:
         from triton.testing import do_bench
 
-        one_launch(), per_layer()  # each tunes its own configs first
-        best = {"one": float("inf"), "two": float("inf")}
+        for fn in candidates.values():
+            fn()  # each tunes its own configs first
+        best = dict.fromkeys(names, float("inf"))
         for _ in range(3):
-            best["one"] = min(best["one"], do_bench(one_launch, warmup=5, rep=20, return_mode="median"))
-            best["two"] = min(best["two"], do_bench(per_layer, warmup=5, rep=20, return_mode="median"))
-        route = "triton:decode_block" if best["one"] < 0.97 * best["two"] else "per_layer"
-        from fused.kernels import tuning
-
-        tuning.timings[("mlp_block_route",) + key] = [(round(best["one"] * 1e3, 2), "one launch"),
-                                                      (round(best["two"] * 1e3, 2), "two launches")]
-    from fused.kernels import tuning
-
-    tuning.picks[("mlp_block_route",) + key] = {"route": route}
+            for n, fn in candidates.items():
+                best[n] = min(best[n], do_bench(fn, warmup=5, rep=20, return_mode="median"))
+        for n in names[1:]:
+            if best[n] < 0.97 * best[route] and (route == names[0] or best[n] < best[route]):
+                route = n
+        tuning.timings[(kind,) + key] = [(round(best[n] * 1e3, 2), n) for n in names]
+    tuning.picks[(kind,) + key] = {"route": route}
     return route
+
+
+def _route(key, one_launch, per_layer) -> str:
+    """"triton:decode_block" or "per_layer" for a block shape (see measure_route: one launch must win by 3%;
+    untimed, it is taken)."""
+    pick = measure_route("mlp_block_route", key, {"two launches": per_layer, "one launch": one_launch},
+                         untimed="one launch")
+    return "triton:decode_block" if pick == "one launch" else "per_layer"
 
 
 def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
