@@ -60,6 +60,9 @@ GEMV_MAX_M = 16
 # whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
 # GEMV's ~6; to be measured on the H200).
 A8_GEMV_MAX_M = int(os.environ.get("FUSED_A8_GEMV_MAX_M", GEMV_MAX_M))
+# W8A8 tiled GEMM at M <= QX_MAX_M (reached when A8_GEMV_MAX_M is lowered): the per-token quantization runs
+# inside the GEMM (w8_gemm quantize_x, bit-identical to act_quant + GEMM): one launch per layer.
+QX_MAX_M = 16
 # W8A16 from this M up (bf16/fp16 activations): widen the 8-bit weight to the activation dtype once per call
 # and run the tiled kernel on 16-bit operands. Compute-bound there, and Triton's mixed-input Hopper GEMM
 # runs at about half the rate of a 16-bit one (H200, 2026-11-30: gate/up at M=8192 4503 µs mixed vs
@@ -98,6 +101,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         if not dynamic and fmt == "int8" and M is not None and M <= SPLIT_MAX_M:
             return "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
+        if dynamic and M is not None and M <= QX_MAX_M:
+            large = "w8_gemm_w8a8_qx"
         if not dynamic and M is not None and M >= WIDEN_MIN_M:
             large = "widen+w8_gemm_bf16"
     if M is None:
@@ -210,6 +215,24 @@ def _check(x: torch.Tensor, qweight: torch.Tensor, name: str) -> None:
 
 
 _cuda_paths: dict = {}
+
+
+def _size_class(M: int, dynamic: bool, wdtype, xdtype) -> int:
+    """The hot path's cache key for M: every M of a class takes the same kernel(s) (see triton_kernel_for)."""
+    if not dynamic and M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
+        return 3  # split activations
+    if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M):
+        return 0  # GEMV
+    if dynamic:
+        return 4 if M <= QX_MAX_M else 1  # W8A8 tiled, quantizing x inside / act_quant first
+    return 2 if M >= WIDEN_MIN_M and xdtype != torch.float32 else 1
+
+
+def _class_m(size: int, dynamic: bool) -> int:
+    """An M of the class (what triton_kernel_for names the kernels by)."""
+    if size == 1:
+        return max(A8_GEMV_MAX_M, QX_MAX_M) + 1 if dynamic else GEMV_MAX_M + 1
+    return {0: 1, 2: WIDEN_MIN_M, 3: 1, 4: QX_MAX_M}[size]
 _kernels = None
 
 
@@ -238,16 +261,11 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
         # the eager hot path (budget ~10 µs per launch): the same choice as plan(), without its strings
-        if not dynamic and M <= SPLIT_MAX_M and qweight.dtype == torch.int8 and x.dtype != torch.float32:
-            size = 3
-        else:
-            size = 0 if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M) else (
-                2 if M >= WIDEN_MIN_M and x.dtype != torch.float32 else 1)
+        size = _size_class(M, dynamic, qweight.dtype, x.dtype)
         path = _cuda_paths.get((op, dynamic, size))
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if size == 3 else "any", dynamic,
-                (1, (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M) + 1, WIDEN_MIN_M, 1)[size])
+                op, "int8" if size == 3 else "any", dynamic, _class_m(size, dynamic))
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -266,6 +284,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
+    elif path.endswith("_qx"):
+        y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
@@ -380,12 +400,11 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
-        split = not dynamic and M <= SPLIT_MAX_M and wg.dtype == torch.int8 and x.dtype != torch.float32
-        size = 3 if split else int(M > (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M))
+        size = _size_class(M, dynamic, wg.dtype, x.dtype)
         path = _cuda_paths.get((op, dynamic, size))
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if split else "any", dynamic, M)
+                op, "int8" if size == 3 else "any", dynamic, _class_m(size, dynamic))
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -403,6 +422,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, wg, sg, bg, act, True, up=up)
+    elif path.endswith("_qx"):
+        y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=wg.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(xq, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up)

@@ -50,3 +50,17 @@ def test_strict_mode_on_cuda():
             dispatch.linear(x, q, s)
     finally:
         dispatch.set_strict(False)
+
+
+def test_cuda_size_classes_name_the_kernels_plan_names(monkeypatch):
+    """The eager hot path caches a path per M class: each class's name must be plan()'s for every M in it."""
+    import torch
+
+    for a8_bound, split in ((16, 0), (0, 16)):
+        monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", a8_bound)
+        monkeypatch.setattr(dispatch, "SPLIT_MAX_M", split)
+        for dynamic in (False, True):
+            for M in (1, 5, 16, 17, 300, 1024, 5000):
+                size = dispatch._size_class(M, dynamic, torch.int8, torch.bfloat16)
+                named = dispatch.triton_kernel_for("gated", "int8", dynamic, dispatch._class_m(size, dynamic))
+                assert named == dispatch.triton_kernel_for("gated", "int8", dynamic, M), (a8_bound, split, dynamic, M)

@@ -390,3 +390,42 @@ def test_dispatch_split_path_interpreted(monkeypatch):
     assert paths[("gated", "triton:act_split+w8_gemm_split")] == 1
     assert paths[("gated_pair", "triton:act_split+w8_gemm_split")] == 1
     assert paths[("linear", "triton:w8a16_gemv")] == 2
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("split", [1, 2])
+def test_gemm_quantize_x_in_kernel_interpreted(fmt, gated, split, monkeypatch):
+    """W8A8 with the per-token quantization inside the GEMM: the same bits as act_quant + the GEMM."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float32, "transposed")):
+        x, q, s, b = _case(M, N, K, fmt, gated, True, dtype, "cpu", view)
+        if M == 3:
+            x[1, 4] = float("nan")
+        xq, xs = act_quant(x, fp8=fmt != "int8")
+        want = w8_gemm(xq, q, s, b, "gelu", gated, x_scale=xs, out_dtype=dtype, config=cfg)
+        got = w8_gemm(x, q, s, b, "gelu", gated, config=cfg, quantize_x=True)
+        assert got.dtype == dtype
+        assert torch.equal(torch.nan_to_num(want, 1.0), torch.nan_to_num(got, 1.0)), (M, dtype)
+        if M == 3:
+            assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2]]).any()
+
+
+def test_dispatch_w8a8_small_m_tiled_interpreted(monkeypatch):
+    """A8_GEMV_MAX_M=0: W8A8 configs at M <= QX_MAX_M run the tiled GEMM quantizing x inside (one launch),
+    above it act_quant + the GEMM; both match the W8A8 reference."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", 0)
+    dispatch.stats.clear()
+    for M in (1, 17):
+        x, q, s, b = _case(M, 24, 64, "int8", True, True, torch.bfloat16, "cpu", "plain")
+        with dispatch.force_path("triton"):
+            y = dispatch.gated(x, q, s, b, "silu", dynamic=True)
+        assert sqnr(gated_ref(x, q, s, b, "silu", dynamic=True), y) > 35, M
+    assert dispatch.stats[("gated", "triton:w8_gemm_w8a8_qx")] == 1
+    assert dispatch.stats[("gated", "triton:w8_gemm_w8a8")] == 1

@@ -20,10 +20,12 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
+from fused.kernels.act_quant import _quantize
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
+from lowbit.quant import MIN_SCALE
 
 
 @triton.jit
@@ -61,7 +63,8 @@ def _w8_gemm_kernel(
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    X_LO: tl.constexpr,
+    X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
+    HAND_ROUND: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -84,6 +87,19 @@ def _w8_gemm_kernel(
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k_lo + rk)[None, :] * stride_wk
     u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + (k_lo + rk)[None, :] * stride_uk
 
+    if QX:
+        # W8A8 at small M in one launch: x arrives in its float dtype; each program finds its rows' per-token
+        # scale over the whole K (a few KB from L2 at decode sizes) and quantizes its x tiles in registers,
+        # exactly as act_quant would (same formula, same rounding): bit-identical to act_quant + this kernel.
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        nans = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for kq in range(0, K, BLOCK_K):
+            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + (kq + rk)[None, :] * stride_xk,
+                         mask=m_ok[:, None] & (kq + rk < K)[None, :], other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(xt), axis=1))
+            nans += tl.sum(tl.where(xt == xt, 0.0, 1.0), axis=1)
+        qscale = tl.maximum(amax / QMAX, MIN_S)
+        qscale = tl.where(nans > 0, float("nan"), qscale)
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -98,7 +114,11 @@ def _w8_gemm_kernel(
             k_ok = rk < k_hi - k0
             x_mask = m_ok[:, None] & k_ok[None, :]
             w_mask = n_ok[:, None] & k_ok[None, :]
-        x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8, FP8_AS_U8)
+        x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8 and not QX, FP8_AS_U8)
+        if QX:
+            x = _quantize(x.to(tl.float32), qscale[:, None], QMAX, FP8, HAND_ROUND)
+            if FP8:
+                x = x.to(tl.float8e4nv, bitcast=True)
         acc = _mma(x, w, acc, A8, FP8, DOT)
         if X_LO:
             x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
@@ -122,7 +142,10 @@ def _w8_gemm_kernel(
         acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid, pid_k, SPLIT_K, GATED,
                                          BLOCK_M, BLOCK_N)
     y = acc.to(tl.float32)
-    if A8:
+    if QX:
+        xs = qscale[:, None]
+        y = y * xs
+    elif A8:
         xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
         y = y * xs
     y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
@@ -175,10 +198,13 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
 def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
             act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, config: dict | None = None,
-            out: torch.Tensor | None = None, up: tuple | None = None, x_split: bool = False) -> torch.Tensor:
+            out: torch.Tensor | None = None, up: tuple | None = None, x_split: bool = False,
+            quantize_x: bool = False) -> torch.Tensor:
     """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant).
     Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R].
-    ``x_split``: x is act_split's [2, M, K] int8 planes (int8 W only): x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ."""
+    ``x_split``: x is act_split's [2, M, K] int8 planes (int8 W only): x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ.
+    ``quantize_x``: W8A8 with x in its float dtype, quantized per token inside the kernel (one launch; for
+    small M, where every program re-reads its rows to find the scale)."""
     planes = x if x_split else None
     if x_split:
         if qweight.dtype != torch.int8 or x_scale is None:
@@ -186,7 +212,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         x = planes[0]
     M, K = x.shape
     assert qweight.shape[1] == K, (x.shape, qweight.shape)
-    a8 = x_scale is not None
+    a8 = x_scale is not None or quantize_x
     fp8 = qweight.dtype == torch.float8_e4m3fn
     N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     out_dtype = out_dtype or x.dtype
@@ -198,7 +224,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     as_u8 = fp8 and INTERPRET
     w = qweight.view(torch.uint8) if as_u8 else qweight
     wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
-    xk = x.view(torch.uint8) if (a8 and as_u8) else x
+    xk = x.view(torch.uint8) if (a8 and as_u8 and not quantize_x) else x
 
     def launch(cfg):
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -211,7 +237,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         else:
             part = count = y  # unused
         launch_kernel(_w8_gemm_kernel, (tiles, split),
-            xk, x_scale if a8 else wscale, w, wscale, bias if bias is not None else wscale,
+            xk, x_scale if x_scale is not None else wscale, w, wscale, bias if bias is not None else wscale,
             wu, su, bu if bu is not None else su, y, part, count,
             M, N, K, k_per, u_row0,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
@@ -219,7 +245,8 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-            X_LO=x_split, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
+            X_LO=x_split, QX=quantize_x, QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET,
+            num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
     if config is None:
@@ -227,7 +254,8 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
             cands = lambda: _candidates(M, N, K, gated, a8)  # noqa: E731
-        key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ())
+        key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ()) + (
+            ("qx",) if quantize_x else ())
         config = pick("w8_gemm", key, cands, launch)
     launch(config)
     return y
