@@ -241,7 +241,9 @@ if "decode8" in what:
                 p(f"== decode8 {fmt} {name} M={M}: GEMV (tuned pick) {t * 1e3:.1f} us {R * K / t / 1e9:.2f} TB/s")
                 xq, xs = act_quant(x, fp8=fmt != "int8")
                 modes = [("W8A8 tiled", lambda c: wg.w8_gemm(xq, q, s, None, act, gated, x_scale=xs,
-                                                              out_dtype=x.dtype, config=c))]
+                                                              out_dtype=x.dtype, config=c)),
+                         ("W8A8 tiled, x quantized inside", lambda c: wg.w8_gemm(x, q, s, None, act, gated, config=c,
+                                                                                  quantize_x=True))]
                 if fmt == "int8":
                     planes, ps = act_split(x)
                     modes.append(("split W8A16", lambda c: wg.w8_gemm(planes, q, s, None, act, gated, x_scale=ps,
