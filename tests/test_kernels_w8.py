@@ -429,3 +429,28 @@ def test_dispatch_w8a8_small_m_tiled_interpreted(monkeypatch):
         assert sqnr(gated_ref(x, q, s, b, "silu", dynamic=True), y) > 35, M
     assert dispatch.stats[("gated", "triton:w8_gemm_w8a8_qx")] == 1
     assert dispatch.stats[("gated", "triton:w8_gemm_w8a8")] == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_mma_decode_paths_cuda(fmt):
+    """On the GPU: act_split bit-exact vs lowbit.split_activation; the split-activation GEMM (int8) within
+    bf16 rounding of the W8A16 reference; the in-kernel quantization bit-identical to act_quant + GEMM."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import _candidates, w8_gemm
+    from lowbit.quant import split_activation
+
+    for M in (1, 16, 300):
+        x, q, s, b = _case(M, 176, 272, fmt, True, True, torch.bfloat16, "cuda", "plain")
+        for cfg in _candidates(M, 176, 272, True, True)[:3]:
+            xq, xs = act_quant(x, fp8=fmt != "int8")
+            want = w8_gemm(xq, q, s, b, "silu", True, x_scale=xs, out_dtype=x.dtype, config=cfg)
+            got = w8_gemm(x, q, s, b, "silu", True, config=cfg, quantize_x=True)
+            assert torch.equal(want, got), (M, cfg)
+            if fmt == "int8":
+                planes, ps = act_split(x)
+                hi, lo, rs = split_activation(x)
+                assert torch.equal(planes[0], hi) and torch.equal(planes[1], lo) and torch.equal(ps, rs[:, 0])
+                y = w8_gemm(planes, q, s, b, "silu", True, x_scale=ps, out_dtype=x.dtype, config=cfg, x_split=True)
+                assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40, (M, cfg)
