@@ -43,7 +43,7 @@ def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, l
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(xk))
             nans += tl.where(tl.abs(xk) < float("inf"), 0.0, 1.0)
-    scale = tl.maximum(tl.max(amax, axis=0) / QMAX, MIN_S)
+    scale = tl.maximum(tl.math.div_rn(tl.max(amax, axis=0), QMAX), MIN_S)  # IEEE, as the reference
     bad = tl.sum(nans, axis=0) > 0
     if ONE_PASS:
         _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX)
