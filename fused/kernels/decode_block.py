@@ -39,31 +39,10 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode
-from fused.kernels.epilogue import activation, int8_to_f32
+from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.splitk import buffers as splitk_buffers
 from fused.kernels.tuning import m_bucket, pick
-
-
-@triton.jit
-def _mma(acc, a, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
-    """acc [BLOCK_M, R] += a [BLOCK_M, C] · w [R, C]ᵀ, w raw 8-bit (int8, or fp8 bits in uint8), unscaled."""
-    if W_FP8:
-        wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    elif CVT == "magic":
-        wf = int8_to_f32(w)
-    else:
-        wf = w.to(tl.float32)
-    if BLOCK_M == 1:
-        # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
-        acc += tl.sum(wf * a.to(tl.float32), axis=1)[None, :]
-    elif DOT == "fp32":
-        acc = tl.dot(a.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
-    elif W_FP8 or CVT == "magic":
-        acc = tl.dot(a, tl.trans(wf.to(a.dtype)), acc)
-    else:
-        acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc)  # int8 -> bf16/fp16 is exact
-    return acc
 
 
 @triton.jit
@@ -106,11 +85,11 @@ def _decode_block_kernel(
             x = (x.to(tl.float32) * tl.load(sx_ptr + offs_k, mask=k_ok, other=0.0)[None, :]).to(x.dtype)
         w_mask = h_ok[:, None] & k_ok[None, :]
         wg = tl.load(w1_ptr + offs_h[:, None] * stride_w1r + offs_k[None, :] * stride_w1k, mask=w_mask, other=0)
-        acc_g = _mma(acc_g, x, wg, W1_FP8, BLOCK_M, DOT, CVT)
+        acc_g = dot_8bit(acc_g, x, wg, W1_FP8, BLOCK_M, DOT, CVT)
         if GATED:
             wu = tl.load(w1_ptr + (H + offs_h)[:, None] * stride_w1r + offs_k[None, :] * stride_w1k,
                          mask=w_mask, other=0)
-            acc_u = _mma(acc_u, x, wu, W1_FP8, BLOCK_M, DOT, CVT)
+            acc_u = dot_8bit(acc_u, x, wu, W1_FP8, BLOCK_M, DOT, CVT)
 
     h = acc_g * tl.load(s1_ptr + offs_h, mask=h_ok, other=0.0)[None, :]
     if HAS_B1:
@@ -138,7 +117,7 @@ def _decode_block_kernel(
         d_ok = offs_d < D
         w2 = tl.load(w2_ptr + offs_d[:, None] * stride_w2d + offs_h[None, :] * stride_w2h,
                      mask=d_ok[:, None] & h_ok[None, :], other=0)
-        part = _mma(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), h, w2, W2_FP8, BLOCK_M, DOT, CVT)
+        part = dot_8bit(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), h, w2, W2_FP8, BLOCK_M, DOT, CVT)
         # workspace [M, D] (atomics) or part[P, M, D] (deterministic); rows past M dropped
         offs = offs_m[:, None] * D + offs_d[None, :]
         mask = m_ok[:, None] & d_ok[None, :]

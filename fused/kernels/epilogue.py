@@ -25,3 +25,25 @@ def int8_to_f32(w):
     weight byte that caps a GEMV near the HBM rate). (v + 128) is written into the mantissa of 2²³:
     float bits 0x4B000000 + v + 128 = 2²³ + 128 + v, then one subtraction gives v exactly."""
     return (w.to(tl.int32) + 0x4B000080).to(tl.float32, bitcast=True) - 8388736.0
+
+
+@triton.jit
+def dot_8bit(acc, x, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
+    """acc += x [BLOCK_M, BLOCK_K] · w [BLOCK_N, BLOCK_K]ᵀ for the weight-only kernels (GEMV, decode block):
+    w raw 8-bit (int8, or fp8 bits in uint8), widened in registers, unscaled; fp32 accumulator."""
+    if W_FP8:
+        wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    elif CVT == "magic":
+        wf = int8_to_f32(w)
+    else:
+        wf = w.to(tl.float32)
+    if BLOCK_M == 1:
+        # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
+        acc += tl.sum(wf * x.to(tl.float32), axis=1)[None, :]
+    elif DOT == "fp32":
+        acc = tl.dot(x.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
+    elif W_FP8 or CVT == "magic":
+        acc = tl.dot(x, tl.trans(wf.to(x.dtype)), acc)
+    else:
+        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
+    return acc

@@ -20,31 +20,10 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode, up_operands
-from fused.kernels.epilogue import activation, int8_to_f32
+from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
-
-
-@triton.jit
-def _tile_dot(acc, x, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
-    """acc += x [BLOCK_M, BLOCK_K] · w [BLOCK_N, BLOCK_K]ᵀ, w raw 8-bit (fp8 as uint8), fp32 accumulator."""
-    if W_FP8:
-        wf = w.to(tl.float8e4nv, bitcast=True).to(tl.float32)
-    elif CVT == "magic":
-        wf = int8_to_f32(w)
-    else:
-        wf = w.to(tl.float32)
-    if BLOCK_M == 1:
-        # GEMV: a broadcast multiply and a row sum beat a 16-row padded tensor-core dot
-        acc += tl.sum(wf * x.to(tl.float32), axis=1)[None, :]
-    elif DOT == "fp32":
-        acc = tl.dot(x.to(tl.float32), tl.trans(wf), acc, input_precision="ieee")
-    elif W_FP8 or CVT == "magic":
-        acc = tl.dot(x, tl.trans(wf.to(x.dtype)), acc)
-    else:
-        acc = tl.dot(x, tl.trans(w.to(x.dtype)), acc)
-    return acc
 
 
 @triton.jit
@@ -64,7 +43,7 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
                     mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
         w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
                     mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
-        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
     return acc
 
 
@@ -88,7 +67,7 @@ def _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_h
                              mask=(rows[:, None] < R_END) & (nxt < K)[None, :], other=0)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
                     mask=(offs_m[:, None] < M) & (offs_k < K)[None, :], other=0.0)
-        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
         w = w_next
     return acc
 
@@ -125,8 +104,8 @@ def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k
                     mask=(offs_n[:, None] < N) & k_ok[None, :], other=0)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
                     mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
-        acc = _tile_dot(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
-        acc_u = _tile_dot(acc_u, x, u, W_FP8, BLOCK_M, DOT, CVT)
+        acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        acc_u = dot_8bit(acc_u, x, u, W_FP8, BLOCK_M, DOT, CVT)
     return acc, acc_u
 
 
