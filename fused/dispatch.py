@@ -2,19 +2,24 @@
 
 Per call: the device, M, the weight format, weight-only vs dynamic activations and the op pick a path.
   * CPU                -> "cpu:<kernel>" (aten kernels, fused/cpu.py; rules in `_plan_cpu`)
-  * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M)
-  * CUDA, M > 16       -> tiled GEMM: W8A16, or per-token activation quantization + W8A8 GEMM
+  * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M / A8_GEMV_MAX_M)
+  * CUDA, M > 16       -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
+                          per-token activation quantization + W8A8 GEMM (inside the GEMM at M <= QX_MAX_M)
+  * opt-in, not yet measured on the H200: W8A16 int8 at M <= SPLIT_MAX_M through split activations
+    (act_split + two int8 MMAs per weight tile); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
-reference unpacks them to dense and runs the dense reference; on CUDA the Triton kernels read them packed
-(int8 / fp8 / bf16 values), by M like the dense ops:
-  * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs: see GEMV_MAX_M)
+reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
+per shape on the first call (SPARSE_ROUTE): the packed kernels, by M like the dense ops
+  * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
+or unpack24 to a transient dense copy + the dense path above, whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "mlp_block" (a whole FusedGatedMLP / FusedMLP with dense 8-bit weights):
   * CUDA, M <= DECODE_BLOCK_MAX_M (default 0: off) -> decode_block: both layers in ONE launch, weight-only,
     where the first call of the shape measures it faster than the two launches
   * otherwise                     -> "per_layer": each layer through its own dispatch (as above)
-Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
+Eager CUDA calls of the converted modules replay their recorded launches from the third call of an input
+signature (`eager`). Every call is counted in ``stats`` so `explain`/profile output shows what really ran.
 """
 from __future__ import annotations
 
