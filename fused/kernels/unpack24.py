@@ -2,9 +2,10 @@
 then the dense kernels; the packed form stays what is stored).
 
 values [N, K/2] (any 1- or 2-byte dtype, handled as integer bits) + meta [N, ceil(K/8)] uint8 in the layout
-of sparsity.packing -> dense [N, K] of the values' dtype. Each program writes a [BLOCK_R, BLOCK_C] tile of
-dense columns; column c belongs to group g = c // 4, whose two kept values sit at values[:, 2g : 2g+2]
-and whose positions are the nibble g % 2 of meta byte g // 2. Reference: sparsity.packing.unpack_24.
+of sparsity.packing -> dense [N, K] of the values' dtype. Each program takes BLOCK_R rows x BLOCK_B meta
+bytes: one byte holds the positions of two groups, whose four kept values are contiguous, and gives 8
+dense columns; values and meta are read with wide loads, and the 8 columns are assembled in registers.
+Reference: sparsity.packing.unpack_24.
 """
 from __future__ import annotations
 
@@ -17,20 +18,35 @@ from fused.kernels.launch import empty, launch_kernel
 
 
 @triton.jit
-def _unpack24_kernel(v_ptr, m_ptr, out_ptr, N, K, stride_vn, stride_mn, stride_on,
-                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _group(nib, va, vb, p: tl.constexpr):
+    """Dense column p (0..3) of a 2:4 group with positions nib (idx0 | idx1 << 2) and kept values va, vb."""
+    return tl.where((nib & 3) == p, va, tl.where((nib >> 2) == p, vb, tl.zeros_like(va)))
+
+
+@triton.jit
+def _unpack24_kernel(v_ptr, m_ptr, out_ptr, N, K, KH, MB, stride_vn, stride_mn, stride_on,
+                     BLOCK_R: tl.constexpr, BLOCK_B: tl.constexpr):
+    # a tile of BLOCK_R rows x BLOCK_B meta bytes; byte b covers values 4b..4b+3 and dense columns 8b..8b+7
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
-    cols = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
-    ok = (rows[:, None] < N) & (cols[None, :] < K)
-    g = cols // 4
-    nib = (tl.load(m_ptr + rows[:, None] * stride_mn + (g // 2)[None, :], mask=ok, other=0).to(tl.int32)
-           >> (4 * (g % 2))[None, :]) & 15
-    p = (cols % 4)[None, :]
-    v0 = tl.load(v_ptr + rows[:, None] * stride_vn + (2 * g)[None, :], mask=ok, other=0)
-    v1 = tl.load(v_ptr + rows[:, None] * stride_vn + (2 * g + 1)[None, :], mask=ok, other=0)
-    zero = tl.zeros_like(v0)
-    out = tl.where(p == (nib & 3), v0, tl.where(p == (nib >> 2), v1, zero))
-    tl.store(out_ptr + rows[:, None] * stride_on + cols[None, :], out, mask=ok)
+    b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
+    r_ok = rows[:, None] < N
+    # masks against plain bounds (KH = K/2 values, MB meta bytes per row): contiguous, so the loads stay wide
+    m = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=r_ok & (b < MB)[None, :], other=0)
+    m = m.to(tl.int32)
+    j = tl.program_id(1) * (4 * BLOCK_B) + tl.arange(0, 4 * BLOCK_B)  # values, contiguous: wide loads
+    v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=r_ok & (j < KH)[None, :], other=0)
+    v02, v13 = tl.split(tl.reshape(v, (BLOCK_R, BLOCK_B, 2, 2)))  # [.., i] = value 2i / 2i + 1 of the byte
+    v0, v2 = tl.split(v02)
+    v1, v3 = tl.split(v13)
+    lo, hi = m & 15, m >> 4  # groups 2b and 2b + 1
+    # dense column 8b + c, c = 0..7, assembled by interleaving (bit 0 of c innermost)
+    even = tl.interleave(tl.interleave(_group(lo, v0, v1, 0), _group(hi, v2, v3, 0)),
+                         tl.interleave(_group(lo, v0, v1, 2), _group(hi, v2, v3, 2)))
+    odd = tl.interleave(tl.interleave(_group(lo, v0, v1, 1), _group(hi, v2, v3, 1)),
+                        tl.interleave(_group(lo, v0, v1, 3), _group(hi, v2, v3, 3)))
+    out = tl.interleave(even, odd)
+    cols = tl.program_id(1) * (8 * BLOCK_B) + tl.arange(0, 8 * BLOCK_B)
+    tl.store(out_ptr + rows[:, None] * stride_on + cols[None, :], out, mask=r_ok & (cols < K)[None, :])
 
 
 _BITS = {1: torch.uint8, 2: torch.int16}
@@ -45,6 +61,7 @@ def unpack24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     if N == 0 or K == 0:
         return out
     v, o = values.view(bits), out.view(bits)
-    launch_kernel(_unpack24_kernel, (cdiv(N, 16), cdiv(K, 256)), v, meta, o, N, K, v.stride(0), meta.stride(0),
-                  o.stride(0), BLOCK_R=16, BLOCK_C=256, num_warps=4)
+    launch_kernel(_unpack24_kernel, (cdiv(N, 16), cdiv(K, 256)), v, meta, o, N, K, half, meta.shape[1],
+                  v.stride(0), meta.stride(0),
+                  o.stride(0), BLOCK_R=16, BLOCK_B=32, num_warps=4)
     return out
