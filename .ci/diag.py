@@ -248,6 +248,8 @@ if "decode8" in what:
                     planes, ps = act_split(x)
                     modes.append(("split W8A16", lambda c: wg.w8_gemm(planes, q, s, None, act, gated, x_scale=ps,
                                                                        out_dtype=x.dtype, config=c, x_split=True)))
+                    modes.append(("split W8A16, planes made inside", lambda c: wg.w8_gemm(
+                        x, q, s, None, act, gated, config=c, quantize_x=True, x_split=True)))
                 t = do_bench(lambda: act_quant(x, fp8=fmt != "int8"), warmup=10, rep=40, return_mode="median")
                 t2 = do_bench(lambda: act_split(x), warmup=10, rep=40, return_mode="median")
                 p(f"  act_quant {t * 1e3:.1f} us, act_split {t2 * 1e3:.1f} us")

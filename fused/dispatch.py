@@ -104,7 +104,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
     else:
         small = "w8a16_gemv"
         if not dynamic and fmt == "int8" and M is not None and M <= SPLIT_MAX_M:
-            return "act_split+w8_gemm_split"
+            # the planes made inside the GEMM at small M (one launch), by act_split above
+            return "w8_gemm_split" if M <= QX_MAX_M else "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
         if dynamic and M is not None and M <= QX_MAX_M:
             large = "w8_gemm_w8a8_qx"
@@ -129,7 +130,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
         kernel = triton_kernel_for(op, fmt, dynamic, M)
-        if kernel.startswith("act_split") and dtype == torch.float32:  # 15 bits would lose to fp32's 24
+        if "w8_gemm_split" in kernel and dtype == torch.float32:  # 15 bits would lose to fp32's 24
             kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
@@ -144,7 +145,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 why += " with fused per-token activation quantization (W8A8)"
             else:
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
-        elif kernel.startswith("act_split"):
+        elif "w8_gemm_split" in kernel:
             why = (f"W8A16 at M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
         elif kernel.startswith("widen"):
@@ -225,7 +226,7 @@ _cuda_paths: dict = {}
 def _size_class(M: int, dynamic: bool, wdtype, xdtype) -> int:
     """The hot path's cache key for M: every M of a class takes the same kernel(s) (see triton_kernel_for)."""
     if not dynamic and M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
-        return 3  # split activations
+        return 3 if M <= QX_MAX_M else 5  # split activations, inside the GEMM / by act_split
     if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M):
         return 0  # GEMV
     if dynamic:
@@ -237,7 +238,7 @@ def _class_m(size: int, dynamic: bool) -> int:
     """An M of the class (what triton_kernel_for names the kernels by)."""
     if size == 1:
         return max(A8_GEMV_MAX_M, QX_MAX_M) + 1 if dynamic else GEMV_MAX_M + 1
-    return {0: 1, 2: WIDEN_MIN_M, 3: 1, 4: QX_MAX_M}[size]
+    return {0: 1, 2: WIDEN_MIN_M, 3: 1, 4: QX_MAX_M, 5: QX_MAX_M + 1}[size]
 _kernels = None
 
 
@@ -270,7 +271,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         path = _cuda_paths.get((op, dynamic, size))
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if size == 3 else "any", dynamic, _class_m(size, dynamic))
+                op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -284,7 +285,9 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         return ref(x, qweight, wscale, bias, act, dynamic)
     gated = op == "gated"
     k = _triton_kernels()
-    if path == "triton:act_split+w8_gemm_split":  # see SPLIT_MAX_M
+    if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
+        y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True, x_split=True)
+    elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype, x_split=True)
     elif path.endswith("w8a16_gemv"):
@@ -409,7 +412,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         path = _cuda_paths.get((op, dynamic, size))
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if size == 3 else "any", dynamic, _class_m(size, dynamic))
+                op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -422,7 +425,9 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
     k = _triton_kernels()
     up = (wu, su, bu)
-    if path == "triton:act_split+w8_gemm_split":  # see SPLIT_MAX_M
+    if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
+        y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
+    elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2)
         y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
     elif path.endswith("w8a16_gemv"):

@@ -56,7 +56,7 @@ def test_cuda_size_classes_name_the_kernels_plan_names(monkeypatch):
     """The eager hot path caches a path per M class: each class's name must be plan()'s for every M in it."""
     import torch
 
-    for a8_bound, split in ((16, 0), (0, 16)):
+    for a8_bound, split in ((16, 0), (0, 16), (0, 1024)):
         monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", a8_bound)
         monkeypatch.setattr(dispatch, "SPLIT_MAX_M", split)
         for dynamic in (False, True):

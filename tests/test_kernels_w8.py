@@ -371,24 +371,27 @@ def test_gemm_split_activations_interpreted(gated, split, monkeypatch):
 
 
 def test_dispatch_split_path_interpreted(monkeypatch):
-    """With dispatch.SPLIT_MAX_M set, W8A16 int8 calls at small M take act_split + w8_gemm (one per op);
-    fp32 activations, fp8 weights and W8A8 keep their paths."""
+    """With dispatch.SPLIT_MAX_M set, W8A16 int8 calls take split activations: made inside the GEMM at
+    M <= QX_MAX_M (one launch), by act_split above; fp32 activations, fp8 weights keep their paths."""
     from fused import dispatch
 
-    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 16)
+    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
     dispatch.stats.clear()
-    x, q, s, b = _case(3, 24, 64, "int8", True, True, torch.bfloat16, "cpu", "plain")
     with dispatch.force_path("triton"):
-        y = dispatch.gated(x, q, s, b, "silu")
-        assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40
-        _, g, u = _pair_case(3, 24, 64, "int8", True, torch.bfloat16, "cpu", "plain")
-        yp = dispatch.gated_pair(x, *g, *u, act="gelu")
-        assert sqnr(gated_ref(x, torch.cat([g[0], u[0]]), torch.cat([g[1], u[1]]), torch.cat([g[2], u[2]]), "gelu"), yp) > 40
+        for M in (3, 20):
+            x, q, s, b = _case(M, 24, 64, "int8", True, True, torch.bfloat16, "cpu", "plain")
+            y = dispatch.gated(x, q, s, b, "silu")
+            assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40
+            _, g, u = _pair_case(M, 24, 64, "int8", True, torch.bfloat16, "cpu", "plain")
+            yp = dispatch.gated_pair(x, *g, *u, act="gelu")
+            ref = gated_ref(x, torch.cat([g[0], u[0]]), torch.cat([g[1], u[1]]), torch.cat([g[2], u[2]]), "gelu")
+            assert sqnr(ref, yp) > 40
+        x = x[:3]
         dispatch.linear(x.float(), q, s, b)  # fp32: the GEMV
         dispatch.linear(x, *quantize_weight(torch.randn(8, 64), "float8_e4m3"))  # fp8: the GEMV
     paths = {k: v for k, v in dispatch.stats.items()}
-    assert paths[("gated", "triton:act_split+w8_gemm_split")] == 1
-    assert paths[("gated_pair", "triton:act_split+w8_gemm_split")] == 1
+    for op in ("gated", "gated_pair"):
+        assert paths[(op, "triton:w8_gemm_split")] == 1 and paths[(op, "triton:act_split+w8_gemm_split")] == 1
     assert paths[("linear", "triton:w8a16_gemv")] == 2
 
 
@@ -454,3 +457,25 @@ def test_mma_decode_paths_cuda(fmt):
                 assert torch.equal(planes[0], hi) and torch.equal(planes[1], lo) and torch.equal(ps, rs[:, 0])
                 y = w8_gemm(planes, q, s, b, "silu", True, x_scale=ps, out_dtype=x.dtype, config=cfg, x_split=True)
                 assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40, (M, cfg)
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("split", [1, 2])
+def test_gemm_split_inside_interpreted(gated, split, monkeypatch):
+    """Split activations made inside the GEMM (quantize_x + x_split): the same bits as act_split + the GEMM."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float16, "transposed")):
+        x, q, s, b = _case(M, N, K, "int8", gated, True, dtype, "cpu", view)
+        if M == 3:
+            x[1, 4] = float("inf")
+        planes, ps = act_split(x)
+        want = w8_gemm(planes, q, s, b, "silu", gated, x_scale=ps, out_dtype=dtype, config=cfg, x_split=True)
+        got = w8_gemm(x, q, s, b, "silu", gated, config=cfg, quantize_x=True, x_split=True)
+        assert got.dtype == dtype
+        assert torch.equal(torch.nan_to_num(want, 1.0), torch.nan_to_num(got, 1.0)), (M, dtype)
+        if M == 3:
+            assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2]]).any()

@@ -20,12 +20,12 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
-from fused.kernels.act_quant import _quantize
+from fused.kernels.act_quant import _quantize, _rint
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
-from lowbit.quant import MIN_SCALE
+from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
 
 @triton.jit
@@ -97,9 +97,16 @@ def _w8_gemm_kernel(
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + (kq + rk)[None, :] * stride_xk,
                          mask=m_ok[:, None] & (kq + rk < K)[None, :], other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.max(tl.abs(xt), axis=1))
-            nans += tl.sum(tl.where(xt == xt, 0.0, 1.0), axis=1)
-        qscale = tl.maximum(amax / QMAX, MIN_S)
-        qscale = tl.where(nans > 0, float("nan"), qscale)
+            if X_LO:  # as act_split: ±Inf too makes the row's scale NaN (and its planes zero)
+                nans += tl.sum(tl.where(tl.abs(xt) < float("inf"), 0.0, 1.0), axis=1)
+            else:
+                nans += tl.sum(tl.where(xt == xt, 0.0, 1.0), axis=1)
+        if X_LO:  # split activations inside (as act_split: IEEE division)
+            qscale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)
+        else:
+            qscale = tl.maximum(amax / QMAX, MIN_S)
+        bad = nans > 0
+        qscale = tl.where(bad, float("nan"), qscale)
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -115,13 +122,20 @@ def _w8_gemm_kernel(
             x_mask = m_ok[:, None] & k_ok[None, :]
             w_mask = n_ok[:, None] & k_ok[None, :]
         x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8 and not QX, FP8_AS_U8)
-        if QX:
+        if QX and X_LO:  # x = s·(256·hi + lo), as act_split
+            xf = tl.where(bad[:, None], 0.0, x.to(tl.float32))
+            v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xf, qscale[:, None]), -QMAX), QMAX)).to(tl.int32)
+            hi = (v + 128) >> 8
+            x = hi.to(tl.int8)
+            x_lo = (v - hi * 256).to(tl.int8)
+        elif QX:
             x = _quantize(x.to(tl.float32), qscale[:, None], QMAX, FP8, HAND_ROUND)
             if FP8:
                 x = x.to(tl.float8e4nv, bitcast=True)
         acc = _mma(x, w, acc, A8, FP8, DOT)
         if X_LO:
-            x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
+            if not QX:
+                x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
             acc_lo = _mma(x_lo, w, acc_lo, A8, FP8, DOT)
         if GATED:
             u = tl.load(u_ptrs, mask=w_mask, other=0.0)
@@ -204,12 +218,14 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R].
     ``x_split``: x is act_split's [2, M, K] int8 planes (int8 W only): x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ.
     ``quantize_x``: W8A8 with x in its float dtype, quantized per token inside the kernel (one launch; for
-    small M, where every program re-reads its rows to find the scale)."""
-    planes = x if x_split else None
+    small M, where every program re-reads its rows to find the scale); with ``x_split`` too, x (float) is
+    split into the two int8 planes inside the kernel, as act_split would."""
+    planes = x if (x_split and not quantize_x) else None
     if x_split:
-        if qweight.dtype != torch.int8 or x_scale is None:
-            raise ValueError("x_split needs int8 weights and the planes' scale")
-        x = planes[0]
+        if qweight.dtype != torch.int8 or (x_scale is None and not quantize_x):
+            raise ValueError("x_split needs int8 weights and the planes' scale (or quantize_x)")
+        if planes is not None:
+            x = planes[0]
     M, K = x.shape
     assert qweight.shape[1] == K, (x.shape, qweight.shape)
     a8 = x_scale is not None or quantize_x
@@ -241,11 +257,12 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             wu, su, bu if bu is not None else su, y, part, count,
             M, N, K, k_per, u_row0,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
-            planes.stride(0) if x_split else 0,
+            planes.stride(0) if planes is not None else 0,
             GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=bias is not None, ACT=act,
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
-            X_LO=x_split, QX=quantize_x, QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET,
+            X_LO=x_split, QX=quantize_x, QMAX=float(SPLIT_QMAX) if x_split else (448.0 if fp8 else 127.0),
+            MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET,
             num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
