@@ -62,5 +62,6 @@ def test_cuda_size_classes_name_the_kernels_plan_names(monkeypatch):
         for dynamic in (False, True):
             for M in (1, 5, 16, 17, 300, 1024, 5000):
                 size = dispatch._size_class(M, dynamic, torch.int8, torch.bfloat16)
-                named = dispatch.triton_kernel_for("gated", "int8", dynamic, dispatch._class_m(size, dynamic))
+                fmt = "int8" if size in (3, 5) else "any"  # as the hot path asks
+                named = dispatch.triton_kernel_for("gated", fmt, dynamic, dispatch._class_m(size, dynamic))
                 assert named == dispatch.triton_kernel_for("gated", "int8", dynamic, M), (a8_bound, split, dynamic, M)
