@@ -15,7 +15,9 @@ case "${1:-}" in
   bench)  # block numbers with the prepared paths switched on, against the defaults, same process order
     for env in "" "FUSED_SPLIT_MAX_M=1024 FUSED_A8_GEMV_MAX_M=0"; do
       echo "== ${env:-defaults}"
-      env $env timeout 270 python3 -m fused bench --blocks llama --m 1,16,128,1024 --no-baselines --out "$OUT/b${#env}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -14
+      env $env timeout 270 python3 -m fused bench --blocks llama --m 1,16,128,1024 --no-baselines \
+        --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours int8 2:4 W8A16" --out "$OUT/b${#env}" 2>&1 \
+        | filt | grep "^| ours\|^| bf16" | head -14
     done ;;
   *) echo "usage: $0 tests|diag|bench"; exit 2 ;;
 esac

@@ -123,6 +123,12 @@ def _cmd_explain(args) -> int:
     return 0
 
 
+def _bench_config_names() -> list[str]:
+    from fused.bench import OURS, SPARSE_FP8
+
+    return list(OURS) + list(SPARSE_FP8)
+
+
 def _cmd_bench(args) -> int:
     from fused.bench import main as bench_main
 
@@ -150,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--h", type=int, default=None, help="hidden width (default 14336 llama / 16384 gpt on GPU)")
     b.add_argument("--full", action="store_true", help="full sizes on the CPU too")
     b.add_argument("--no-baselines", action="store_true", help="skip torch.compile and torchao baselines")
+    b.add_argument("--configs", default=None,
+                   help="comma list of our configs to run (default: all): " + ", ".join(_bench_config_names()))
     b.add_argument("--host-profile", action="store_true", help="also cProfile eager calls (CUDA)")
     b.add_argument("--out", default="bench_out", help="folder for bench.json, bench.md, bench.png")
     b.set_defaults(func=_cmd_bench)

@@ -65,3 +65,9 @@ def test_bad_subcommand_exits_2():
         main(["no-such-command"])
     assert e.value.code == 2
     assert fused.__version__
+
+
+def test_unknown_bench_config_exits_2(capsys):
+    assert main(["bench", "--configs", "ours int3", "--no-baselines"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown config(s) ['ours int3']" in err and "ours int8 W8A16" in err
