@@ -56,9 +56,14 @@ def decode_block_configs():
                 consts = dict(GATED=True, ACT="silu", HAS_B1=True, HAS_B2=True, SMOOTH_X=True, SMOOTH_H=True,
                               W1_FP8=fp8, W2_FP8=fp8, DETERMINISTIC=det, BLOCK_M=cfg["BLOCK_M"],
                               BLOCK_H=cfg["BLOCK_H"], BLOCK_K=cfg["BLOCK_K"], BLOCK_D=cfg["BLOCK_D"], DOT="native",
-                              CVT=cfg["CVT"])
+                              CVT=cfg["CVT"], SPLIT=False, QS=32639.0, MIN_S=1e-12)
                 label = f"decode_block M={M} {'fp8' if fp8 else 'int8'} {'deterministic' if det else 'atomic'}"
                 out.append((label, db._decode_block_kernel, pointers, ints, consts, cfg["num_warps"]))
+                if not fp8 and not det:  # the int8-MMA (split activations) variant
+                    sc = db._candidates(M, K, H, D, True, split_ok=True)[-4]
+                    consts = dict(consts, SPLIT=True, BLOCK_M=16, BLOCK_H=sc["BLOCK_H"], BLOCK_K=sc["BLOCK_K"],
+                                  BLOCK_D=sc["BLOCK_D"])
+                    out.append((label + " split", db._decode_block_kernel, pointers, ints, consts, sc["num_warps"]))
         out.append((f"decode_block_reduce M={M}", db._decode_block_reduce_kernel,
                     dict(part_ptr="*fp32", s2_ptr="*fp32", b2_ptr="*bf16", y_ptr="*bf16"),
                     dict(M=M, D=D, P=H // cfg["BLOCK_H"], stride_ym=D, stride_yd=1),

@@ -84,6 +84,32 @@ def test_kernel_interpreted(gated, act, fmt, poisoned_empty):
         assert sqnr(ref, y) > _min_db(dtype), (M, K, H, D, dtype, view)
 
 
+@pytest.mark.parametrize("gated", [True, False])
+def test_split_mode_interpreted(gated, poisoned_empty):
+    """SPLIT (int8 weights into int8 MMAs): x as two int8 planes per token and h's slice as two int8 planes
+    per (token, slice), 15 bits each: within the reference's own rounding (fp16 h) by a wide margin."""
+    from fused.kernels.decode_block import decode_block
+
+    cfg = dict(BLOCK_M=16, BLOCK_H=16, BLOCK_K=32, BLOCK_D=16, num_warps=4, SPLIT=True)
+    for M, K, H, D, bias, dtype, view, smooth in [(1, 40, 24, 36, True, torch.bfloat16, "plain", False),
+                                                  (3, 64, 37, 20, False, torch.float16, "transposed", True),
+                                                  (16, 33, 70, 36, True, torch.float16, "3d_offset", False)]:
+        w = _weights(K, H, D, gated, "int8", bias)
+        x = _x(M, K, dtype, view)
+        sx, sh = (torch.rand(K) + 0.5, torch.rand(H) + 0.5) if smooth else (None, None)
+        y = decode_block(x, *w, "silu", gated, smooth_x=sx, smooth_h=sh, config=cfg)
+        ref = block_ref(x, *w, "silu", gated, sx, sh)
+        assert y.shape == (M, D) and y.dtype == dtype
+        assert sqnr(ref, y) > (40 if dtype == torch.bfloat16 else 60), (M, K, H, D, dtype, view)
+    x = _x(3, 40, torch.float16, "plain")
+    x[1, 3] = float("nan")
+    w = _weights(40, 24, 36, gated, "int8", True)
+    y = decode_block(x, *w, "silu", gated, config=cfg)
+    assert torch.isnan(y[1]).all() and torch.isfinite(y[[0, 2]]).all()
+    with pytest.raises(ValueError, match="int8 weights"):
+        decode_block(x, *_weights(40, 24, 36, gated, "float8_e4m3", True), "silu", gated, config=cfg)
+
+
 def test_fp32_activations_mixed_formats_and_bf16_bias(poisoned_empty):
     from fused.kernels.decode_block import decode_block
 
@@ -391,7 +417,7 @@ def test_compiles_for_sm90_and_deterministic_mode_has_no_atomics():
         pytest.skip("no ptxas in this Triton install")
     assert run.returncode == 0, run.stderr[-3000:]
     ops = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(ops) == 10
+    assert len(ops) == 12  # 2 M x (int8, fp8) x (atomic, deterministic) + 2 int8 split + 2 reduce
     for label, names in ops.items():
         atomics = [n for n in names if n.startswith(("red.", "atom."))]
         if "atomic" in label:
@@ -430,6 +456,12 @@ def test_decode_block_cuda(M, gated, fmt, poisoned_empty):
     # the two-launch path (split-K GEMV twice) lands as close
     h = (dispatch.gated if gated else dispatch.linear)(x, w[0], w[1], w[2], act)
     assert sqnr(ref, dispatch.linear(h, w[3], w[4], w[5])) > 45
+    if fmt == "int8":  # the int8-MMA candidates (split activations)
+        from fused.kernels.decode_block import _candidates
+
+        K, H, D = x.shape[1], w[3].shape[1], w[3].shape[0]
+        for cfg in [c for c in _candidates(M, K, H, D, gated, split_ok=True) if c.get("SPLIT")]:
+            assert sqnr(ref, decode_block(x, *w, act, gated, config=cfg)) > 45, cfg
 
 
 @pytest.mark.cuda

@@ -18,11 +18,19 @@ from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
 
 @triton.jit
-def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr):
-    v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xk, scale), -QMAX), QMAX)).to(tl.int32)
+def split_planes(xf, scale, QMAX: tl.constexpr):
+    """fp32 x and its per-row scale (broadcastable) -> (hi, lo) int8 with round(x / scale) = 256·hi + lo
+    (ties to even, IEEE division): the one definition used by act_split and the kernels that split inside."""
+    v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)).to(tl.int32)
     hi = (v + 128) >> 8
-    tl.store(q_row + offs, hi.to(tl.int8), mask=offs < K)
-    tl.store(q_row + lo_off + offs, (v - hi * 256).to(tl.int8), mask=offs < K)
+    return hi.to(tl.int8), (v - hi * 256).to(tl.int8)
+
+
+@triton.jit
+def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr):
+    hi, lo = split_planes(xk, scale, QMAX)
+    tl.store(q_row + offs, hi, mask=offs < K)
+    tl.store(q_row + lo_off + offs, lo, mask=offs < K)
 
 
 @triton.jit

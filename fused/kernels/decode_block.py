@@ -39,10 +39,12 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode
+from fused.kernels.act_split import split_planes
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.splitk import buffers as splitk_buffers
 from fused.kernels.tuning import m_bucket, pick
+from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
 
 @triton.jit
@@ -65,13 +67,36 @@ def _decode_block_kernel(
     SMOOTH_X: tl.constexpr, SMOOTH_H: tl.constexpr, W1_FP8: tl.constexpr, W2_FP8: tl.constexpr,
     DETERMINISTIC: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr,
-    DOT: tl.constexpr, CVT: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr, SPLIT: tl.constexpr = False, QS: tl.constexpr = 32639.0,
+    MIN_S: tl.constexpr = 1e-12,
 ):
     pid = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     offs_h = pid * BLOCK_H + tl.arange(0, BLOCK_H)
     h_ok = offs_h < H
+
+    if SPLIT:
+        # int8 weights into int8 MMAs, no widening: x as two int8 planes per token (act_split's 15 bits),
+        # whose scale needs the whole row first (a few KB from L2 at decode sizes)
+        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        bad = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for kq in range(0, K, BLOCK_K):
+            offs_k = kq + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < K
+            xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                         mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+            if SMOOTH_X:
+                xt = (xt.to(tl.float32) * tl.load(sx_ptr + offs_k, mask=k_ok, other=0.0)[None, :]).to(xt.dtype)
+            xt = xt.to(tl.float32)
+            amax = tl.maximum(amax, tl.max(tl.abs(xt), axis=1))
+            bad += tl.sum(tl.where(tl.abs(xt) < float("inf"), 0.0, 1.0), axis=1)
+        x_bad = bad > 0
+        xscale = tl.where(x_bad, float("nan"), tl.maximum(tl.math.div_rn(amax, QS), MIN_S))
+        acc_gh = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
+        acc_gl = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
+        acc_uh = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
+        acc_ul = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
 
     # ---- up: this program's [BLOCK_M, BLOCK_H] slice of gate/up (fc1) over the whole K
     acc_g = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.float32)
@@ -85,11 +110,23 @@ def _decode_block_kernel(
             x = (x.to(tl.float32) * tl.load(sx_ptr + offs_k, mask=k_ok, other=0.0)[None, :]).to(x.dtype)
         w_mask = h_ok[:, None] & k_ok[None, :]
         wg = tl.load(w1_ptr + offs_h[:, None] * stride_w1r + offs_k[None, :] * stride_w1k, mask=w_mask, other=0)
-        acc_g = dot_8bit(acc_g, x, wg, W1_FP8, BLOCK_M, DOT, CVT)
+        if SPLIT:
+            xh, xl = split_planes(tl.where(x_bad[:, None], 0.0, x.to(tl.float32)), xscale[:, None], QS)
+            acc_gh = tl.dot(xh, tl.trans(wg), acc_gh, out_dtype=tl.int32)
+            acc_gl = tl.dot(xl, tl.trans(wg), acc_gl, out_dtype=tl.int32)
+        else:
+            acc_g = dot_8bit(acc_g, x, wg, W1_FP8, BLOCK_M, DOT, CVT)
         if GATED:
             wu = tl.load(w1_ptr + (H + offs_h)[:, None] * stride_w1r + offs_k[None, :] * stride_w1k,
                          mask=w_mask, other=0)
-            acc_u = dot_8bit(acc_u, x, wu, W1_FP8, BLOCK_M, DOT, CVT)
+            if SPLIT:
+                acc_uh = tl.dot(xh, tl.trans(wu), acc_uh, out_dtype=tl.int32)
+                acc_ul = tl.dot(xl, tl.trans(wu), acc_ul, out_dtype=tl.int32)
+            else:
+                acc_u = dot_8bit(acc_u, x, wu, W1_FP8, BLOCK_M, DOT, CVT)
+    if SPLIT:  # x·w = s·(256·(hi·w) + lo·w), the int32 sums combined in fp32
+        acc_g = (acc_gh.to(tl.float32) * 256.0 + acc_gl.to(tl.float32)) * xscale[:, None]
+        acc_u = (acc_uh.to(tl.float32) * 256.0 + acc_ul.to(tl.float32)) * xscale[:, None]
 
     h = acc_g * tl.load(s1_ptr + offs_h, mask=h_ok, other=0.0)[None, :]
     if HAS_B1:
@@ -106,6 +143,11 @@ def _decode_block_kernel(
         h = (h.to(tl.float32) * tl.load(sh_ptr + offs_h, mask=h_ok, other=0.0)[None, :]).to(x_ptr.dtype.element_ty)
     # columns past H meet zero-masked W_2 columns, but 0·NaN (from a NaN in x) is NaN: zero them
     h = tl.where(h_ok[None, :], h, tl.zeros_like(h))
+    if SPLIT:  # h's slice as two int8 planes too, with a scale per (token, slice): finer than per token
+        hf = h.to(tl.float32)
+        h_bad = tl.sum(tl.where(tl.abs(hf) < float("inf"), 0.0, 1.0), axis=1) > 0
+        hscale = tl.where(h_bad, float("nan"), tl.maximum(tl.math.div_rn(tl.max(tl.abs(hf), axis=1), QS), MIN_S))
+        hh, hl = split_planes(tl.where(h_bad[:, None], 0.0, hf), hscale[:, None], QS)
 
     # ---- down: the unscaled partial h_slice · W_2[:, slice]ᵀ, BLOCK_D outputs at a time. Program p starts
     # at chunk p: the programs' atomics then land on different addresses (L2 slices) at any moment, and
@@ -117,7 +159,11 @@ def _decode_block_kernel(
         d_ok = offs_d < D
         w2 = tl.load(w2_ptr + offs_d[:, None] * stride_w2d + offs_h[None, :] * stride_w2h,
                      mask=d_ok[:, None] & h_ok[None, :], other=0)
-        part = dot_8bit(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), h, w2, W2_FP8, BLOCK_M, DOT, CVT)
+        if SPLIT:
+            part = tl.dot(hh, tl.trans(w2), out_dtype=tl.int32).to(tl.float32) * 256.0
+            part = (part + tl.dot(hl, tl.trans(w2), out_dtype=tl.int32).to(tl.float32)) * hscale[:, None]
+        else:
+            part = dot_8bit(tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32), h, w2, W2_FP8, BLOCK_M, DOT, CVT)
         # workspace [M, D] (atomics) or part[P, M, D] (deterministic); rows past M dropped
         offs = offs_m[:, None] * D + offs_d[None, :]
         mask = m_ok[:, None] & d_ok[None, :]
@@ -163,7 +209,8 @@ def _buffers(device, numel: int, chunks: int):
     return ws
 
 
-def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = False) -> list[dict]:
+def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = False,
+                split_ok: bool = False) -> list[dict]:
     """First entry: the heuristic default (used untuned with FUSED_TUNE=0). BLOCK_H sets the programs
     (P = H / BLOCK_H) and so the reduction traffic (P·M·D atomics): small BLOCK_H fills the GPU, large
     BLOCK_H adds less. BLOCK_K follows BLOCK_H so the gate/up tiles of one step stay near 16 KiB of
@@ -179,8 +226,12 @@ def _candidates(M: int, K: int, H: int, D: int, gated: bool, fp32_dot: bool = Fa
         bm, tiles = 16, [(64, 128, 128, 4, "native"), (32, 256, 128, 4, "native"), (16, 256, 64, 4, "native"),
                          (128, 128, 128, 8, "native"), (64, 128, 64, 4, "magic"), (32, 256, 128, 8, "magic")]
     # a short list: every candidate is a compile on first use (tuning time), fp8 ignores CVT
-    return [dict(BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=min(bk, 16384 // (bh * (2 if gated else 1))), BLOCK_D=bd,
-                 num_warps=w, CVT=cvt) for bh, bk, bd, w, cvt in tiles]
+    out = [dict(BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=min(bk, 16384 // (bh * (2 if gated else 1))), BLOCK_D=bd,
+                num_warps=w, CVT=cvt) for bh, bk, bd, w, cvt in tiles]
+    if split_ok:  # int8 weights straight into int8 MMAs (activations split into two int8 planes)
+        out += [dict(BLOCK_M=16, BLOCK_H=bh, BLOCK_K=bk, BLOCK_D=bd, num_warps=w, SPLIT=True)
+                for bh, bk, bd, w in ((64, 128, 128, 4), (32, 256, 128, 4), (128, 128, 128, 8), (64, 256, 256, 4))]
+    return out
 
 
 def _interpret_config(M):
@@ -219,6 +270,9 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
     def launch(cfg):
         bm, bh, bd = cfg["BLOCK_M"], cfg["BLOCK_H"], cfg["BLOCK_D"]
         assert bm >= M, f"config BLOCK_M={bm} < M={M}"
+        split = cfg.get("SPLIT", False)
+        if split and (w1_fp8 or w2_fp8 or bm < 16):
+            raise ValueError("decode_block SPLIT needs int8 weights and BLOCK_M >= 16")
         P = max(cdiv(H, bh), 1)
         if deterministic:
             ws, count = splitk_buffers(x.device, P * M * D, 0)[0], s1  # (no counter)
@@ -233,7 +287,7 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
             SMOOTH_X=smooth_x is not None, SMOOTH_H=smooth_h is not None, W1_FP8=w1_fp8, W2_FP8=w2_fp8,
             DETERMINISTIC=deterministic,
             BLOCK_M=bm, BLOCK_H=bh, BLOCK_K=cfg["BLOCK_K"], BLOCK_D=bd, DOT=dot_mode(x.dtype),
-            CVT=cfg.get("CVT", "magic"), num_warps=cfg["num_warps"],
+            CVT=cfg.get("CVT", "magic"), SPLIT=split, QS=float(SPLIT_QMAX), MIN_S=MIN_SCALE, num_warps=cfg["num_warps"],
         )
         if deterministic:
             launch_kernel(_decode_block_reduce_kernel, (cdiv(D, bd),),
@@ -245,7 +299,9 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         from fused.kernels import INTERPRET
 
         fp32_dot = dot_mode(x.dtype) == "fp32"
-        cands = (lambda: [_interpret_config(M)]) if INTERPRET else (lambda: _candidates(M, K, H, D, gated, fp32_dot))
+        split_ok = not (w1_fp8 or w2_fp8 or fp32_dot)
+        cands = (lambda: [_interpret_config(M)]) if INTERPRET else (
+            lambda: _candidates(M, K, H, D, gated, fp32_dot, split_ok))
         key = (m_bucket(M), K, H, D, gated, deterministic, w1_dtype, x.dtype)
         config = pick("decode_block", key, cands, launch)
     launch(config)

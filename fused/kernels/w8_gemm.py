@@ -20,7 +20,8 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
-from fused.kernels.act_quant import _quantize, _rint
+from fused.kernels.act_quant import _quantize
+from fused.kernels.act_split import split_planes
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -123,11 +124,7 @@ def _w8_gemm_kernel(
             w_mask = n_ok[:, None] & k_ok[None, :]
         x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8 and not QX, FP8_AS_U8)
         if QX and X_LO:  # x = s·(256·hi + lo), as act_split
-            xf = tl.where(bad[:, None], 0.0, x.to(tl.float32))
-            v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xf, qscale[:, None]), -QMAX), QMAX)).to(tl.int32)
-            hi = (v + 128) >> 8
-            x = hi.to(tl.int8)
-            x_lo = (v - hi * 256).to(tl.int8)
+            x, x_lo = split_planes(tl.where(bad[:, None], 0.0, x.to(tl.float32)), qscale[:, None], QMAX)
         elif QX:
             x = _quantize(x.to(tl.float32), qscale[:, None], QMAX, FP8, HAND_ROUND)
             if FP8:
