@@ -85,8 +85,9 @@ SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", "0"))
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
 # 68-70 µs for the two GEMV launches) and M=16 (116 vs 66-77 µs): the fp32 atomics of the per-slice
 # down-projection partials and the strided [D, BLOCK_H] reads of W2 cost more than the saved launch.
-# Set it to 16 to let the measurement decide.
-DECODE_BLOCK_MAX_M = 0
+# Set it to 16 (or FUSED_DECODE_BLOCK_MAX_M=16) to let the measurement decide; int8 blocks then also try
+# the int8-MMA (split activations) configs.
+DECODE_BLOCK_MAX_M = int(os.environ.get("FUSED_DECODE_BLOCK_MAX_M", "0"))
 
 
 def _fmt(qweight: torch.Tensor) -> str:
