@@ -13,11 +13,14 @@ case "${1:-}" in
   diag)   # per-kernel: the GEMV tile pattern with no arithmetic, then the MMA-fed decode paths
     timeout 560 python3 .ci/diag.py readbw,decode8 2>&1 | filt | grep -v "^\s*$" | tail -80 ;;
   bench)  # block numbers with the prepared paths switched on, against the defaults, same process order
-    for env in "" "FUSED_SPLIT_MAX_M=1024 FUSED_A8_GEMV_MAX_M=0" "FUSED_DECODE_BLOCK_MAX_M=16"; do
-      echo "== ${env:-defaults}"
-      env $env timeout 180 python3 -m fused bench --blocks llama --m 1,16,128,1024 --no-baselines \
-        --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours int8 2:4 W8A16" --out "$OUT/b${#env}" 2>&1 \
-        | filt | grep "^| ours\|^| bf16" | head -14
-    done ;;
+    run() {  # env, M list
+      echo "== ${1:-defaults} (M=$2)"
+      env $1 timeout 170 python3 -m fused bench --blocks llama --m "$2" --no-baselines \
+        --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours int8 2:4 W8A16" --out "$OUT/b${#1}" 2>&1 \
+        | filt | grep "^| ours\|^| bf16" | head -8
+    }
+    run "" 1,16,128
+    run "FUSED_SPLIT_MAX_M=1024 FUSED_A8_GEMV_MAX_M=0" 1,16,128
+    run "FUSED_DECODE_BLOCK_MAX_M=16" 1,16 ;;
   *) echo "usage: $0 tests|diag|bench"; exit 2 ;;
 esac
