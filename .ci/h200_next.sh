@@ -9,7 +9,8 @@ filt() { grep -v "Failed to load\|Enum subclass"; }
 case "${1:-}" in
   tests)  # the new paths' GPU tests, then the replay and launch tests
     timeout 540 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_unpack24.py \
-      tests/test_kernels_w8.py::test_mma_decode_paths_cuda tests/test_launch.py tests/test_kernels_w8.py 2>&1 | filt | tail -25 ;;
+      tests/test_kernels_w8.py::test_mma_decode_paths_cuda tests/test_decode_block.py::test_decode_block_cuda \
+      tests/test_launch.py tests/test_kernels_w8.py 2>&1 | filt | tail -25 ;;
   diag)   # per-kernel: the GEMV tile pattern with no arithmetic, then the MMA-fed decode paths
     timeout 560 python3 .ci/diag.py readbw,decode8 2>&1 | filt | grep -v "^\s*$" | tail -80 ;;
   bench)  # block numbers with the prepared paths switched on, against the defaults, same process order
