@@ -551,12 +551,15 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None) 
     else:
         from triton.testing import do_bench
 
+        saved = Counter(stats)  # the timing runs are not calls of the model: keep them out of `stats`
         for fn in candidates.values():
             fn()  # each tunes its own configs first
         best = dict.fromkeys(names, float("inf"))
         for _ in range(3):
             for n, fn in candidates.items():
                 best[n] = min(best[n], do_bench(fn, warmup=5, rep=20, return_mode="median"))
+        stats.clear()
+        stats.update(saved)
         for n in names[1:]:
             if best[n] < 0.97 * best[route] and (route == names[0] or best[n] < best[route]):
                 route = n
