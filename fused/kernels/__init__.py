@@ -31,6 +31,20 @@ def next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length() if n > 0 else 0
 
 
+_sms: dict = {}
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device, queried once per device (for persistent grids)."""
+    import torch
+
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    n = _sms.get(idx)
+    if n is None:
+        n = _sms[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return n
+
+
 def up_operands(qweight, wscale, bias, gated: bool, up):
     """(N, up weight, up scale, up bias, first up row) for the gated kernels, which read the up projection
     at ``wu[u_row0 + n]``, ``su[u_row0 + n]``, ``bu[u_row0 + n]``.

@@ -35,7 +35,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, cdiv, check_out, dot_mode
+from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, sm_count
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
@@ -159,16 +159,10 @@ def candidates(max_width: int) -> list[dict]:
             for bm, w, s, p, f in c]
 
 
-_sm_count: dict = {}
-
-
 def _programs(device: torch.device, per_sm: int, tiles: int) -> int:
     if per_sm <= 0 or device.type != "cuda":
         return tiles
-    idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _sm_count:
-        _sm_count[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
-    return max(1, min(tiles, per_sm * _sm_count[idx]))
+    return max(1, min(tiles, per_sm * sm_count(device)))
 
 
 def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dims, acts,

@@ -62,6 +62,5 @@ def unpack24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
         return out
     v, o = values.view(bits), out.view(bits)
     launch_kernel(_unpack24_kernel, (cdiv(N, 16), cdiv(K, 256)), v, meta, o, N, K, half, meta.shape[1],
-                  v.stride(0), meta.stride(0),
-                  o.stride(0), BLOCK_R=16, BLOCK_B=32, num_warps=4)
+                  v.stride(0), meta.stride(0), o.stride(0), BLOCK_R=16, BLOCK_B=32, num_warps=4)
     return out

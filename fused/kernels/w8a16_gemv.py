@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, up_operands
+from fused.kernels import cdiv, check_out, dot_mode, sm_count, up_operands
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
@@ -199,15 +199,6 @@ def _gemv_item(
 
 
 _buffers = buffers  # (sparse24_gemv imports it from here)
-_sms: dict = {}
-
-
-def _sm_count(device) -> int:
-    """Streaming multiprocessors of ``device`` (queried once, on the first persistent launch; 4 on the CPU)."""
-    n = _sms.get(device)
-    if n is None:
-        n = _sms[device] = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
-    return n
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
@@ -274,7 +265,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         split = cdiv(K, k_per)  # no empty splits
         part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
         persistent = cfg.get("PERSISTENT", 0)
-        grid = (min(tiles * split, persistent * _sm_count(x.device)),) if persistent else (tiles, split)
+        grid = (min(tiles * split, persistent * (sm_count(x.device) if x.is_cuda else 4)),) if persistent else (tiles, split)
         launch_kernel(_w8a16_gemv_kernel, grid,
             x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y, part, count,
             M, N, K, k_per, u_row0, tiles,
