@@ -357,7 +357,8 @@ def test_gemm_split_activations_interpreted(gated, split, monkeypatch):
     from fused.kernels.w8_gemm import w8_gemm
 
     _poisoned_empty(monkeypatch)
-    for M, N, K, dtype, view in ((1, 37, 64, torch.float32, "plain"), (3, 20, 96, torch.bfloat16, "transposed")):
+    for M, N, K, dtype, view in ((1, 37, 64, torch.float32, "plain"), (3, 20, 96, torch.bfloat16, "transposed"),
+                                 (17, 19, 70, torch.float32, "3d_offset")):
         x, q, s, b = _case(M, N, K, "int8", gated, True, dtype, "cpu", view)
         planes, xs = act_split(x)
         cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
@@ -405,7 +406,8 @@ def test_gemm_quantize_x_in_kernel_interpreted(fmt, gated, split, monkeypatch):
 
     _poisoned_empty(monkeypatch)
     cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
-    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float32, "transposed")):
+    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float32, "transposed"),
+                                 (17, 19, 70, torch.float16, "3d_offset")):
         x, q, s, b = _case(M, N, K, fmt, gated, True, dtype, "cpu", view)
         if M == 3:
             x[1, 4] = float("nan")
@@ -468,7 +470,8 @@ def test_gemm_split_inside_interpreted(gated, split, monkeypatch):
 
     _poisoned_empty(monkeypatch)
     cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
-    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float16, "transposed")):
+    for M, N, K, dtype, view in ((1, 37, 64, torch.bfloat16, "plain"), (3, 20, 96, torch.float16, "transposed"),
+                                 (17, 19, 70, torch.bfloat16, "3d_offset")):
         x, q, s, b = _case(M, N, K, "int8", gated, True, dtype, "cpu", view)
         if M == 3:
             x[1, 4] = float("inf")
