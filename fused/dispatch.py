@@ -5,7 +5,7 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M / A8_GEMV_MAX_M)
   * CUDA, M > 16       -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
                           per-token activation quantization + W8A8 GEMM (inside the GEMM at M <= QX_MAX_M)
-  * opt-in, not yet measured on the H200: W8A16 int8 at M <= SPLIT_MAX_M through split activations
+  * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
     (act_split + two int8 MMAs per weight tile); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
@@ -79,8 +79,13 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # (act_split: x ≈ s·(256·hi + lo), 15 bits per token, finer than bf16's 8-bit mantissa near the row's
 # absmax) and two int8 tensor-core dots per weight tile (w8_gemm x_split): the weights go from memory into
 # the MMA untouched, where the GEMV spends ~6 instructions per weight byte widening them (sm_90 SASS).
-# Off (0) until measured on the H200; set it to 16 to try it.
-SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", "0"))
+# On for SPLIT_MIN_M <= M <= SPLIT_MAX_M. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
+# GEMM -> split: M=17 76.8 -> 77.8, 32 75.7 -> 78.7, 64 113.4 -> 86.7, 128 142.0 -> 125.2, 256 264.9 -> 219.1,
+# 512 476.8 -> 364.9; M=1024 widen path 695.1, split 718.9. At M <= 16 the GEMV wins (split inside the GEMM:
+# 178 vs 66 µs at M=1, every program re-reading its rows over the whole K for the token's scale).
+# FUSED_SPLIT_MAX_M=0 turns it off.
+SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", "33"))
+SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
 # as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
@@ -105,7 +110,7 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         return "narrow_mlp"
     else:
         small = "w8a16_gemv"
-        if not dynamic and fmt == "int8" and M is not None and M <= SPLIT_MAX_M:
+        if not dynamic and fmt == "int8" and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             # the planes made inside the GEMM at small M (one launch), by act_split above
             return "w8_gemm_split" if M <= QX_MAX_M else "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
@@ -146,9 +151,12 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
             else:
+                if fmt in ("int8", "any") and SPLIT_MIN_M <= SPLIT_MAX_M:
+                    why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
+                            "into two int8 planes, two int8 tensor-core dots per weight tile")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
         elif "w8_gemm_split" in kernel:
-            why = (f"W8A16 at M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
+            why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
         elif kernel.startswith("widen"):
             why = f"M>={WIDEN_MIN_M}: weight widened to 16 bits once per call (transient), 16-bit tiled GEMM"
@@ -227,7 +235,7 @@ _cuda_paths: dict = {}
 
 def _size_class(M: int, dynamic: bool, wdtype, xdtype) -> int:
     """The hot path's cache key for M: every M of a class takes the same kernel(s) (see triton_kernel_for)."""
-    if not dynamic and M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
+    if not dynamic and SPLIT_MIN_M <= M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
         return 3 if M <= QX_MAX_M else 5  # split activations, inside the GEMM / by act_split
     if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M):
         return 0  # GEMV
@@ -240,7 +248,7 @@ def _class_m(size: int, dynamic: bool) -> int:
     """An M of the class (what triton_kernel_for names the kernels by)."""
     if size == 1:
         return max(A8_GEMV_MAX_M, QX_MAX_M) + 1 if dynamic else GEMV_MAX_M + 1
-    return {0: 1, 2: WIDEN_MIN_M, 3: 1, 4: QX_MAX_M, 5: QX_MAX_M + 1}[size]
+    return {0: 1, 2: WIDEN_MIN_M, 3: max(1, SPLIT_MIN_M), 4: QX_MAX_M, 5: max(QX_MAX_M + 1, SPLIT_MIN_M)}[size]
 
 
 _kernels = None
@@ -325,7 +333,7 @@ def eager(owner, x: torch.Tensor, fn):
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
-           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE)
+           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE)
     cache = owner.__dict__.get("_replays")
     if cache is None:
         cache = owner.__dict__["_replays"] = {}

@@ -30,7 +30,9 @@ def quantize_rowwise(t: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, 
     fmt = get_format(fmt)
     t32 = t.float()
     amax = t32.abs().amax(dim=-1, keepdim=True)
-    scale = (amax / fmt.qmax).clamp(min=MIN_SCALE)
+    # divided by a tensor, not a Python number: CUDA torch turns division by a scalar into a multiplication
+    # by its reciprocal (1 ulp off at times); the kernels divide in IEEE (div_rn)
+    scale = (amax / torch.full_like(amax, fmt.qmax)).clamp(min=MIN_SCALE)
     return _cast(t32 / scale, fmt), scale
 
 
@@ -54,7 +56,8 @@ def split_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     hi = (v + 128) >> 8, lo = v - 256·hi. Two int8 tensor-core dots then give x·Wᵀ for int8 W to 15 bits
     per token (finer than bf16's 8-bit mantissa for values within 2⁻⁷ of the row's absmax)."""
     xf = x.float()
-    scale = (xf.abs().amax(dim=-1, keepdim=True) / SPLIT_QMAX).clamp_min(MIN_SCALE)
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / torch.full_like(amax, SPLIT_QMAX)).clamp_min(MIN_SCALE)  # IEEE on CUDA too (see above)
     scale = torch.where(torch.isfinite(xf).all(dim=-1, keepdim=True), scale, torch.full_like(scale, float("nan")))
     v = torch.round(torch.nan_to_num(xf / scale).clamp(-SPLIT_QMAX, SPLIT_QMAX)).to(torch.int32)
     hi = (v + 128) >> 8

@@ -56,12 +56,13 @@ def test_cuda_size_classes_name_the_kernels_plan_names(monkeypatch):
     """The eager hot path caches a path per M class: each class's name must be plan()'s for every M in it."""
     import torch
 
-    for a8_bound, split in ((16, 0), (0, 16), (0, 1024)):
+    for a8_bound, split, split_min in ((16, 0, 17), (0, 16, 1), (0, 1024, 1), (0, 1024, 17), (16, 300, 17)):
         monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", a8_bound)
         monkeypatch.setattr(dispatch, "SPLIT_MAX_M", split)
+        monkeypatch.setattr(dispatch, "SPLIT_MIN_M", split_min)
         for dynamic in (False, True):
             for M in (1, 5, 16, 17, 300, 1024, 5000):
                 size = dispatch._size_class(M, dynamic, torch.int8, torch.bfloat16)
                 fmt = "int8" if size in (3, 5) else "any"  # as the hot path asks
                 named = dispatch.triton_kernel_for("gated", fmt, dynamic, dispatch._class_m(size, dynamic))
-                assert named == dispatch.triton_kernel_for("gated", "int8", dynamic, M), (a8_bound, split, dynamic, M)
+                assert named == dispatch.triton_kernel_for("gated", "int8", dynamic, M), (a8_bound, split, split_min, dynamic, M)

@@ -377,6 +377,7 @@ def test_dispatch_split_path_interpreted(monkeypatch):
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 1)
     dispatch.stats.clear()
     with dispatch.force_path("triton"):
         for M in (3, 20):

@@ -179,7 +179,22 @@ def _w8_gemm_kernel(
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
+def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool) -> tuple[int, int, int]:
+    """(bn, stages, warps) for split activations: two x planes per stage and two accumulators per weight
+    (four when gated). At most 128 accumulator registers per thread and ~220 KB of shared memory: an sm_90
+    compile of the gated 64x128 tile with 4 warps spills (144 STL), and 128x128 x 4 stages asks for 256 KB."""
+    acc = 4 if gated else 2
+    while acc * bm * bn // (32 * warps) > 128:
+        if warps < 8:
+            warps = 8
+        else:
+            bn //= 2
+    while stages > 2 and stages * (2 * bm + (2 if gated else 1) * bn) * bk > 220 * 1024:
+        stages -= 1
+    return bn, stages, warps
+
+
+def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = False) -> list[dict]:
     """First entry: the heuristic default for this M (used untuned with FUSED_TUNE=0)."""
     bk = 128 if a8 else 64
     if M <= 64:
@@ -193,7 +208,9 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool) -> list[dict]:
              (128, 64, bk, 4, 4)]
     out = []
     for bm, bn, k, stages, warps in c:
-        if gated and bm * bn > 128 * 128:
+        if split:
+            bn, stages, warps = _split_fit(bm, bn, k, stages, warps, gated)
+        elif gated and bm * bn > 128 * 128:
             bn //= 2  # two accumulators
         base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps)
         # too few tiles to fill 132 SMs (a down projection at M <= 256): split K as well
@@ -267,7 +284,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
-            cands = lambda: _candidates(M, N, K, gated, a8)  # noqa: E731
+            cands = lambda: _candidates(M, N, K, gated, a8, x_split)  # noqa: E731
         key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ()) + (
             ("qx",) if quantize_x else ())
         config = pick("w8_gemm", key, cands, launch)
