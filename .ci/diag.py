@@ -111,6 +111,7 @@ if "host" in what:
                 torch.cuda.synchronize()
                 tot = (time.perf_counter() - t) / 300 * 1e6
                 p(f"{name} M={M}: host {host:.1f} us/call, with sync {tot:.1f}; launches {dict((k, launch.counts[k] - c0[k]) for k in c0)}")
+                p(f"    replay_status (replayed signatures, refusals): {fused.dispatch.replay_status(m)}")
                 if M == 1:
                     pr = cProfile.Profile()
                     pr.enable()

@@ -10,10 +10,13 @@
     fused.profile(model, x)                                         # launches, time, idle, memory, paths
     s = fused.calibrate_smoothing(model, batches)                   # SmoothQuant factors for W8A8
     quantize_(model, fused.FusedInt8MLP(weight_only=False, smoothing=s))
+    h = fused.calibrate_gptq(model, batches)                        # GPTQ rounding (fp8 gains most)
+    quantize_(model, fused.FusedFloat8MLP(gptq=h))
     fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
 from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.checkpoint import load, save
+from fused.gptq import calibrate_gptq
 from fused.smoothing import calibrate_smoothing
 from fused.explain import explain
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
@@ -39,6 +42,7 @@ __all__ = [
     "FusedNarrowMLPConfig",
     "FusedSparseGatedLinear",
     "FusedSparseLinear",
+    "calibrate_gptq",
     "calibrate_smoothing",
     "explain",
     "is_mlp",

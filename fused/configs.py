@@ -12,6 +12,8 @@ values carry per-row scales; ``FusedBF16MLP()`` keeps bf16 values (2:4 only: 1.1
 
 ``smoothing=fused.calibrate_smoothing(model, calibration)`` (W8A8, dense): SmoothQuant-style per-input-
 channel factors, looked up by each Linear's fqn (a block's children as ``<block>.<child>``).
+``gptq=fused.calibrate_gptq(model, calibration)`` (dense, weight-only or W8A8): GPTQ rounding of the weights
+on the same scales (lowbit.gptq), looked up the same way; Linears without an entry round to nearest.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from torchao.quantization.transform_module import register_quantize_module_handl
 
 from fused.activations import activation_of
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.gptq import check_gptq
 from fused.smoothing import check_smoothing
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 
@@ -38,12 +41,14 @@ class FusedInt8MLP(AOBaseConfig):
     ``False``: W8A8 with per-token dynamic int8 activations. ``sparsity="2:4"``: packed 2:4 weights
     (0.625 bytes per weight + scales); ``prune``: magnitude-prune weights that are not 2:4 yet.
     ``smoothing``: {linear fqn: s} from ``fused.calibrate_smoothing`` (W8A8 dense only): a Linear whose
-    fqn is a key quantizes W * s and divides its input by s (SmoothQuant)."""
+    fqn is a key quantizes W * s and divides its input by s (SmoothQuant).
+    ``gptq``: {linear fqn: XᵀX} from ``fused.calibrate_gptq`` (dense only): GPTQ rounding of those weights."""
 
     weight_only: bool = True
     sparsity: str | None = None
     prune: bool = True
     smoothing: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    gptq: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     fmt = "int8"
 
@@ -55,12 +60,14 @@ class FusedInt8MLP(AOBaseConfig):
 class FusedFloat8MLP(AOBaseConfig):
     """float8 e4m3 per-channel ("rowwise") weights. ``weight_only=False`` (default): per-token dynamic
     fp8 activations (W8A8); ``True``: fp8 weights, bf16/fp16 activations. Needs compute capability
-    >= 8.9 on CUDA; emulated exactly on the CPU. ``sparsity``/``prune``/``smoothing`` as in FusedInt8MLP."""
+    >= 8.9 on CUDA; emulated exactly on the CPU. ``sparsity``/``prune``/``smoothing``/``gptq`` as in
+    FusedInt8MLP."""
 
     weight_only: bool = False
     sparsity: str | None = None
     prune: bool = True
     smoothing: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    gptq: dict[str, torch.Tensor] | None = field(default=None, repr=False)
 
     fmt = "float8_e4m3"
 
@@ -106,6 +113,13 @@ def _check_common(cfg) -> None:
         if cfg.sparsity is not None:
             raise ValueError(f"{name}: smoothing is not supported with sparsity={cfg.sparsity!r} "
                              "(it would change which weights 2:4 pruning keeps)")
+    gptq = getattr(cfg, "gptq", None)
+    if gptq is not None:
+        name = type(cfg).__name__
+        check_gptq(gptq, name)
+        if cfg.sparsity is not None:
+            raise ValueError(f"{name}: gptq is not supported with sparsity={cfg.sparsity!r} (2:4 values are "
+                             "rounded to nearest after pruning)")
 
 
 # ---------------------------------------------------------------------------------------------- matching
@@ -197,6 +211,17 @@ def _smoothing_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
     return smoothing.get(fqn)
 
 
+def _gptq_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
+    """The config's GPTQ hessian for the module named ``fqn`` (None: round to nearest)."""
+    gptq = getattr(cfg, "gptq", None)
+    if not gptq:
+        return None
+    if fqn is None:
+        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its GPTQ hessian; "
+                           "convert with fused.quantize or torchao's quantize_")
+    return gptq.get(fqn)
+
+
 def _child(prefix: str | None, name: str) -> str | None:
     return None if prefix is None else (f"{prefix}.{name}" if prefix else name)
 
@@ -215,8 +240,10 @@ def convert_linear(lin: nn.Linear, cfg, act: str = "none", where: str = "Linear"
     if cfg.sparsity == "2:4":
         return FusedSparseLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act,
                                             prune=cfg.prune, where=where)
-    s = _smoothed(w, _smoothing_for(cfg, fqn if fqn is not None else where, where), where)
-    return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act, smooth=s)
+    name = fqn if fqn is not None else where
+    s = _smoothed(w, _smoothing_for(cfg, name, where), where)
+    return FusedLinear.from_float(w, lin.bias, cfg.fmt, dynamic=not cfg.weight_only, act=act, smooth=s,
+                                  hessian=_gptq_for(cfg, name, where))
 
 
 def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = None) -> nn.Module:
@@ -248,9 +275,17 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = N
             raise ValueError(f"{where}: gate_proj and up_proj share their input and are fused into one weight; "
                              "their smoothing factors must be one vector (fused.calibrate_smoothing gives them one)")
         s = _smoothed(w, sg, where)
+        # gate and up see the same x, so their calibrated hessians are the same matrix: either serves
+        hg = _gptq_for(cfg, _child(prefix, "gate_proj"), where)
+        hu = _gptq_for(cfg, _child(prefix, "up_proj"), where)
+        if (hg is None) != (hu is None):
+            raise ValueError(f"{where}: gate_proj and up_proj are fused into one weight; give both a GPTQ hessian "
+                             "or neither (fused.calibrate_gptq gives both)")
+        h = hg
     elif kind == "gate_up":
         w, b = _checked_weight(block.gate_up_proj, f"{where}.gate_up_proj"), block.gate_up_proj.bias
         s = _smoothed(w, _smoothing_for(cfg, _child(prefix, "gate_up_proj"), where), where)
+        h = _gptq_for(cfg, _child(prefix, "gate_up_proj"), where)
     else:
         raise TypeError(f"{where}: {type(block).__name__} is not an MLP block fused.is_mlp recognises")
     _check_device(cfg, w, where)
@@ -258,7 +293,8 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = N
         gate_up = FusedSparseGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block),
                                                     prune=cfg.prune, where=f"{where}.gate_up")
     else:
-        gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block), smooth=s)
+        gate_up = FusedGatedLinear.from_float(w, b, cfg.fmt, dynamic=dynamic, act=_act_attr(block), smooth=s,
+                                              hessian=h)
     return FusedGatedMLP(gate_up, convert_linear(block.down_proj, cfg, "none", f"{where}.down_proj",
                                                  _child(prefix, "down_proj")))
 
@@ -266,9 +302,10 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = N
 def _transform(module: nn.Module, config) -> nn.Module:
     fqn = _caller_fqn()
     where = fqn or type(module).__name__
-    if fqn is None and getattr(config, "smoothing", None):
-        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its smoothing factors; "
-                           "convert with fused.quantize or torchao's quantize_")
+    for field_name, what in (("smoothing", "smoothing factors"), ("gptq", "GPTQ hessians")):
+        if fqn is None and getattr(config, field_name, None):
+            raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its {what}; "
+                               "convert with fused.quantize or torchao's quantize_")
     fqn = "" if fqn == "<root>" else fqn
     if _linear(module):
         return convert_linear(module, config, where=where, fqn=fqn)

@@ -15,6 +15,7 @@ from torch import nn
 from fused import dispatch, ops
 from fused.activations import check_activation
 from lowbit import get_format, quantize_weight
+from lowbit.gptq import gptq_quantize
 
 
 def _input_for(x: torch.Tensor) -> torch.Tensor:
@@ -103,15 +104,21 @@ class _Fused8bit(_Replayable):
                 self._buffers[name] = old.to(device=new.device)
         return self
 
-    def _quantize_from(self, weight, bias, fmt, smooth=None):
+    def _quantize_from(self, weight, bias, fmt, smooth=None, hessian=None):
+        """``hessian``: the input's XᵀX (fused.calibrate_gptq): GPTQ rounding instead of round-to-nearest."""
         w = weight.detach()
+        if hessian is not None and hessian.shape != (w.shape[1], w.shape[1]):
+            raise ValueError(f"GPTQ hessian has shape {tuple(hessian.shape)}, the weight needs "
+                             f"[{w.shape[1]}, {w.shape[1]}] (calibrated on another model?)")
         if smooth is not None:
             if smooth.shape != (w.shape[1],):
                 raise ValueError(f"smoothing vector has shape {tuple(smooth.shape)}, the weight needs [{w.shape[1]}]")
             smooth = smooth.detach().to(device=w.device, dtype=torch.float32)
             w = w.float() * smooth  # W * s per input column, quantized from fp32
             self.smooth_inv = 1.0 / smooth
-        q, s = quantize_weight(w, fmt)
+            if hessian is not None:  # the layer now sees x / s: H_ij / (s_i s_j)
+                hessian = hessian.to(device=w.device, dtype=torch.float32) / (smooth[:, None] * smooth[None, :])
+        q, s = quantize_weight(w, fmt) if hessian is None else gptq_quantize(w, hessian, fmt)
         self.qweight.copy_(q)
         self.scale.copy_(s)
         if bias is not None:
@@ -149,11 +156,12 @@ class FusedLinear(_Fused8bit):
         self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
 
     @classmethod
-    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", smooth=None):
-        """``smooth``: SmoothQuant factors s [in_features]; W * s is quantized and forward divides x by s."""
+    def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", smooth=None, hessian=None):
+        """``smooth``: SmoothQuant factors s [in_features]; W * s is quantized and forward divides x by s.
+        ``hessian``: XᵀX of the inputs [in, in] (fused.calibrate_gptq): GPTQ rounding (lowbit.gptq)."""
         mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
                   bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
-        return mod._quantize_from(weight, bias, fmt, smooth)
+        return mod._quantize_from(weight, bias, fmt, smooth, hessian)
 
     def _forward(self, x):
         x = self._smooth(_input_for(x))
@@ -180,14 +188,16 @@ class FusedGatedLinear(_Fused8bit):
         self.source_bytes = 0
 
     @classmethod
-    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", smooth=None):
-        """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection."""
+    def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", smooth=None,
+                   hessian=None):
+        """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection.
+        ``smooth``/``hessian`` as in FusedLinear.from_float (one x feeds both: one vector, one hessian)."""
         if gate_up_weight.shape[0] % 2:
             raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
         b = gate_up_bias
         mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
                   bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
-        return mod._quantize_from(gate_up_weight, b, fmt, smooth)
+        return mod._quantize_from(gate_up_weight, b, fmt, smooth, hessian)
 
     def _forward(self, x):
         x = self._smooth(_input_for(x))

@@ -28,7 +28,7 @@ from sparsity.pruning import run_calibration
 S_MIN, S_MAX = 1e-5, 1e5
 
 
-def _targets(model: nn.Module, filter_fn: Callable | None) -> dict[str, nn.Linear]:
+def _targets(model: nn.Module, filter_fn: Callable | None, who: str = "calibrate_smoothing") -> dict[str, nn.Linear]:
     from fused.configs import _linear
 
     chosen = {}
@@ -38,11 +38,11 @@ def _targets(model: nn.Module, filter_fn: Callable | None) -> dict[str, nn.Linea
                 chosen[fqn] = mod
         elif filter_fn(mod, fqn):
             if not isinstance(mod, nn.Linear):
-                raise TypeError(f"calibrate_smoothing: filter_fn selected {fqn or '<root>'} "
-                                f"({type(mod).__name__}); only nn.Linear inputs are smoothed")
+                raise TypeError(f"{who}: filter_fn selected {fqn or '<root>'} "
+                                f"({type(mod).__name__}); only nn.Linear layers are calibrated")
             chosen[fqn] = mod
     if not chosen:
-        raise ValueError(f"calibrate_smoothing: {type(model).__name__} has no nn.Linear to smooth"
+        raise ValueError(f"{who}: {type(model).__name__} has no nn.Linear to calibrate"
                          + (" (filter_fn selected none)" if filter_fn is not None else ""))
     return chosen
 

@@ -33,6 +33,7 @@ from torch import nn
 
 from fused import dispatch
 from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantize
+from fused.gptq import calibrate_gptq
 from fused.smoothing import calibrate_smoothing
 from fused.tasks import Task, call, cast_inputs
 
@@ -62,6 +63,11 @@ CONFIGS: list[SweepConfig] = [
         weight_only=False, smoothing=calibrate_smoothing(model, batches)), calibrate=2),
     SweepConfig("fp8 W8A8", lambda: FusedFloat8MLP()),
     SweepConfig("fp8 weight-only", lambda: FusedFloat8MLP(weight_only=True)),
+    # GPTQ rounding of the weights (same scales, kernels and speed), hessians from the first 2 batches
+    SweepConfig("fp8 W8A8 GPTQ", lambda model, batches: FusedFloat8MLP(
+        gptq=calibrate_gptq(model, batches)), calibrate=2),
+    SweepConfig("fp8 weight-only GPTQ", lambda model, batches: FusedFloat8MLP(
+        weight_only=True, gptq=calibrate_gptq(model, batches)), calibrate=2),
     SweepConfig("int8 W8A16 2:4", lambda: FusedInt8MLP(sparsity="2:4")),
     SweepConfig("fp8 W8A8 2:4", lambda: FusedFloat8MLP(sparsity="2:4")),
 ]
@@ -237,6 +243,8 @@ class SweepRow:
     layer_bytes: int | None = None  # bytes of the layers a conversion replaces
     layers: dict = field(default_factory=dict)  # fqn -> {"sqnr_db", "sqnr_in_model_db"}
     paths: dict = field(default_factory=dict)  # "op -> path": calls per forward (fused.dispatch.stats)
+    # calibrated configs: the metrics on the batches the calibration did not see (with how many batches)
+    held_out: dict = field(default_factory=dict)
 
     @property
     def layer_sqnr(self) -> list[float]:
@@ -328,6 +336,14 @@ class SweepResult:
             cells.append(f"{r.weight_bytes / 2**20:.2f} ({r.layer_bytes / 2**20:.2f})")
             cells.append(", ".join(f"{k}: {v:g}" for k, v in r.paths.items()) or "—")
             lines.append("| " + " | ".join(cells) + " |")
+        held = [r for r in self.rows if r.status == "ok" and r.held_out]
+        if held:
+            lines += ["", "Calibrated configs on the batches their calibration did not see (the table above includes "
+                      "the calibration batches):", ""]
+            for r in held:
+                cells = [f"{c[1]} {fmt.format(r.held_out[k])}" for k, c, fmt in
+                         ((c[0], c, c[2]) for c in self.columns) if k in r.held_out]
+                lines.append(f"- {r.config} ({r.held_out['batches']} batches): " + ", ".join(cells))
         ok = [r for r in self.rows if r.status == "ok" and r.layers]
         if ok:
             lines += ["", "### Per-layer SQNR (dB): isolated (in model)", "",
@@ -546,8 +562,12 @@ def _run_one(task, entry, ref_model, batches, bench, ref_results, act_dtype) -> 
     finally:
         for h in hooks:
             h.remove()
+    n_cal = sum(r.shape[0] for r in results[:entry.calibrate])
     results = torch.cat(results)
     metrics = task.metrics(ref_results, results)
+    held_out = {}
+    if entry.calibrate and len(batches) > entry.calibrate:
+        held_out = dict(task.metrics(ref_results[n_cal:], results[n_cal:]), batches=len(batches) - entry.calibrate)
 
     before = Counter(dispatch.stats)
     with torch.no_grad():
@@ -556,5 +576,5 @@ def _run_one(task, entry, ref_model, batches, bench, ref_results, act_dtype) -> 
     row = SweepRow(
         entry.name, "ok", dtype=str(dtype).replace("torch.", ""), metrics=metrics, error=task.error(metrics),
         weight_bytes=param_bytes(model), layer_bytes=sum(param_bytes(model.get_submodule(f)) for f in fqns),
-        layers={f: errors[f].result() for f in fqns}, paths=dict(sorted(paths.items())))
+        layers={f: errors[f].result() for f in fqns}, paths=dict(sorted(paths.items())), held_out=held_out)
     return row, model

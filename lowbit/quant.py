@@ -30,9 +30,9 @@ def quantize_rowwise(t: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, 
     fmt = get_format(fmt)
     t32 = t.float()
     amax = t32.abs().amax(dim=-1, keepdim=True)
-    # divided by a tensor, not a Python number: CUDA torch turns division by a scalar into a multiplication
-    # by its reciprocal (1 ulp off at times); the kernels divide in IEEE (div_rn)
-    scale = (amax / torch.full_like(amax, fmt.qmax)).clamp(min=MIN_SCALE)
+    # a Python-number divisor: CUDA torch multiplies by its reciprocal, as act_quant's `amax / QMAX` does
+    # (bit-identical on the H200); split_activation below divides in IEEE, as act_split's div_rn
+    scale = (amax / fmt.qmax).clamp(min=MIN_SCALE)
     return _cast(t32 / scale, fmt), scale
 
 

@@ -1,0 +1,55 @@
+"""Calibration for GPTQ rounding (lowbit.gptq): the Hessian XᵀX of every selected Linear's input.
+
+``h = fused.calibrate_gptq(model, calibration)`` runs the calibration inputs through the unconverted model
+and returns {linear fqn: H [in, in] fp32} (XᵀX / tokens); ``FusedFloat8MLP(gptq=h)`` (or FusedInt8MLP) then
+rounds each weight with GPTQ on the usual per-row scales instead of round-to-nearest. Only the rounding
+changes: the same codes, scales, kernels and speed. Works with weight-only and W8A8, and with smoothing
+(the Hessian is rescaled to the smoothed input). Memory: one in×in fp32 matrix per Linear.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import nn
+
+from fused.smoothing import _targets
+from sparsity.pruning import run_calibration
+
+
+def calibrate_gptq(model: nn.Module, calibration: Iterable, filter_fn: Callable | None = None) -> dict[str, torch.Tensor]:
+    """{fqn: XᵀX / tokens [in_features, in_features] fp32} for the selected Linears of ``model``.
+
+    ``calibration``: an iterable of model inputs (a tensor, a tuple/list or a dict, as for
+    fused.calibrate_smoothing); ``filter_fn(module, fqn)`` selects Linears (default: every nn.Linear the
+    converter replaces). Runs in eval mode under no_grad; the model's mode is restored after."""
+    targets = _targets(model, filter_fn, "calibrate_gptq")
+    sums: dict[str, torch.Tensor] = {}
+    tokens: dict[str, int] = {}
+
+    def observe(fqn, x2):
+        x = x2.float()
+        sums[fqn] = x.T @ x if fqn not in sums else sums[fqn] + x.T @ x
+        tokens[fqn] = tokens.get(fqn, 0) + x.shape[0]
+
+    run_calibration(model, targets, calibration, observe, "calibrate_gptq")
+    bad = [fqn for fqn, h in sums.items() if not torch.isfinite(h).all()]
+    if bad:
+        raise ValueError(f"calibrate_gptq: NaN/Inf activations at the input of {', '.join(bad)}")
+    return {fqn: sums[fqn] / tokens[fqn] for fqn in targets}
+
+
+def check_gptq(gptq, owner: str) -> None:
+    """Config-time check: a dict {str fqn: square 2-D finite floating tensor}."""
+    if not isinstance(gptq, dict):
+        raise TypeError(f"{owner}.gptq must be a dict {{linear fqn: tensor}} (fused.calibrate_gptq), "
+                        f"got {type(gptq).__name__}")
+    for k, h in gptq.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{owner}.gptq: keys must be module fqns (str), got {k!r}")
+        if (not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != h.shape[1]
+                or not h.is_floating_point()):
+            raise TypeError(f"{owner}.gptq[{k!r}] must be a square 2-D floating tensor [in, in], got "
+                            f"{type(h).__name__}{'' if not isinstance(h, torch.Tensor) else f' {h.dtype} {tuple(h.shape)}'}")
+        if not torch.isfinite(h).all():
+            raise ValueError(f"{owner}.gptq[{k!r}] holds NaN/Inf")

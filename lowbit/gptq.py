@@ -1,0 +1,82 @@
+"""GPTQ rounding of 8-bit weights (Frantar et al. 2022, "GPTQ"), on the same per-row scales as
+quantize_weight: only the rounding changes, so the stored codes, scales and kernels stay as they are.
+
+Round-to-nearest minimizes each weight's own error. GPTQ minimizes the layer's output error on calibration
+inputs X instead, ‖X·Wᵀ − X·Qᵀ‖², with H = XᵀX: it rounds one input column at a time and moves that column's
+rounding error onto the columns not rounded yet, in proportion to their correlation with it (through the
+Cholesky factor of H⁻¹). It pays where rounding is coarse: float8 e4m3 (3 mantissa bits, ~31 dB per weight)
+gains several dB of output SQNR; int8 per-channel (~42 dB) gains less.
+
+Reference: the GPTQ paper's algorithm 1 with lazy block updates (blocks of 128 columns), dampening
+λ = damp · mean(diag H). Columns whose inputs were always zero (diag H = 0) keep round-to-nearest.
+"""
+from __future__ import annotations
+
+import torch
+
+from lowbit.formats import get_format
+from lowbit.quant import quantize_weight
+
+__all__ = ["gptq_quantize", "output_error"]
+
+
+def _round(w: torch.Tensor, scale: torch.Tensor, fmt) -> torch.Tensor:
+    """Round w [N, k] to the format's grid on per-row scales [N]; returns the dequantized fp32 values."""
+    v = (w / scale[:, None]).clamp(-fmt.qmax, fmt.qmax)
+    if fmt.dtype == torch.int8:
+        v = torch.round(v)
+    else:
+        v = v.to(fmt.dtype).float()
+    return v * scale[:, None]
+
+
+def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, fmt, damp: float = 0.01,
+                  block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """weight [N, K], hessian [K, K] (XᵀX of the layer's inputs, any positive multiple) ->
+    (qdata [N, K] in the format's dtype, scale [N] fp32), the scale exactly quantize_weight's."""
+    fmt = get_format(fmt)
+    if weight.dim() != 2:
+        raise ValueError(f"gptq_quantize expects a 2-D [out, in] weight, got shape {tuple(weight.shape)}")
+    N, K = weight.shape
+    if hessian.shape != (K, K):
+        raise ValueError(f"gptq_quantize: hessian has shape {tuple(hessian.shape)}, the weight needs [{K}, {K}] "
+                         "(calibrated on another model?)")
+    if not torch.isfinite(hessian).all():
+        raise ValueError("gptq_quantize: hessian holds NaN/Inf (calibration activations were not finite)")
+    if not (isinstance(damp, (int, float)) and not isinstance(damp, bool) and damp > 0):
+        raise ValueError(f"gptq_quantize: damp must be a number > 0, got {damp!r}")
+    _, scale = quantize_weight(weight, fmt)  # the grid: per-row absmax / qmax, as round-to-nearest uses
+    dev = weight.device
+    W = weight.detach().to(torch.float32).clone()
+    H = hessian.detach().to(device=dev, dtype=torch.float64).clone()  # fp64: the inverse of a near-singular H
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    H += damp * torch.diag(H).mean() * torch.eye(K, dtype=H.dtype, device=dev)
+    # upper Cholesky factor of H⁻¹: row i holds how column i's error spreads over columns i..K-1
+    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True).float()
+    Q = torch.empty_like(W)
+    for i1 in range(0, K, block):
+        i2 = min(i1 + block, K)
+        W1 = W[:, i1:i2].clone()
+        E1 = torch.empty_like(W1)
+        for i in range(i2 - i1):
+            col = W1[:, i]
+            q = _round(col[:, None], scale, fmt)[:, 0]
+            Q[:, i1 + i] = q
+            if dead[i1 + i]:  # nothing to compensate: this input is always zero
+                E1[:, i] = 0.0
+                continue
+            err = (col - q) / Hinv[i1 + i, i1 + i]
+            W1[:, i:] -= err[:, None] * Hinv[i1 + i, i1 + i:i2][None, :]
+            E1[:, i] = err
+        W[:, i2:] -= E1 @ Hinv[i1:i2, i2:]
+    codes = (Q / scale[:, None]).clamp(-fmt.qmax, fmt.qmax)
+    codes = torch.round(codes).to(torch.int8) if fmt.dtype == torch.int8 else codes.to(fmt.dtype)
+    return codes, scale
+
+
+def output_error(x: torch.Tensor, weight: torch.Tensor, qdata: torch.Tensor, scale: torch.Tensor) -> float:
+    """SQNR in dB of x·Qᵀ against x·Wᵀ (fp32): the quantity GPTQ minimizes."""
+    ref = x.float() @ weight.float().T
+    got = x.float() @ (qdata.float() * scale[:, None]).T
+    return float(10 * torch.log10(ref.pow(2).sum() / (ref - got).pow(2).sum().clamp_min(1e-30)))
