@@ -85,9 +85,19 @@ def test_recording_places_every_tensor_or_refuses():
     assert rec.ok and (g0, g1, g2) == (2, 1, 1)
     # x and the output are filled in per replay (and not kept alive); the weight is a constant
     assert template[0] is None and template[1] is w and template[2] is None and template[3:] == [4, 8, "TAIL"]
-    assert subs == ((0, -1, None), (2, 0, torch.int32))
+    assert subs == ((0, -1), (2, 0))  # the launcher takes only the address: a dtype view changes nothing
     rec.add(_FakeCompiled(), (), (1,), (x * 2,))  # made by a torch op on the way: cannot be replayed
     assert not rec.ok
+
+
+def test_replay_carves_intermediates_from_one_buffer():
+    # outputs of a 3-launch call: two intermediates and the call's output (index 1); the intermediates share
+    # one allocation at 512-byte offsets (16-byte alignment as specialised), the output gets its own
+    rec = launch.Recording(torch.zeros(1), [])
+    rec.allocs = [((3, 5), torch.bfloat16), ((2, 4), torch.float32), ((7,), torch.float32), ((600,), torch.uint8)]
+    r = launch.Replay(rec, 1, None, ())
+    assert r.out_alloc == ((2, 4), torch.float32)
+    assert r.offsets == (0, 512, 512, 1024) and r.total == 2048
 
 
 def test_persistent_workspace_replacement_forgets_the_old_address():
