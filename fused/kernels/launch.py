@@ -80,10 +80,11 @@ def _hooked() -> bool:
 
 # ------------------------------------------------------------------------------------------- replay
 # An eager call of a converted module runs the same launches every time for the same input signature. The
-# dispatch records them once (`record`) and re-issues them (`Replay`): per launch one torch.empty for each
-# output and the launcher call, none of the Python between them. Every tensor a recorded launch takes must
-# be classified, else the call is not replayable: the call's input x, an output made by `empty` during the
-# call (allocated afresh on replay), or a constant (the module's buffers, the `persistent` workspaces).
+# dispatch records them once (`record`) and re-issues them (`Replay`): the launcher calls and two torch.empty
+# per call (the output, one buffer for the intermediates), none of the Python between them. Every tensor a
+# recorded launch takes must be classified, else the call is not replayable: the call's input x, an output
+# made by `empty` during the call (allocated afresh on replay), or a constant (the module's buffers, the
+# `persistent` workspaces).
 # A tensor made any other way (a torch op on the way, e.g. smoothing or a copying reshape) aborts the
 # recording, so nothing that a replay would skip can go missing. Outputs from `empty` must be written only
 # by kernels launched through `launch_kernel` (no torch op writes into them in place).
