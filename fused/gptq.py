@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from fused.smoothing import _targets
-from sparsity.pruning import run_calibration
+from sparsity.pruning import hessians
 
 
 def calibrate_gptq(model: nn.Module, calibration: Iterable, filter_fn: Callable | None = None) -> dict[str, torch.Tensor]:
@@ -23,20 +23,7 @@ def calibrate_gptq(model: nn.Module, calibration: Iterable, filter_fn: Callable 
     ``calibration``: an iterable of model inputs (a tensor, a tuple/list or a dict, as for
     fused.calibrate_smoothing); ``filter_fn(module, fqn)`` selects Linears (default: every nn.Linear the
     converter replaces). Runs in eval mode under no_grad; the model's mode is restored after."""
-    targets = _targets(model, filter_fn, "calibrate_gptq")
-    sums: dict[str, torch.Tensor] = {}
-    tokens: dict[str, int] = {}
-
-    def observe(fqn, x2):
-        x = x2.float()
-        sums[fqn] = x.T @ x if fqn not in sums else sums[fqn] + x.T @ x
-        tokens[fqn] = tokens.get(fqn, 0) + x.shape[0]
-
-    run_calibration(model, targets, calibration, observe, "calibrate_gptq")
-    bad = [fqn for fqn, h in sums.items() if not torch.isfinite(h).all()]
-    if bad:
-        raise ValueError(f"calibrate_gptq: NaN/Inf activations at the input of {', '.join(bad)}")
-    return {fqn: sums[fqn] / tokens[fqn] for fqn in targets}
+    return hessians(model, _targets(model, filter_fn, "calibrate_gptq"), calibration, "calibrate_gptq")
 
 
 def check_gptq(gptq, owner: str) -> None:

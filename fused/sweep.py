@@ -36,6 +36,7 @@ from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantiz
 from fused.gptq import calibrate_gptq
 from fused.smoothing import calibrate_smoothing
 from fused.tasks import Task, call, cast_inputs
+from sparsity import prune_24_
 
 
 @dataclass(frozen=True)
@@ -69,8 +70,18 @@ CONFIGS: list[SweepConfig] = [
     SweepConfig("fp8 weight-only GPTQ", lambda model, batches: FusedFloat8MLP(
         weight_only=True, gptq=calibrate_gptq(model, batches)), calibrate=2),
     SweepConfig("int8 W8A16 2:4", lambda: FusedInt8MLP(sparsity="2:4")),
+    # SparseGPT 2:4 (mask + kept values from XᵀX) on the first 2 batches, then packed as int8 2:4
+    SweepConfig("int8 W8A16 2:4 SparseGPT", lambda model, batches: _pruned(
+        model, batches, FusedInt8MLP(sparsity="2:4", prune=False)), calibrate=2),
     SweepConfig("fp8 W8A8 2:4", lambda: FusedFloat8MLP(sparsity="2:4")),
 ]
+
+def _pruned(model: nn.Module, batches: list, cfg):
+    """SparseGPT-prune ``model`` (the copy being converted, fp32) in place, the Linears the converter replaces
+    (in_features % 4 == 0; others stay dense, as with magnitude); the config then packs them."""
+    prune_24_(model, "sparsegpt", calibration=batches, filter_fn=lambda m, fqn: _linear(m) and m.in_features % 4 == 0)
+    return cfg
+
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

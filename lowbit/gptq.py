@@ -17,7 +17,7 @@ import torch
 from lowbit.formats import get_format
 from lowbit.quant import quantize_weight
 
-__all__ = ["gptq_quantize", "output_error"]
+__all__ = ["gptq_quantize", "inverse_factor", "output_error"]
 
 
 def _round(w: torch.Tensor, scale: torch.Tensor, fmt) -> torch.Tensor:
@@ -28,6 +28,19 @@ def _round(w: torch.Tensor, scale: torch.Tensor, fmt) -> torch.Tensor:
     else:
         v = v.to(fmt.dtype).float()
     return v * scale[:, None]
+
+
+def inverse_factor(hessian: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torch.Tensor]:
+    """(upper Cholesky factor of (H + λI)⁻¹ fp32, dead [K] bool) for GPTQ / SparseGPT: row i holds how
+    column i's error spreads over columns i..K-1. Dead inputs (diag H = 0) get a unit diagonal.
+    λ = damp · mean(diag H); fp64 inside, since H of real activations is near-singular."""
+    K = hessian.shape[0]
+    H = hessian.detach().to(torch.float64).clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    H += damp * torch.diag(H).mean() * torch.eye(K, dtype=H.dtype, device=H.device)
+    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True)
+    return Hinv.float(), dead
 
 
 def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, fmt, damp: float = 0.01,
@@ -46,14 +59,8 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, fmt, damp: float 
     if not (isinstance(damp, (int, float)) and not isinstance(damp, bool) and damp > 0):
         raise ValueError(f"gptq_quantize: damp must be a number > 0, got {damp!r}")
     _, scale = quantize_weight(weight, fmt)  # the grid: per-row absmax / qmax, as round-to-nearest uses
-    dev = weight.device
     W = weight.detach().to(torch.float32).clone()
-    H = hessian.detach().to(device=dev, dtype=torch.float64).clone()  # fp64: the inverse of a near-singular H
-    dead = torch.diag(H) == 0
-    H[dead, dead] = 1.0
-    H += damp * torch.diag(H).mean() * torch.eye(K, dtype=H.dtype, device=dev)
-    # upper Cholesky factor of H⁻¹: row i holds how column i's error spreads over columns i..K-1
-    Hinv = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(H)), upper=True).float()
+    Hinv, dead = inverse_factor(hessian.to(weight.device), damp)
     Q = torch.empty_like(W)
     for i1 in range(0, K, block):
         i2 = min(i1 + block, K)

@@ -1,13 +1,15 @@
-"""2:4 pruning of nn.Linear weights, in place: magnitude or Wanda (activation-aware).
+"""2:4 pruning of nn.Linear weights, in place: magnitude, Wanda (activation-aware) or SparseGPT.
 
-Both keep, in every group of 4 consecutive input channels of every output row, the 2 entries of highest
-score:
+Magnitude and Wanda keep, in every group of 4 consecutive input channels of every output row, the 2 entries
+of highest score:
   * magnitude: score = |W_ij|
   * Wanda (Sun et al. 2023, "A Simple and Effective Pruning Approach for LLMs"): score = |W_ij| · ‖X_j‖₂,
     ‖X_j‖₂ the L2 norm of input channel j over every calibration token. A small weight on a channel that
     carries large activations matters more than its magnitude says.
+SparseGPT (sparsity.sparsegpt) also updates the kept weights to make up for the pruned ones, from the
+calibration inputs' XᵀX.
 
-The activation norms come from one pass of the calibration inputs through the unpruned model (forward
+The activation statistics come from one pass of the calibration inputs through the unpruned model (forward
 pre-hooks on the selected Linears). Wanda's reference code instead prunes block by block, feeding each
 block the outputs of the already pruned blocks before it; the one-pass form needs one forward per input
 and no knowledge of the model's block structure.
@@ -21,8 +23,9 @@ import torch
 from torch import nn
 
 from sparsity.masks import is_24_sparse, magnitude_mask_24
+from sparsity.sparsegpt import sparsegpt_24
 
-METHODS = ("magnitude", "wanda")
+METHODS = ("magnitude", "wanda", "sparsegpt")
 
 
 def _is_linear(module: nn.Module, fqn: str) -> bool:
@@ -119,6 +122,24 @@ def _norms(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterabl
     return {fqn: s.sqrt().float() for fqn, s in sums.items()}
 
 
+def hessians(model: nn.Module, targets: dict[str, nn.Linear], calibration: Iterable, who: str) -> dict[str, torch.Tensor]:
+    """{fqn: XᵀX / tokens [in, in] fp32} of each target Linear's input over the calibration inputs (GPTQ,
+    SparseGPT). Raises, naming ``who``, on NaN/Inf activations."""
+    sums: dict[str, torch.Tensor] = {}
+    tokens: dict[str, int] = {}
+
+    def observe(fqn, x2):
+        x = x2.float()
+        sums[fqn] = x.T @ x if fqn not in sums else sums[fqn] + x.T @ x
+        tokens[fqn] = tokens.get(fqn, 0) + x.shape[0]
+
+    run_calibration(model, targets, calibration, observe, who)
+    bad = [fqn for fqn, h in sums.items() if not torch.isfinite(h).all()]
+    if bad:
+        raise ValueError(f"{who}: NaN/Inf activations at the input of {', '.join(bad)}")
+    return {fqn: sums[fqn] / tokens[fqn] for fqn in targets}
+
+
 def _score(w: torch.Tensor, norms: torch.Tensor | None) -> torch.Tensor:
     s = w.detach().float().abs()
     if norms is None:
@@ -141,26 +162,33 @@ def prune_24_(model: nn.Module, method: str = "magnitude", calibration: Iterable
               filter_fn: Callable[[nn.Module, str], bool] | None = None) -> dict[str, float]:
     """Prune the selected nn.Linear weights of ``model`` to 2:4 along the input dim, in place.
 
-    method: "magnitude" (score |W|) or "wanda" (score |W|·‖X_j‖₂; needs ``calibration``, an iterable of
-    model inputs, see `activation_norms`). filter_fn(module, fqn) -> bool selects the Linears (default:
-    every nn.Linear; those with in_features % 4 != 0 are left dense with a warning).
+    method: "magnitude" (score |W|), "wanda" (score |W|·‖X_j‖₂) or "sparsegpt" (mask and kept values
+    from XᵀX, sparsity.sparsegpt); the last two need ``calibration``, an iterable of model inputs (see
+    `activation_norms`). filter_fn(module, fqn) -> bool selects the Linears (default: every nn.Linear; those
+    with in_features % 4 != 0 are left dense with a warning).
     Returns {fqn: kept energy ‖W⊙mask‖²/‖W‖²} of the weights as they were before pruning."""
     if method not in METHODS:
         raise ValueError(f"prune_24_: method must be one of {METHODS}, got {method!r}")
-    if method == "wanda" and calibration is None:
-        raise ValueError("prune_24_: method='wanda' needs calibration= (an iterable of model inputs: tensors, "
-                         "tuples or dicts) to measure the activation norms; or use method='magnitude'")
+    if method != "magnitude" and calibration is None:
+        raise ValueError(f"prune_24_: method={method!r} needs calibration= (an iterable of model inputs: tensors, "
+                         "tuples or dicts) to measure the activations; or use method='magnitude'")
     if method == "magnitude" and calibration is not None:
         warnings.warn("prune_24_: calibration is ignored by method='magnitude'", stacklevel=2)
     targets = _targets(model, filter_fn)
     norms = _norms(model, targets, calibration) if method == "wanda" else {}
+    hs = hessians(model, targets, calibration, "prune_24_") if method == "sparsegpt" else {}
     report = {}
     with torch.no_grad():
         for fqn, mod in targets.items():
             w = mod.weight
-            mask = magnitude_mask_24(_score(w, norms.get(fqn)))
-            report[fqn] = _energy(w, mask)
-            w.mul_(mask.to(w.dtype))
+            if method == "sparsegpt":
+                pruned = sparsegpt_24(w, hs[fqn])
+                report[fqn] = _energy(w, pruned != 0)
+                w.copy_(pruned)
+            else:
+                mask = magnitude_mask_24(_score(w, norms.get(fqn)))
+                report[fqn] = _energy(w, mask)
+                w.mul_(mask.to(w.dtype))
             assert is_24_sparse(w), fqn
     return report
 

@@ -154,3 +154,15 @@ def test_sweep_gptq_entries():
     assert gq.held_out["batches"] == 1 and not plain.held_out
     assert gq.held_out["output_sqnr_db"] > plain.metrics["output_sqnr_db"] - 3
     assert "fp8 W8A8 GPTQ (1 batches): " in res.to_markdown()
+
+
+def test_sweep_sparsegpt_entry_beats_magnitude():
+    from fused.sweep import sweep
+    from fused.tasks import model_task
+
+    torch.manual_seed(0)
+    task = model_task(Net().eval(), batches(3, 20))
+    res = sweep(task, ["int8 W8A16 2:4", "int8 W8A16 2:4 SparseGPT"], iters=1, progress=False)
+    mag, gpt = res.row("int8 W8A16 2:4"), res.row("int8 W8A16 2:4 SparseGPT")
+    assert gpt.status == "ok" and gpt.weight_bytes == mag.weight_bytes
+    assert gpt.metrics["output_sqnr_db"] > mag.metrics["output_sqnr_db"] + 1

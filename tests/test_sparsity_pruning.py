@@ -1,4 +1,4 @@
-"""2:4 pruning: magnitude and Wanda masks, calibration input forms, filters, kept energy, bad input."""
+"""2:4 pruning: magnitude, Wanda and SparseGPT masks, calibration input forms, filters, kept energy, bad input."""
 import pytest
 import torch
 from torch import nn
@@ -133,3 +133,66 @@ def test_kept_energy_inputs():
     w = torch.tensor([[3.0, 4.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
     assert kept_energy(w)[""] == pytest.approx((9 + 16 + 2) / (25 + 4))
     assert kept_energy({"z": torch.zeros(2, 8)}) == {"z": 1.0}
+
+
+# ------------------------------------------------------------------------------------------- SparseGPT
+
+def _correlated(n, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    mix = torch.randn(d, d, generator=torch.Generator().manual_seed(7)) * 0.4 + torch.eye(d)
+    x = torch.randn(n, d, generator=g) @ mix
+    x[:, 2] *= 10.0
+    return x
+
+
+def _out_sqnr(x, w, wp):
+    ref = x @ w.T
+    return float(10 * torch.log10(ref.pow(2).sum() / (ref - x @ wp.T).pow(2).sum()))
+
+
+def test_sparsegpt_identity_hessian_is_magnitude():
+    # uncorrelated, equal-power inputs: the cost w²/[H⁻¹]ᵢᵢ² ranks like |w| and nothing is compensated
+    from sparsity.sparsegpt import sparsegpt_24
+
+    w = torch.randn(12, 40)
+    assert torch.equal(sparsegpt_24(w, torch.eye(40) * 2.0), w * magnitude_mask_24(w.abs()))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_sparsegpt_beats_wanda_and_magnitude_on_held_out_inputs(dtype):
+    from sparsity.sparsegpt import sparsegpt_24
+
+    torch.manual_seed(0)
+    w = torch.randn(64, 96).to(dtype)
+    x = _correlated(3000, 96, 1)
+    wp = sparsegpt_24(w, x.T @ x, block=32)  # blocks of 32: the lazy update across blocks is exercised
+    assert wp.dtype == dtype and is_24_sparse(wp)
+    wf = w.float()
+    held = _correlated(3000, 96, 2)
+    wanda = wf * magnitude_mask_24(wf.abs() * x.norm(dim=0)[None, :])
+    mag = wf * magnitude_mask_24(wf.abs())
+    s_gpt, s_wanda, s_mag = (_out_sqnr(held, wf, v) for v in (wp.float(), wanda, mag))
+    assert s_gpt > s_wanda + 1.5 and s_wanda > s_mag, (s_gpt, s_wanda, s_mag)  # measured: 13.4 / 11.2 / 9.3 dB
+
+
+def test_prune_24_sparsegpt_model_and_bad_input():
+    from sparsity.sparsegpt import sparsegpt_24
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))
+    cal = [_correlated(64, 16, s) for s in range(3)]
+    ref = {n: m.weight.detach().clone() for n, m in linears(model).items()}
+    report = prune_24_(model, "sparsegpt", calibration=cal)
+    assert set(report) == {"0", "2"} and all(0 < v < 1 for v in report.values())
+    for n, m in linears(model).items():
+        assert is_24_sparse(m.weight) and not torch.equal(m.weight, ref[n] * (m.weight != 0))  # values updated
+    with pytest.raises(ValueError, match="sparsegpt.*needs calibration"):
+        prune_24_(model, "sparsegpt")
+    with pytest.raises(ValueError, match=r"in % 4 == 0"):
+        sparsegpt_24(torch.randn(4, 6), torch.eye(6))
+    with pytest.raises(ValueError, match=r"hessian has shape \(7, 7\)"):
+        sparsegpt_24(torch.randn(4, 8), torch.eye(7))
+    with pytest.raises(ValueError, match="NaN/Inf"):
+        sparsegpt_24(torch.randn(4, 8), torch.full((8, 8), float("nan")))
+    with pytest.raises(ValueError, match="damp"):
+        sparsegpt_24(torch.randn(4, 8), torch.eye(8), damp=-1)
