@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|f16x   (each fits one 600 s device call; logs under $OUT)
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -14,5 +14,11 @@ case "${1:-}" in
   bench)  # the README table (GPU + plain-call), one process
     timeout 580 python3 -m fused bench --blocks llama --out "$OUT/full" 2>&1 | filt > "$OUT/full.log"
     tail -32 "$OUT/full.log" ;;
-  *) echo "usage: $0 tests|host|bench"; exit 2 ;;
+  f16x)   # fp8 decode through act_f16 + fp16-operand GEMV (opt-in), against the defaults, same process order
+    for e in "" "FUSED_F16X=1"; do
+      echo "== ${e:-defaults}"
+      env $e timeout 250 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+        --configs "ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/f16x${#e}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -4
+    done ;;
+  *) echo "usage: $0 tests|host|bench|f16x"; exit 2 ;;
 esac

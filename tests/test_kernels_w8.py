@@ -483,3 +483,48 @@ def test_gemm_split_inside_interpreted(gated, split, monkeypatch):
         assert torch.equal(torch.nan_to_num(want, 1.0), torch.nan_to_num(got, 1.0)), (M, dtype)
         if M == 3:
             assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2]]).any()
+
+
+@pytest.mark.parametrize("K", [70, 300])
+def test_act_f16_bit_exact(K, monkeypatch):
+    """bf16 rows as fp16 with a per-token power-of-two scale: bit-identical to the reference, exact for
+    every value within 2^28 of the row's absmax, Inf/NaN rows passed through with scale 1."""
+    import fused.kernels.act_f16 as mod
+    from fused.kernels.act_f16 import act_f16, act_f16_ref
+
+    if K > 100:  # the two-pass path
+        monkeypatch.setattr(mod, "MAX_ONE_PASS", 64)
+    x = torch.randn(7, K + 3, dtype=torch.bfloat16)[:, 3:] * 10
+    x[0] *= 1e30   # far beyond fp16's range
+    x[1] *= 1e-30  # far below it
+    x[2] = 0.0
+    x[3, 5] = float("inf")
+    x[4, 6] = float("nan")
+    x[5, :] = 65504.0 * 4  # absmax exactly a power-of-two multiple
+    h, s = act_f16(x)
+    rh, rs = act_f16_ref(x)
+    assert h.dtype == torch.float16 and torch.equal(s, rs)
+    assert torch.equal(h.view(torch.int16), rh.view(torch.int16))
+    ok = [0, 1, 2, 5, 6]
+    assert torch.equal((h.float() * s[:, None])[ok], x.float()[ok])  # exact
+    assert (h[ok].float().abs() < 2 ** 14).all()
+    assert s[3] == 1 and s[4] == 1 and torch.isinf(h[3, 5]) and torch.isnan(h[4, 6])
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_gemv_f16x_interpreted(gated, monkeypatch):
+    """fp8 weights, bf16 x through act_f16 + the fp16-operand GEMV (config F16X): the same sums as the bf16
+    path (every product exact, fp32 accumulation), also with a 10^4 outlier channel."""
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+
+    _poisoned_empty(monkeypatch)
+    for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed")):
+        x, q, s, b = _case(M, N, K, "float8_e4m3", gated, True, torch.bfloat16, "cpu", view)
+        x[:, 3] *= 1e4
+        base = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, num_warps=4, CVT="native")
+        y16 = w8a16_gemv(x, q, s, b, "silu", gated, config=dict(base, F16X=True))
+        ybf = w8a16_gemv(x, q, s, b, "silu", gated, config=base)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+        assert y16.dtype == torch.bfloat16 and y16.shape == ref.shape
+        assert sqnr(ybf.float(), y16.float()) > 45, (M, view)  # bf16 output rounding apart
+        assert sqnr(ref, y16) > 40
