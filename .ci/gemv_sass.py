@@ -70,4 +70,7 @@ if __name__ == "__main__":
     for bn, bk in ((32, 256), (64, 128)):
         hist(compile_gemv(dict(b16, BLOCK_N=bn, BLOCK_K=bk), fp8=True, xdt="*fp16", extra=dict(X_SCALED=True)),
              f"fp8 BM16 {bn}x{bk}, fp16 x (FUSED_F16X)")
-    hist(compile_gemv(b16, xdt="*fp16"), "int8 BM16 32x256, fp16 x")
+    hist(compile_gemv(b16, xdt="*fp16"), "int8 BM16 32x256, fp16 x, Triton's cast (I2F)")
+    for bn, bk in ((32, 256), (64, 128)):
+        hist(compile_gemv(dict(b16, BLOCK_N=bn, BLOCK_K=bk, CVT="asm16"), xdt="*fp16", extra=dict(X_SCALED=True)),
+             f"int8 BM16 {bn}x{bk}, fp16 x, int8_to_f16 PTX (FUSED_F16X)")

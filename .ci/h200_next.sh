@@ -14,11 +14,12 @@ case "${1:-}" in
   bench)  # the README table (GPU + plain-call), one process
     timeout 580 python3 -m fused bench --blocks llama --out "$OUT/full" 2>&1 | filt > "$OUT/full.log"
     tail -32 "$OUT/full.log" ;;
-  f16x)   # fp8 decode through act_f16 + fp16-operand GEMV (opt-in), against the defaults, same process order
+  f16x)   # decode through act_f16 + fp16-operand GEMV (opt-in), against the defaults, same process order
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k f16x 2>&1 | filt | tail -3
     for e in "" "FUSED_F16X=1"; do
       echo "== ${e:-defaults}"
       env $e timeout 250 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
-        --configs "ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/f16x${#e}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -4
+        --configs "ours int8 W8A16,ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/f16x${#e}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -5
     done ;;
   *) echo "usage: $0 tests|host|bench|f16x"; exit 2 ;;
 esac

@@ -511,20 +511,60 @@ def test_act_f16_bit_exact(K, monkeypatch):
     assert s[3] == 1 and s[4] == 1 and torch.isinf(h[3, 5]) and torch.isnan(h[4, 6])
 
 
+def _f16x_config(fmt, **kw):
+    return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, num_warps=4,
+                CVT="native" if fmt != "int8" else "asm16", F16X=True, **kw)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("gated", [False, True])
-def test_gemv_f16x_interpreted(gated, monkeypatch):
-    """fp8 weights, bf16 x through act_f16 + the fp16-operand GEMV (config F16X): the same sums as the bf16
-    path (every product exact, fp32 accumulation), also with a 10^4 outlier channel."""
+def test_gemv_f16x_interpreted(fmt, gated, monkeypatch):
+    """bf16 x through act_f16 + the fp16-operand GEMV (config F16X; int8 widened by int8_to_f16, whose PTX
+    the interpreter replaces by the plain cast): the same sums as the bf16 path (every product exact, fp32
+    accumulation), also with a 10^4 outlier channel."""
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
     _poisoned_empty(monkeypatch)
     for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed")):
-        x, q, s, b = _case(M, N, K, "float8_e4m3", gated, True, torch.bfloat16, "cpu", view)
+        x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cpu", view)
         x[:, 3] *= 1e4
         base = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, num_warps=4, CVT="native")
-        y16 = w8a16_gemv(x, q, s, b, "silu", gated, config=dict(base, F16X=True))
+        y16 = w8a16_gemv(x, q, s, b, "silu", gated, config=_f16x_config(fmt))
         ybf = w8a16_gemv(x, q, s, b, "silu", gated, config=base)
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
         assert y16.dtype == torch.bfloat16 and y16.shape == ref.shape
         assert sqnr(ybf.float(), y16.float()) > 45, (M, view)  # bf16 output rounding apart
         assert sqnr(ref, y16) > 40
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gemv_f16x_cuda(fmt, dtype):
+    """On the GPU (inline PTX for int8): act_f16 bit-exact vs its reference on Llama-sized rows, every int8
+    value through int8_to_f16, and the F16X GEMV against the W8A16 reference and the default GEMV."""
+    from fused.kernels.act_f16 import act_f16, act_f16_ref
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+
+    x = torch.randn(16, 14336, device="cuda", dtype=torch.bfloat16) * 3
+    x[2] *= 1e20
+    h, s = act_f16(x)
+    rh, rs = act_f16_ref(x)
+    assert torch.equal(s, rs) and torch.equal(h.view(torch.int16), rh.view(torch.int16))
+    # one row of W holds every int8 value: the widening is exact or the GEMV with x = one-hot columns shows it
+    for M, N, K, gated in ((1, 4096, 256, False), (3, 1000, 4096, True), (16, 4096, 14336, False)):
+        x, q, s, b = _case(M, N, K, fmt, gated, True, dtype, "cuda", "plain")
+        if fmt == "int8":
+            q[0, :256] = torch.arange(-128, 128, device="cuda", dtype=torch.int16).to(torch.int8)
+        y = w8a16_gemv(x, q, s, b, "silu", gated, config=_f16x_config(fmt, BLOCK_N=32, BLOCK_K=128, SPLIT_K=1))
+        y0 = w8a16_gemv(x, q, s, b, "silu", gated)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+        assert sqnr(ref, y) > 40 and sqnr(y0.float(), y.float()) > 45, (M, N, K)
+    eye = torch.zeros(256, 256, device="cuda", dtype=dtype)
+    eye[range(256), range(256)] = 1
+    q = torch.arange(-128, 128, device="cuda", dtype=torch.int16).to(torch.int8)[None, :].repeat(16, 1)
+    if fmt == "int8":
+        out = torch.cat([w8a16_gemv(eye[i:i + 16], q, torch.ones(16, device="cuda"), None, "none", False,
+                                    config=_f16x_config(fmt, BLOCK_N=16, BLOCK_K=256, SPLIT_K=1))
+                         for i in range(0, 256, 16)])
+        assert torch.equal(out[:, 0].float(), torch.arange(-128, 128, device="cuda").float())

@@ -212,11 +212,12 @@ def _gemv_item(
 _buffers = buffers  # (sparse24_gemv imports it from here)
 
 
-# fp8 weights with bf16 activations: also try act_f16 (x as fp16 with a per-token power-of-two scale, one
-# small launch) + the 16-row tensor-core GEMV on fp16 operands, where the e4m3 -> fp16 widening is one packed
-# instruction per two weights (sm_90 compile of the gate/up loop: 197-211 SASS instructions per 64 weight
-# bytes per thread vs 272-303 for the bf16 paths). Not yet measured on the H200: opt-in (FUSED_F16X=1) until
-# it is; the tuning key then carries "f16x", so the shipped H200 picks do not hide the new candidates.
+# Decode on fp16 operands: bf16 x goes through act_f16 first (fp16 with a per-token power-of-two scale, one
+# small launch; fp16 x as it is), then the 16-row tensor-core GEMV on fp16 operands, where e4m3 -> fp16 is
+# one packed instruction per two weights and int8 -> fp16 five per four (epilogue.int8_to_f16, inline PTX).
+# sm_90 compile of the loop: 188-212 SASS instructions per 64 weight bytes per thread (fp8) vs 303-539 on the
+# current bf16 paths. Not yet measured on the H200: opt-in (FUSED_F16X=1) until it is; the tuning key then
+# carries "f16x", so the shipped H200 picks do not hide the new candidates.
 F16X = os.environ.get("FUSED_F16X", "0") == "1"
 
 
@@ -228,7 +229,7 @@ def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     return split
 
 
-def _candidates(M: int, N: int, K: int, gated: bool, f16x: bool = False) -> list[dict]:
+def _candidates(M: int, N: int, K: int, gated: bool, f16x: bool = False, w_fp8: bool = False) -> list[dict]:
     """First entry: the heuristic default (used untuned with FUSED_TUNE=0). CVT: how int8 becomes
     float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit). ``f16x``: add
     the act_f16 + fp16-operand configs (F16X, see above)."""
@@ -236,7 +237,7 @@ def _candidates(M: int, N: int, K: int, gated: bool, f16x: bool = False) -> list
     if f16x:
         for bn, bk in ((32, 256), (64, 128), (32, 128), (64, 256)):
             out.append(dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=_split_for(cdiv(N, bn), K, bk), num_warps=4,
-                            CVT="native", F16X=True))
+                            CVT="native" if w_fp8 else "asm16", F16X=True))
     if M == 1:  # the 16-row tensor-core tile with 15 rows masked off competes too
         out += [c for c in _candidates(2, N, K, gated) if c["BLOCK_N"] == 32]
     bm = 1 if M == 1 else 16
@@ -307,8 +308,9 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if config is None:
         from fused.kernels import INTERPRET
 
-        f16x = F16X and w_fp8 and x.dtype == torch.bfloat16
-        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated, f16x))
+        f16x = F16X and x.dtype in (torch.bfloat16, torch.float16)
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (
+            lambda: _candidates(M, N, K, gated, f16x, w_fp8))
         config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype) + (("f16x",) if f16x else ()),
                       cands, launch)
     launch(config)
