@@ -200,26 +200,27 @@ def _check_device(cfg, w: torch.Tensor, where: str) -> None:
             "use FusedInt8MLP, or convert on the CPU for the emulated path")
 
 
-def _smoothing_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
-    """The config's smoothing vector for the module named ``fqn`` (None: not smoothed)."""
-    smoothing = getattr(cfg, "smoothing", None)
-    if not smoothing:
+def _calibrated_for(cfg, field_name: str, fqn: str | None, where: str) -> torch.Tensor | None:
+    """The config's calibrated tensor (``smoothing`` factors, ``gptq`` hessian) for the module named ``fqn``
+    (None: the module has none)."""
+    table = getattr(cfg, field_name, None)
+    if not table:
         return None
     if fqn is None:
-        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its smoothing factors; "
+        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its {_CALIBRATED[field_name]}; "
                            "convert with fused.quantize or torchao's quantize_")
-    return smoothing.get(fqn)
+    return table.get(fqn)
+
+
+_CALIBRATED = {"smoothing": "smoothing factors", "gptq": "GPTQ hessian"}
+
+
+def _smoothing_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
+    return _calibrated_for(cfg, "smoothing", fqn, where)
 
 
 def _gptq_for(cfg, fqn: str | None, where: str) -> torch.Tensor | None:
-    """The config's GPTQ hessian for the module named ``fqn`` (None: round to nearest)."""
-    gptq = getattr(cfg, "gptq", None)
-    if not gptq:
-        return None
-    if fqn is None:
-        raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its GPTQ hessian; "
-                           "convert with fused.quantize or torchao's quantize_")
-    return gptq.get(fqn)
+    return _calibrated_for(cfg, "gptq", fqn, where)
 
 
 def _child(prefix: str | None, name: str) -> str | None:
@@ -302,10 +303,8 @@ def convert_block(block: nn.Module, cfg, where: str = "MLP", fqn: str | None = N
 def _transform(module: nn.Module, config) -> nn.Module:
     fqn = _caller_fqn()
     where = fqn or type(module).__name__
-    for field_name, what in (("smoothing", "smoothing factors"), ("gptq", "GPTQ hessians")):
-        if fqn is None and getattr(config, field_name, None):
-            raise RuntimeError(f"{where}: cannot tell this module's fqn, so cannot look up its {what}; "
-                               "convert with fused.quantize or torchao's quantize_")
+    for field_name in _CALIBRATED:
+        _calibrated_for(config, field_name, fqn, where)  # raises when there is a table but no fqn
     fqn = "" if fqn == "<root>" else fqn
     if _linear(module):
         return convert_linear(module, config, where=where, fqn=fqn)

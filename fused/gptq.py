@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import nn
 
-from fused.smoothing import _targets
+from fused.smoothing import _targets, check_fqn_tensors
 from sparsity.pruning import hessians
 
 
@@ -28,15 +28,8 @@ def calibrate_gptq(model: nn.Module, calibration: Iterable, filter_fn: Callable 
 
 def check_gptq(gptq, owner: str) -> None:
     """Config-time check: a dict {str fqn: square 2-D finite floating tensor}."""
-    if not isinstance(gptq, dict):
-        raise TypeError(f"{owner}.gptq must be a dict {{linear fqn: tensor}} (fused.calibrate_gptq), "
-                        f"got {type(gptq).__name__}")
+    check_fqn_tensors(gptq, owner, "gptq", "fused.calibrate_gptq",
+                      lambda t: t.dim() == 2 and t.shape[0] == t.shape[1], "square 2-D floating tensor [in, in]")
     for k, h in gptq.items():
-        if not isinstance(k, str):
-            raise TypeError(f"{owner}.gptq: keys must be module fqns (str), got {k!r}")
-        if (not isinstance(h, torch.Tensor) or h.dim() != 2 or h.shape[0] != h.shape[1]
-                or not h.is_floating_point()):
-            raise TypeError(f"{owner}.gptq[{k!r}] must be a square 2-D floating tensor [in, in], got "
-                            f"{type(h).__name__}{'' if not isinstance(h, torch.Tensor) else f' {h.dtype} {tuple(h.shape)}'}")
         if not torch.isfinite(h).all():
             raise ValueError(f"{owner}.gptq[{k!r}] holds NaN/Inf")

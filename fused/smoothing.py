@@ -92,17 +92,24 @@ def calibrate_smoothing(model: nn.Module, calibration: Iterable, alpha: float = 
     return {fqn: factors(absmax[fqn], w_absmax[fqn], float(alpha)) for fqn in targets}
 
 
+def check_fqn_tensors(table, owner: str, field_name: str, source: str, shape_ok: Callable, shape: str) -> None:
+    """Config-time check of a calibrated {module fqn: tensor} dict (``smoothing``, ``gptq``): a dict, str
+    keys, floating tensors whose shape passes ``shape_ok`` (``shape`` describes them in the error)."""
+    if not isinstance(table, dict):
+        raise TypeError(f"{owner}.{field_name} must be a dict {{linear fqn: tensor}} ({source}), "
+                        f"got {type(table).__name__}")
+    for k, t in table.items():
+        if not isinstance(k, str):
+            raise TypeError(f"{owner}.{field_name}: keys must be module fqns (str), got {k!r}")
+        if not isinstance(t, torch.Tensor) or not shape_ok(t) or not t.is_floating_point():
+            raise TypeError(f"{owner}.{field_name}[{k!r}] must be a {shape}, got "
+                            f"{type(t).__name__}{'' if not isinstance(t, torch.Tensor) else f' {t.dtype} {tuple(t.shape)}'}")
+
+
 def check_smoothing(smoothing, owner: str) -> None:
     """Config-time check of a smoothing dict: str keys, 1-D positive finite floating tensors."""
-    if not isinstance(smoothing, dict):
-        raise TypeError(f"{owner}.smoothing must be a dict {{linear fqn: tensor}} (fused.calibrate_smoothing), "
-                        f"got {type(smoothing).__name__}")
+    check_fqn_tensors(smoothing, owner, "smoothing", "fused.calibrate_smoothing", lambda t: t.dim() == 1,
+                      "1-D floating tensor [in_features]")
     for k, s in smoothing.items():
-        if not isinstance(k, str):
-            raise TypeError(f"{owner}.smoothing: keys must be module fqns (str), got {k!r}")
-        if not isinstance(s, torch.Tensor) or s.dim() != 1 or not s.is_floating_point():
-            raise TypeError(f"{owner}.smoothing[{k!r}] must be a 1-D floating tensor [in_features], got "
-                            f"{type(s).__name__}{'' if not isinstance(s, torch.Tensor) else f' {s.dtype} {tuple(s.shape)}'}")
         if not (torch.isfinite(s).all() and (s > 0).all()):
             raise ValueError(f"{owner}.smoothing[{k!r}] must be finite and > 0")
-

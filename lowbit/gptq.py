@@ -15,25 +15,21 @@ from __future__ import annotations
 import torch
 
 from lowbit.formats import get_format
-from lowbit.quant import quantize_weight
+from lowbit.quant import _cast, quantize_weight
 
 __all__ = ["gptq_quantize", "inverse_factor", "output_error"]
 
 
-def _round(w: torch.Tensor, scale: torch.Tensor, fmt) -> torch.Tensor:
-    """Round w [N, k] to the format's grid on per-row scales [N]; returns the dequantized fp32 values."""
-    v = (w / scale[:, None]).clamp(-fmt.qmax, fmt.qmax)
-    if fmt.dtype == torch.int8:
-        v = torch.round(v)
-    else:
-        v = v.to(fmt.dtype).float()
-    return v * scale[:, None]
-
-
-def inverse_factor(hessian: torch.Tensor, damp: float = 0.01) -> tuple[torch.Tensor, torch.Tensor]:
+def inverse_factor(hessian: torch.Tensor, damp: float = 0.01,
+                   who: str = "inverse_factor") -> tuple[torch.Tensor, torch.Tensor]:
     """(upper Cholesky factor of (H + λI)⁻¹ fp32, dead [K] bool) for GPTQ / SparseGPT: row i holds how
     column i's error spreads over columns i..K-1. Dead inputs (diag H = 0) get a unit diagonal.
-    λ = damp · mean(diag H); fp64 inside, since H of real activations is near-singular."""
+    λ = damp · mean(diag H); fp64 inside, since H of real activations is near-singular. Raises, naming
+    ``who``, on a non-finite H or a damp that is not > 0."""
+    if not torch.isfinite(hessian).all():
+        raise ValueError(f"{who}: hessian holds NaN/Inf (calibration activations were not finite)")
+    if not (isinstance(damp, (int, float)) and not isinstance(damp, bool) and damp > 0):
+        raise ValueError(f"{who}: damp must be a number > 0, got {damp!r}")
     K = hessian.shape[0]
     H = hessian.detach().to(torch.float64).clone()
     dead = torch.diag(H) == 0
@@ -54,22 +50,19 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, fmt, damp: float 
     if hessian.shape != (K, K):
         raise ValueError(f"gptq_quantize: hessian has shape {tuple(hessian.shape)}, the weight needs [{K}, {K}] "
                          "(calibrated on another model?)")
-    if not torch.isfinite(hessian).all():
-        raise ValueError("gptq_quantize: hessian holds NaN/Inf (calibration activations were not finite)")
-    if not (isinstance(damp, (int, float)) and not isinstance(damp, bool) and damp > 0):
-        raise ValueError(f"gptq_quantize: damp must be a number > 0, got {damp!r}")
+    Hinv, dead = inverse_factor(hessian.to(weight.device), damp, "gptq_quantize")
     _, scale = quantize_weight(weight, fmt)  # the grid: per-row absmax / qmax, as round-to-nearest uses
     W = weight.detach().to(torch.float32).clone()
-    Hinv, dead = inverse_factor(hessian.to(weight.device), damp)
-    Q = torch.empty_like(W)
+    codes = torch.empty(W.shape, dtype=fmt.dtype, device=W.device)
     for i1 in range(0, K, block):
         i2 = min(i1 + block, K)
         W1 = W[:, i1:i2].clone()
         E1 = torch.empty_like(W1)
         for i in range(i2 - i1):
             col = W1[:, i]
-            q = _round(col[:, None], scale, fmt)[:, 0]
-            Q[:, i1 + i] = q
+            c = _cast(col / scale, fmt)  # round-to-nearest on the row scales, exactly as quantize_weight
+            codes[:, i1 + i] = c
+            q = c.float() * scale
             if dead[i1 + i]:  # nothing to compensate: this input is always zero
                 E1[:, i] = 0.0
                 continue
@@ -77,8 +70,6 @@ def gptq_quantize(weight: torch.Tensor, hessian: torch.Tensor, fmt, damp: float 
             W1[:, i:] -= err[:, None] * Hinv[i1 + i, i1 + i:i2][None, :]
             E1[:, i] = err
         W[:, i2:] -= E1 @ Hinv[i1:i2, i2:]
-    codes = (Q / scale[:, None]).clamp(-fmt.qmax, fmt.qmax)
-    codes = torch.round(codes).to(torch.int8) if fmt.dtype == torch.int8 else codes.to(fmt.dtype)
     return codes, scale
 
 

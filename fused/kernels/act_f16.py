@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS
+from fused.kernels.act_quant import MAX_ONE_PASS, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 
 
@@ -52,22 +52,11 @@ def _act_f16_kernel(x_ptr, h_ptr, s_ptr, K, stride_xm, stride_xk, stride_hm,
     offs = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
     h_row = h_ptr + row * stride_hm
+    x, amax, nan = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
+    scale, inv = _scale_of(tl.where(nan, float("nan"), amax))  # a NaN row keeps scale 1, as the reference
     if ONE_PASS:
-        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
-        amax = tl.max(tl.abs(x), axis=0)
-        # a NaN in the row: tl.max may drop it, the reference's amax is NaN -> scale 1 either way below
-        amax = tl.where(tl.sum(tl.where(x == x, 0.0, 1.0), axis=0) > 0, float("nan"), amax)
-        scale, inv = _scale_of(amax)
         tl.store(h_row + offs, (x * inv).to(tl.float16), mask=offs < K)
     else:
-        acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            acc = tl.maximum(acc, tl.abs(xk))
-            nans += tl.where(xk == xk, 0.0, 1.0)
-        amax = tl.where(tl.sum(nans, axis=0) > 0, float("nan"), tl.max(acc, axis=0))
-        scale, inv = _scale_of(amax)
         for k0 in range(0, K, BLOCK_K):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
             tl.store(h_row + k0 + offs, (xk * inv).to(tl.float16), mask=k0 + offs < K)

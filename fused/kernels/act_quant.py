@@ -51,6 +51,30 @@ def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.co
 
 
 @triton.jit
+def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, INF_BAD: tl.constexpr):
+    """The statistics pass of the per-token kernels (act_quant, act_split, act_f16) over one row:
+    (x: the row in fp32 when ONE_PASS, kept in registers for the second pass; absmax; bad: the row holds a
+    NaN, or with INF_BAD a NaN or ±Inf). max() drops NaN, so they are counted."""
+    offs = tl.arange(0, BLOCK_K)
+    if ONE_PASS:  # the whole row stays in registers: x is read once
+        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
+        amax = tl.abs(x)
+        nans = tl.where(tl.abs(x) < float("inf"), 0.0, 1.0) if INF_BAD else tl.where(x == x, 0.0, 1.0)
+    else:
+        x = tl.zeros((BLOCK_K,), dtype=tl.float32)  # unused: the caller re-reads the row
+        amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            amax = tl.maximum(amax, tl.abs(xk))
+            if INF_BAD:
+                nans += tl.where(tl.abs(xk) < float("inf"), 0.0, 1.0)
+            else:
+                nans += tl.where(xk == xk, 0.0, 1.0)
+    return x, tl.max(amax, axis=0), tl.sum(nans, axis=0) > 0
+
+
+@triton.jit
 def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
                       ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
@@ -58,20 +82,9 @@ def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
     offs = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
-    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    if ONE_PASS:  # the whole row stays in registers: x is read once
-        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
-        amax = tl.abs(x)
-        nans = tl.where(x == x, 0.0, 1.0)
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(xk))
-            nans += tl.where(xk == xk, 0.0, 1.0)
-    # NaN must survive (NaN in -> NaN out, as in the unquantized layer) but max() drops it: count them
-    scale = tl.maximum(tl.max(amax, axis=0) / QMAX, MIN_S)
-    scale = tl.where(tl.sum(nans, axis=0) > 0, float("nan"), scale)
+    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
+    # NaN must survive (NaN in -> NaN out, as in the unquantized layer)
+    scale = tl.where(bad, float("nan"), tl.maximum(amax / QMAX, MIN_S))
     tl.store(s_ptr + row, scale)
     if ONE_PASS:
         tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8, HAND_ROUND), mask=offs < K)

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
@@ -40,19 +40,8 @@ def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, l
     offs = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
-    amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
-    if ONE_PASS:
-        x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
-        amax = tl.abs(x)
-        nans = tl.where(tl.abs(x) < float("inf"), 0.0, 1.0)  # NaN and ±Inf
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.abs(xk))
-            nans += tl.where(tl.abs(xk) < float("inf"), 0.0, 1.0)
-    scale = tl.maximum(tl.math.div_rn(tl.max(amax, axis=0), QMAX), MIN_S)  # IEEE, as the reference
-    bad = tl.sum(nans, axis=0) > 0
+    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
+    scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
     if ONE_PASS:
         _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX)
     else:

@@ -164,7 +164,7 @@ class Replay:
         for i, (shape, dtype) in enumerate(rec.allocs):
             offsets.append(total)
             if i != out:
-                n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+                n = math.prod(shape) * dtype.itemsize
                 total += -(-n // 512) * 512
         self.offsets, self.total = tuple(offsets), total
 
