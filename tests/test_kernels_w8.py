@@ -525,7 +525,7 @@ def test_gemv_f16x_interpreted(fmt, gated, monkeypatch):
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
     _poisoned_empty(monkeypatch)
-    for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed")):
+    for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed"), (16, 19, 70, "3d_offset")):
         x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cpu", view)
         x[:, 3] *= 1e4
         base = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2, num_warps=4, CVT="native")
