@@ -206,19 +206,72 @@ if "readbw" in what:
             acc ^= tl.load(w_ptr + rows[:, None] * stride_n + offs[None, :], mask=(rows[:, None] < N) & (offs[None, :] < KW), other=0)
         tl.store(out_ptr + rows, tl.xor_sum(acc, axis=1), mask=rows < N)
 
+    @triton.jit
+    def _read_blocked(w_ptr, out_ptr, KW, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_KW: tl.constexpr):
+        # the same tiles, but each [BLOCK_N, BLOCK_KW] tile contiguous (a weight pre-tiled at conversion):
+        # program (tile, split) reads its K-range's tiles one after the other
+        tile, sp = tl.program_id(0), tl.program_id(1)
+        kper = KW // SPLIT
+        base = tile.to(tl.int64) * BLOCK_N * KW + sp * kper * BLOCK_N
+        offs = tl.arange(0, BLOCK_N)[:, None] * BLOCK_KW + tl.arange(0, BLOCK_KW)[None, :]
+        acc = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.int32)
+        for k0 in range(0, kper, BLOCK_KW):
+            acc ^= tl.load(w_ptr + base + k0 * BLOCK_N + offs)
+        tl.store(out_ptr + (tile * SPLIT + sp) * BLOCK_N + tl.arange(0, BLOCK_N), tl.xor_sum(acc, axis=1))
+
+    @triton.jit
+    def _read_tiles_split(w_ptr, out_ptr, N, KW, stride_n, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_KW: tl.constexpr):
+        tile, sp = tl.program_id(0), tl.program_id(1)
+        kper = KW // SPLIT
+        rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_KW), dtype=tl.int32)
+        for k0 in range(sp * kper, (sp + 1) * kper, BLOCK_KW):
+            offs = k0 + tl.arange(0, BLOCK_KW)
+            acc ^= tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_n + offs[None, :])
+        tl.store(out_ptr + (tile * SPLIT + sp) * BLOCK_N + tl.arange(0, BLOCK_N), tl.xor_sum(acc, axis=1))
+
     for name, R, K in (("gate_up", 2 * 14336, 4096), ("down", 4096, 14336)):
         w = torch.randint(-128, 127, (R, K), device="cuda", dtype=torch.int8)
         w32 = w.view(torch.int32)
-        out = torch.empty(R, device="cuda", dtype=torch.int32)
+        out = torch.empty(R * 16, device="cuda", dtype=torch.int32)
         t = do_bench(lambda: w.clone(), warmup=10, rep=40, return_mode="median")
         p(f"== readbw {name}: torch clone {t * 1e3:.1f} us = {2 * R * K / t / 1e9:.2f} TB/s (read+write)")
+        t = do_bench(lambda: w32.sum(), warmup=10, rep=40, return_mode="median")
+        p(f"   torch int32 sum {t * 1e3:.1f} us = {R * K / t / 1e9:.2f} TB/s (read)")
+        res = []
         for bn in (16, 32, 64):
-            for bk in (256, 512, 1024):
-                for warps in (4, 8):
-                    f = lambda: _read_tiles[(triton.cdiv(R, bn),)](w32, out, R, K // 4, w32.stride(0), BLOCK_N=bn,  # noqa: E731
-                                                                  BLOCK_KW=bk // 4, num_warps=warps)
-                    t = do_bench(f, warmup=10, rep=40, return_mode="median")
-                    p(f"  BN {bn:3d} BK {bk:5d} warps {warps}: {t * 1e3:6.1f} us {R * K / t / 1e9:5.2f} TB/s")
+            for bk in (128, 256, 512):
+                for split in (1, 2, 4, 8):
+                    if K // split < bk:
+                        continue
+                    for warps in (4, 8):
+                        for lay, kern in (("rowmajor", _read_tiles_split), ("pretiled", _read_blocked)):
+                            if lay == "rowmajor":
+                                f = lambda: kern[(R // bn, split)](w32, out, R, K // 4, w32.stride(0), SPLIT=split,  # noqa: E731
+                                                                    BLOCK_N=bn, BLOCK_KW=bk // 4, num_warps=warps)
+                            else:
+                                f = lambda: kern[(R // bn, split)](w32, out, K // 4, SPLIT=split, BLOCK_N=bn,  # noqa: E731
+                                                                    BLOCK_KW=bk // 4, num_warps=warps)
+                            t = do_bench(f, warmup=10, rep=40, return_mode="median")
+                            res.append((t * 1e3, lay, bn, bk, split, warps))
+        for lay in ("rowmajor", "pretiled"):
+            rs = sorted(r for r in res if r[1] == lay)
+            p(f"  {lay}: best 6 of {len(rs)}, worst {rs[-1][0]:.1f} us")
+            for t, _, bn, bk, split, warps in rs[:6]:
+                p(f"    BN {bn:3d} BK {bk:4d} split {split} warps {warps}: {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s")
+
+if "ncu1" in what:
+    # run under ncu: the tuned (shipped) decode GEMV picks of the Llama block at M=1, 3 launches each
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+    from lowbit import quantize_weight
+    for fmt in ("int8", "float8_e4m3"):
+        for R, K, gated in ((2 * 14336, 4096, True), (4096, 14336, False)):
+            q, s = quantize_weight(torch.randn(R, K, device="cuda"), fmt)
+            x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+            for _ in range(3):
+                w8a16_gemv(x, q, s, None, "silu" if gated else "none", gated)
+            torch.cuda.synchronize()
 
 if "decode8" in what:
     # decode (M = 1, 16) with the weights fed straight into tensor-core MMAs (no per-weight widening): the
@@ -264,3 +317,126 @@ if "decode8" in what:
                     res.sort(key=lambda r: r[0])
                     for t, c in res[:3]:
                         p(f"  {label}: {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s {c}")
+
+if "readtma" in what:
+    # Can the weight stream go faster than the plain LDG loop (readbw: 38.0 us gate/up, 23.0 down, whatever the
+    # tile)? The same read-and-xor with software-pipelined loads (tl.range num_stages: cp.async) and with TMA
+    # (host TensorDescriptor, multi-stage), L2 flushed by do_bench as in readbw.
+    import triton.language as tl
+    from triton.testing import do_bench
+
+    @triton.jit
+    def _rd_plain(w_ptr, out_ptr, K, stride_n, SPLIT: tl.constexpr, STAGES: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_K: tl.constexpr):
+        tile, sp = tl.program_id(0), tl.program_id(1)
+        kper = K // SPLIT
+        rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.int32)
+        for k0 in tl.range(sp * kper, (sp + 1) * kper, BLOCK_K, num_stages=STAGES):
+            offs = k0 + tl.arange(0, BLOCK_K)
+            v = tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_n + offs[None, :])
+            acc ^= v.to(tl.int32, bitcast=False).reshape(BLOCK_N, BLOCK_K // 4, 4).sum(axis=2)
+        tl.store(out_ptr + (tile * SPLIT + sp) * BLOCK_N + tl.arange(0, BLOCK_N), tl.xor_sum(acc, axis=1))
+
+    @triton.jit
+    def _rd_tma(desc, out_ptr, K, SPLIT: tl.constexpr, STAGES: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr):
+        tile, sp = tl.program_id(0), tl.program_id(1)
+        kper = K // SPLIT
+        acc = tl.zeros((BLOCK_N, BLOCK_K // 4), dtype=tl.int32)
+        for k0 in tl.range(sp * kper, (sp + 1) * kper, BLOCK_K, num_stages=STAGES):
+            v = desc.load([tile * BLOCK_N, k0])
+            acc ^= v.to(tl.int32).reshape(BLOCK_N, BLOCK_K // 4, 4).sum(axis=2)
+        tl.store(out_ptr + (tile * SPLIT + sp) * BLOCK_N + tl.arange(0, BLOCK_N), tl.xor_sum(acc, axis=1))
+
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError as e:
+        TensorDescriptor = None
+        p(f"no TensorDescriptor: {e}")
+    for name, R, K in (("gate_up", 2 * 14336, 4096), ("down", 4096, 14336)):
+        w = torch.randint(-128, 127, (R, K), device="cuda", dtype=torch.int8)
+        out = torch.empty(R * 16, device="cuda", dtype=torch.int32)
+        p(f"== readtma {name} ({R * K / 1e6:.1f} MB)")
+        res = []
+        for bn, bk in ((16, 256), (32, 256), (64, 128), (64, 256)):
+            for split in ((1, 4) if name == "gate_up" else (4, 8)):
+                if K // split < 2 * bk:
+                    continue
+                for warps in (4, 8):
+                    for kind in ("plain", "tma"):
+                        if kind == "tma" and TensorDescriptor is None:
+                            continue
+                        for stages in ((1, 3) if kind == "plain" else (2, 3, 4)):
+                            if kind == "plain":
+                                f = lambda: _rd_plain[(R // bn, split)](w, out, K, w.stride(0), SPLIT=split,  # noqa: E731
+                                    STAGES=stages, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+                            else:
+                                d = TensorDescriptor(w, [R, K], [K, 1], [bn, bk])
+                                f = lambda: _rd_tma[(R // bn, split)](d, out, K, SPLIT=split, STAGES=stages,  # noqa: E731
+                                    BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+                            try:
+                                t = do_bench(f, warmup=10, rep=30, return_mode="median")
+                            except Exception as e:  # noqa: BLE001
+                                p(f"  {kind} s{stages} BN {bn} BK {bk}: {type(e).__name__} {str(e)[:120]}")
+                                continue
+                            res.append((t * 1e3, f"{kind} s{stages}", bn, bk, split, warps))
+        for kind in sorted({r[1] for r in res}):
+            rs = sorted(r for r in res if r[1] == kind)
+            p(f"  {kind}: best 4 of {len(rs)}")
+            for t, _, bn, bk, split, warps in rs[:4]:
+                p(f"    BN {bn:3d} BK {bk:4d} split {split} warps {warps}: {t:6.1f} us {R * K / t / 1e6:5.2f} TB/s")
+
+if "pdl" in what:
+    # Programmatic dependent launch: the down GEMV's weights do not depend on the gate/up output, so its
+    # programs could start streaming while the gate/up kernel drains. Pure-read stand-ins for the two
+    # kernels (read-and-xor over the Llama gate/up and down weights), back to back, with and without PDL.
+    import triton.language as tl
+    from triton.testing import do_bench
+
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+    except ImportError as e:
+        p(f"no gdc: {e}")
+        raise SystemExit
+
+    @triton.jit
+    def _rd_dep(w_ptr, out_ptr, K, stride_n, SPLIT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                PDL: tl.constexpr):
+        if PDL:
+            gdc_launch_dependents()
+        tile, sp = tl.program_id(0), tl.program_id(1)
+        kper = K // SPLIT
+        rows = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        base = w_ptr + rows[:, None].to(tl.int64) * stride_n + sp * kper + tl.arange(0, BLOCK_K)[None, :]
+        v = tl.load(base)  # the first weight tile before waiting for the previous kernel
+        if PDL:
+            gdc_wait()
+        acc = v.to(tl.int32)
+        for k0 in range(BLOCK_K, kper, BLOCK_K):
+            acc ^= tl.load(base + k0).to(tl.int32)
+        tl.store(out_ptr + (tile * SPLIT + sp) * BLOCK_N + tl.arange(0, BLOCK_N), tl.xor_sum(acc, axis=1))
+
+    wa = torch.randint(-128, 127, (2 * 14336, 4096), device="cuda", dtype=torch.int8)
+    wb = torch.randint(-128, 127, (4096, 14336), device="cuda", dtype=torch.int8)
+    out = torch.empty(1 << 20, device="cuda", dtype=torch.int32)
+
+    def run(pdl, cfg_a=(32, 256, 1, 4), cfg_b=(32, 256, 4, 4)):
+        for w, (bn, bk, split, warps) in ((wa, cfg_a), (wb, cfg_b)):
+            R, K = w.shape
+            kw = dict(launch_pdl=True) if pdl else {}
+            _rd_dep[(R // bn, split)](w, out, K, w.stride(0), SPLIT=split, BLOCK_N=bn, BLOCK_K=bk, PDL=pdl,
+                                      num_warps=warps, **kw)
+
+    for pdl in (False, True, False, True):
+        try:
+            t = do_bench(lambda: run(pdl), warmup=10, rep=50, return_mode="median")
+            g = torch.cuda.CUDAGraph()
+            run(pdl)
+            with torch.cuda.graph(g):
+                for _ in range(10):
+                    run(pdl)
+            tg = do_bench(lambda: g.replay(), warmup=5, rep=50, return_mode="median") / 10
+            p(f"== pdl={pdl}: two reads (176 MB) {t * 1e3:.1f} us do_bench, {tg * 1e3:.1f} us per pair in a graph")
+        except Exception as e:  # noqa: BLE001
+            p(f"== pdl={pdl}: {type(e).__name__} {str(e)[:300]}")

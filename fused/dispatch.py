@@ -148,6 +148,11 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 why += " with per-token activation quantization (W8A8)"
         elif "|" in kernel:
             why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
+            if device.type == "cuda":
+                from fused.kernels import PDL
+
+                why += ("; the GEMV launches with PDL on sm_90+ (starts while the previous kernel drains)" if PDL
+                        else "; FUSED_PDL=0: GEMV without PDL")
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
             else:

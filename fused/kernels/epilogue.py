@@ -55,6 +55,39 @@ def int8_to_f16(w):
         return w.to(tl.float32).to(tl.float16)
 
 
+try:  # griddepcontrol (programmatic dependent launch), triton >= 3.3
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+
+    HAS_GDC = True
+except ImportError:  # pdl_ok() is then False and pdl_enter is never traced
+    HAS_GDC = False
+
+
+@triton.jit
+def prefetch_l2(ptr, rows, R, k0, K, stride_n, stride_k, LINES: tl.constexpr):
+    """Ask L2 for ``LINES`` 128-byte lines from column k0 of each of ``rows`` (8-bit weights: one line =
+    128 weights). A hint with no result: clamped addresses, no masks."""
+    r = tl.minimum(rows, R - 1)
+    k = tl.minimum(k0 + tl.arange(0, LINES) * 128, K - 1)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n mov.u32 $0, 0;", "=r,l",
+                              [ptr + r[:, None] * stride_n + k[None, :] * stride_k],
+                              dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def pdl_enter(w_ptr, rows, R, wu_ptr, rows_u, R_U, k0, K, stride_wn, stride_wk, stride_un, stride_uk,
+              GATED: tl.constexpr, LINES: tl.constexpr):
+    """Start of a kernel launched with PDL (launch_pdl=True): let the next kernel launch now (its programs
+    wait in their own pdl_enter), pull this program's first weight lines into L2 (the weights do not depend
+    on the kernel before; it may still be running), then wait until that kernel has finished and its writes
+    are visible. Nothing written by an earlier kernel (x, split-K workspaces) may be read before the wait."""
+    gdc_launch_dependents()
+    prefetch_l2(w_ptr, rows, R, k0, K, stride_wn, stride_wk, LINES)
+    if GATED:
+        prefetch_l2(wu_ptr, rows_u, R_U, k0, K, stride_un, stride_uk, LINES)
+    gdc_wait()
+
+
 @triton.jit
 def dot_8bit(acc, x, w, W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
     """acc += x [BLOCK_M, BLOCK_K] · w [BLOCK_N, BLOCK_K]ᵀ for the weight-only kernels (GEMV, decode block):

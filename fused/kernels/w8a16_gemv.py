@@ -21,9 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, sm_count, up_operands
+from fused.kernels import cdiv, check_out, dot_mode, pdl_ok, sm_count, up_operands
 from fused.kernels.act_f16 import act_f16
-from fused.kernels.epilogue import activation, dot_8bit
+from fused.kernels.epilogue import activation, dot_8bit, pdl_enter
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
@@ -120,8 +120,14 @@ def _w8a16_gemv_kernel(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
-    X_SCALED: tl.constexpr = False,
+    X_SCALED: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
+    if PDL:  # launched with launch_pdl: prefetch the first item's first weight lines, then wait
+        item = tl.program_id(0) if PERSISTENT else tl.program_id(0) + tl.program_id(1) * TILES
+        rows = (item % TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
+        LINES: tl.constexpr = BLOCK_K // 128 if BLOCK_K >= 128 else 1
+        pdl_enter(w_ptr, rows, N, wu_ptr, u_row0 + rows, u_row0 + N, (item // TILES) * K_PER_SPLIT, K,
+                  stride_wn, stride_wk, stride_un, stride_uk, GATED, LINES)
     if PERSISTENT:
         # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
         for item in range(tl.program_id(0), TILES * SPLIT_K, tl.num_programs(0)):
@@ -283,6 +289,8 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if M == 0:
         return y
 
+    pdl = dict(PDL=True, launch_pdl=True) if pdl_ok(x.device) else {}
+
     def launch(cfg):
         bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
         xk, xs = x, wscale  # xs unused unless X_SCALED
@@ -302,7 +310,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(xk.dtype), CVT=cfg.get("CVT", "magic"),
             JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
-            PERSISTENT=persistent > 0, X_SCALED=scaled, num_warps=cfg["num_warps"],
+            PERSISTENT=persistent > 0, X_SCALED=scaled, num_warps=cfg["num_warps"], **pdl,
         )
 
     if config is None:
