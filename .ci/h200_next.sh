@@ -37,6 +37,13 @@ case "${1:-}" in
       env $e timeout 150 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
         --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/pdl${e: -1}" 2>&1 | filt | grep "^| ours" | head -5
     done ;;
+  pdlmodes)  # PDL variants (FUSED_PDL_MODE, w8a16_gemv.PDL_MODE) against PDL off, same process order twice
+    timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k pdl 2>&1 | filt | tail -2
+    for e in "FUSED_PDL=0" "FUSED_PDL_MODE=3" "FUSED_PDL_MODE=4" "FUSED_PDL_MODE=2" "FUSED_PDL=0" "FUSED_PDL_MODE=3"; do
+      echo "== $e"
+      env $e timeout 100 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+        --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/m${e: -1}" 2>&1 | filt | grep "^| ours" | head -2
+    done ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="

@@ -61,6 +61,7 @@ try:  # griddepcontrol (programmatic dependent launch), triton >= 3.3
     HAS_GDC = True
 except ImportError:  # pdl_ok() is then False and pdl_enter is never traced
     HAS_GDC = False
+    gdc_launch_dependents = gdc_wait = None
 
 
 @triton.jit
@@ -76,15 +77,17 @@ def prefetch_l2(ptr, rows, R, k0, K, stride_n, stride_k, LINES: tl.constexpr):
 
 @triton.jit
 def pdl_enter(w_ptr, rows, R, wu_ptr, rows_u, R_U, k0, K, stride_wn, stride_wk, stride_un, stride_uk,
-              GATED: tl.constexpr, LINES: tl.constexpr):
+              GATED: tl.constexpr, LINES: tl.constexpr, MODE: tl.constexpr = 1):
     """Start of a kernel launched with PDL (launch_pdl=True): let the next kernel launch now (its programs
     wait in their own pdl_enter), pull this program's first weight lines into L2 (the weights do not depend
     on the kernel before; it may still be running), then wait until that kernel has finished and its writes
     are visible. Nothing written by an earlier kernel (x, split-K workspaces) may be read before the wait."""
-    gdc_launch_dependents()
-    prefetch_l2(w_ptr, rows, R, k0, K, stride_wn, stride_wk, LINES)
-    if GATED:
-        prefetch_l2(wu_ptr, rows_u, R_U, k0, K, stride_un, stride_uk, LINES)
+    if MODE == 1 or MODE == 2:
+        gdc_launch_dependents()
+    if MODE != 2:
+        prefetch_l2(w_ptr, rows, R, k0, K, stride_wn, stride_wk, LINES)
+        if GATED:
+            prefetch_l2(wu_ptr, rows_u, R_U, k0, K, stride_un, stride_uk, LINES)
     gdc_wait()
 
 

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode, pdl_ok, sm_count, up_operands
 from fused.kernels.act_f16 import act_f16
-from fused.kernels.epilogue import activation, dot_8bit, pdl_enter
+from fused.kernels.epilogue import activation, dot_8bit, gdc_launch_dependents, pdl_enter
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
@@ -120,14 +120,14 @@ def _w8a16_gemv_kernel(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
-    X_SCALED: tl.constexpr = False, PDL: tl.constexpr = False,
+    X_SCALED: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):
     if PDL:  # launched with launch_pdl: prefetch the first item's first weight lines, then wait
         item = tl.program_id(0) if PERSISTENT else tl.program_id(0) + tl.program_id(1) * TILES
         rows = (item % TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
         LINES: tl.constexpr = BLOCK_K // 128 if BLOCK_K >= 128 else 1
         pdl_enter(w_ptr, rows, N, wu_ptr, u_row0 + rows, u_row0 + N, (item // TILES) * K_PER_SPLIT, K,
-                  stride_wn, stride_wk, stride_un, stride_uk, GATED, LINES)
+                  stride_wn, stride_wk, stride_un, stride_uk, GATED, LINES, PDL)
     if PERSISTENT:
         # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
         for item in range(tl.program_id(0), TILES * SPLIT_K, tl.num_programs(0)):
@@ -135,13 +135,13 @@ def _w8a16_gemv_kernel(
                        part_ptr, count_ptr, xs_ptr, M, N, K, K_PER_SPLIT, u_row0,
                        stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
                        GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
-                       X_SCALED)
+                       X_SCALED, PDL)
     else:
         _gemv_item(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
                    part_ptr, count_ptr, xs_ptr, M, N, K, K_PER_SPLIT, u_row0,
                    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
                    GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
-                   X_SCALED)
+                   X_SCALED, PDL)
 
 
 @triton.jit
@@ -152,6 +152,7 @@ def _gemv_item(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, X_SCALED: tl.constexpr,
+    PDL: tl.constexpr = 0,
 ):
     """One (output tile, K split) item: partial dot, split-K finish, epilogue. X_SCALED: x came from
     act_f16 (fp16, x = scale[m] · h): the sums are multiplied by the row's scale first."""
@@ -172,6 +173,8 @@ def _gemv_item(
         else:
             acc_u = acc
 
+    if PDL == 3:  # late trigger: the next kernel launches while this one finishes its items
+        gdc_launch_dependents()
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
     live = BLOCK_M * BLOCK_N
@@ -225,6 +228,9 @@ _buffers = buffers  # (sparse24_gemv imports it from here)
 # current bf16 paths. Not yet measured on the H200: opt-in (FUSED_F16X=1) until it is; the tuning key then
 # carries "f16x", so the shipped H200 picks do not hide the new candidates.
 F16X = os.environ.get("FUSED_F16X", "0") == "1"
+# PDL variants (measurement): 1 trigger at start + L2 prefetch, 2 no prefetch, 3 trigger after the K loop,
+# 4 no trigger (wait only)
+PDL_MODE = int(os.environ.get("FUSED_PDL_MODE", "1"))
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
@@ -289,7 +295,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if M == 0:
         return y
 
-    pdl = dict(PDL=True, launch_pdl=True) if pdl_ok(x.device) else {}
+    pdl = dict(PDL=PDL_MODE, launch_pdl=True) if pdl_ok(x.device) else {}
 
     def launch(cfg):
         bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
