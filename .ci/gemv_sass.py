@@ -17,14 +17,14 @@ def compile_gemv(cfg, gated=True, fp8=False, M=1, N=14336, K=4096, xdt="*bf16", 
     fn = kernel or g._w8a16_gemv_kernel
     w = "*u8" if fp8 else "*i8"
     pointers = dict(x_ptr=xdt, w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32", bu_ptr="*fp32",
-                    y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32", xs_ptr="*fp32")
+                    y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
     split = cfg["SPLIT_K"]; bk = cfg["BLOCK_K"]
     kper = -(-(-(-K // split)) // bk) * bk
     ints = dict(M=M, N=N, K=K, K_PER_SPLIT=kper, u_row0=N if gated else 0, TILES=-(-N // cfg["BLOCK_N"]),
                 stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
     consts = dict(GATED=gated, W_FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", SPLIT_K=split,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, DOT=cfg.get("DOT", "native"),
-                  CVT=cfg.get("CVT", "magic"), JOINT=False, PREFETCH=False, PERSISTENT=False, X_SCALED=False)
+                  CVT=cfg.get("CVT", "magic"), JOINT=False, PREFETCH=False, PERSISTENT=False)
     consts.update(extra or {})
     sig, attrs, cst = {}, {}, dict(consts)
     for i, name in enumerate(fn.arg_names):
@@ -67,10 +67,6 @@ if __name__ == "__main__":
     hist(compile_gemv(b1), "int8 BM1 magic, per 32x512 tile x2")
     hist(compile_gemv(dict(b1, BLOCK_K=512), fp8=True), "fp8 BM1 32x512 (current gate/up pick)")
     hist(compile_gemv(dict(b16, CVT="native"), fp8=True), "fp8 BM16 32x256, bf16 x")
-    for bn, bk in ((32, 256), (64, 128)):
-        hist(compile_gemv(dict(b16, BLOCK_N=bn, BLOCK_K=bk), fp8=True, xdt="*fp16", extra=dict(X_SCALED=True)),
-             f"fp8 BM16 {bn}x{bk}, fp16 x (FUSED_F16X)")
+    hist(compile_gemv(dict(b16, CVT="native"), fp8=True, xdt="*fp16"), "fp8 BM16 32x256, fp16 x")
     hist(compile_gemv(b16, xdt="*fp16"), "int8 BM16 32x256, fp16 x, Triton's cast (I2F)")
-    for bn, bk in ((32, 256), (64, 128)):
-        hist(compile_gemv(dict(b16, BLOCK_N=bn, BLOCK_K=bk, CVT="asm16"), xdt="*fp16", extra=dict(X_SCALED=True)),
-             f"int8 BM16 {bn}x{bk}, fp16 x, int8_to_f16 PTX (FUSED_F16X)")
+

@@ -10,7 +10,7 @@ from fused.kernels import w8a16_gemv as g
 def run(label, gated, M, N, K, cfg, fp8=False):
     w = "*u8" if fp8 else "*i8"
     pointers = dict(x_ptr="*bf16", w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32", bu_ptr="*fp32",
-                    y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32", xs_ptr="*fp32")
+                    y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
     split = cfg["SPLIT_K"]
     kper = -(-(-(-K // split)) // cfg["BLOCK_K"]) * cfg["BLOCK_K"]
     ints = dict(M=M, N=N, K=K, K_PER_SPLIT=kper, u_row0=N if gated else 0, TILES=-(-N // cfg["BLOCK_N"]),
@@ -18,7 +18,7 @@ def run(label, gated, M, N, K, cfg, fp8=False):
     consts = dict(GATED=gated, W_FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", SPLIT_K=split,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], DOT="native",
                   CVT=cfg.get("CVT", "magic"), JOINT=cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
-                  PERSISTENT=cfg.get("PERSISTENT", 0) > 0, X_SCALED=False)
+                  PERSISTENT=cfg.get("PERSISTENT", 0) > 0)
     r = compile_sm90(g._w8a16_gemv_kernel, pointers, ints, consts, cfg["num_warps"])
     loads = collections.Counter(re.findall(r"\bld\.global(?:\.[\w]+)*", r["ptx"]))
     print(f"{label:40s}", dict(loads))

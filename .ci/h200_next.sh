@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|f16x|probe|pdlab|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|readtma   (each fits one 600 s device call; logs under $OUT)
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -14,13 +14,6 @@ case "${1:-}" in
   bench)  # the README table (GPU + plain-call), one process
     timeout 580 python3 -m fused bench --blocks llama --out "$OUT/full" 2>&1 | filt > "$OUT/full.log"
     tail -32 "$OUT/full.log" ;;
-  f16x)   # decode through act_f16 + fp16-operand GEMV (opt-in), against the defaults, same process order
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k f16x 2>&1 | filt | tail -3
-    for e in "" "FUSED_F16X=1"; do
-      echo "== ${e:-defaults}"
-      env $e timeout 250 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
-        --configs "ours int8 W8A16,ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/f16x${#e}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -5
-    done ;;
   probe)  # why the decode GEMV plateaus: pure-read tile patterns (row-major vs pre-tiled) + ncu of the picks
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k f16x 2>&1 | filt | tail -3
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
@@ -30,23 +23,9 @@ case "${1:-}" in
       --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncu1 > "$OUT/ncu.txt" 2>&1
     grep -E "w8a16_gemv|Grid Size|Block Size|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|L2 Hit|Mem Busy|Max Bandwidth" "$OUT/ncu.txt" | head -150
     timeout 300 python3 .ci/diag.py readbw 2>&1 | filt | grep -v "^ncu" ;;
-  pdlab)  # PDL on the decode GEMVs: cuda tests of the GEMV file, then block A/B FUSED_PDL=0 vs default
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py 2>&1 | filt | tail -4
-    for e in "FUSED_PDL=0" "FUSED_PDL=1" "FUSED_PDL=0" "FUSED_PDL=1"; do
-      echo "== $e"
-      env $e timeout 150 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
-        --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" --out "$OUT/pdl${e: -1}" 2>&1 | filt | grep "^| ours" | head -5
-    done ;;
-  pdlmodes)  # PDL variants (FUSED_PDL_MODE, w8a16_gemv.PDL_MODE) against PDL off, same process order twice
-    timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k pdl 2>&1 | filt | tail -2
-    for e in "FUSED_PDL=0" "FUSED_PDL_MODE=3" "FUSED_PDL_MODE=4" "FUSED_PDL_MODE=2" "FUSED_PDL=0" "FUSED_PDL_MODE=3"; do
-      echo "== $e"
-      env $e timeout 100 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
-        --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/m${e: -1}" 2>&1 | filt | grep "^| ours" | head -2
-    done ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|f16x|probe|pdlab|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|readtma"; exit 2 ;;
 esac

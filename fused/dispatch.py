@@ -148,11 +148,6 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 why += " with per-token activation quantization (W8A8)"
         elif "|" in kernel:
             why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
-            if device.type == "cuda":
-                from fused.kernels import PDL
-
-                why += ("; the GEMV launches with PDL on sm_90+ (starts while the previous kernel drains)" if PDL
-                        else "; FUSED_PDL=0: GEMV without PDL")
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
             else:
@@ -160,9 +155,6 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                     why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
                             "into two int8 planes, two int8 tensor-core dots per weight tile")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
-            if fmt in ("float8_e4m3", "any") and os.environ.get("FUSED_F16X", "0") == "1":  # w8a16_gemv.F16X
-                why += ("; FUSED_F16X=1: at M<=16 fp8 weights with bf16 x may take act_f16 + an fp16-operand GEMV "
-                        "(2 launches per layer; the tuner's choice)")
         elif "w8_gemm_split" in kernel:
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")

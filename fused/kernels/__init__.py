@@ -45,28 +45,6 @@ def sm_count(device) -> int:
     return n
 
 
-# Programmatic dependent launch (sm_90+): a decode GEMV may start while the kernel before it drains, pull its
-# first weight lines into L2 and wait for that kernel's writes only then (epilogue.pdl_enter). FUSED_PDL=0: off.
-PDL = os.environ.get("FUSED_PDL", "1") != "0"
-_pdl: dict = {}
-
-
-def pdl_ok(device) -> bool:
-    """Whether launches on ``device`` use PDL: CUDA, compute capability >= 9.0, a Triton with griddepcontrol
-    (triton.language.extra.cuda.gdc_wait), not under the interpreter, FUSED_PDL not 0. Queried once per device."""
-    if not PDL or INTERPRET or device.type != "cuda":
-        return False
-    idx = device.index
-    ok = _pdl.get(idx)
-    if ok is None:
-        import torch
-
-        from fused.kernels.epilogue import HAS_GDC
-
-        ok = _pdl[idx] = HAS_GDC and torch.cuda.get_device_capability(device)[0] >= 9
-    return ok
-
-
 def up_operands(qweight, wscale, bias, gated: bool, up):
     """(N, up weight, up scale, up bias, first up row) for the gated kernels, which read the up projection
     at ``wu[u_row0 + n]``, ``su[u_row0 + n]``, ``bu[u_row0 + n]``.

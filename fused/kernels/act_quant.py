@@ -52,7 +52,7 @@ def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.co
 
 @triton.jit
 def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, INF_BAD: tl.constexpr):
-    """The statistics pass of the per-token kernels (act_quant, act_split, act_f16) over one row:
+    """The statistics pass of the per-token kernels (act_quant, act_split) over one row:
     (x: the row in fp32 when ONE_PASS, kept in registers for the second pass; absmax; bad: the row holds a
     NaN, or with INF_BAD a NaN or ±Inf). max() drops NaN, so they are counted."""
     offs = tl.arange(0, BLOCK_K)

@@ -15,15 +15,12 @@ The last program also resets the counter, so the workspace needs no memset betwe
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, pdl_ok, sm_count, up_operands
-from fused.kernels.act_f16 import act_f16
-from fused.kernels.epilogue import activation, dot_8bit, gdc_launch_dependents, pdl_enter
+from fused.kernels import cdiv, check_out, dot_mode, sm_count, up_operands
+from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
@@ -114,48 +111,37 @@ def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k
 
 @triton.jit
 def _w8a16_gemv_kernel(
-    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr, xs_ptr,
+    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0, TILES,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
-    X_SCALED: tl.constexpr = False, PDL: tl.constexpr = 0,
 ):
-    if PDL:  # launched with launch_pdl: prefetch the first item's first weight lines, then wait
-        item = tl.program_id(0) if PERSISTENT else tl.program_id(0) + tl.program_id(1) * TILES
-        rows = (item % TILES) * BLOCK_N + tl.arange(0, BLOCK_N)
-        LINES: tl.constexpr = BLOCK_K // 128 if BLOCK_K >= 128 else 1
-        pdl_enter(w_ptr, rows, N, wu_ptr, u_row0 + rows, u_row0 + N, (item // TILES) * K_PER_SPLIT, K,
-                  stride_wn, stride_wk, stride_un, stride_uk, GATED, LINES, PDL)
     if PERSISTENT:
         # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
         for item in range(tl.program_id(0), TILES * SPLIT_K, tl.num_programs(0)):
             _gemv_item(item % TILES, item // TILES, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
-                       part_ptr, count_ptr, xs_ptr, M, N, K, K_PER_SPLIT, u_row0,
+                       part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                        stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
-                       GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
-                       X_SCALED, PDL)
+                       GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
     else:
         _gemv_item(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
-                   part_ptr, count_ptr, xs_ptr, M, N, K, K_PER_SPLIT, u_row0,
+                   part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
-                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
-                   X_SCALED, PDL)
+                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
 
 
 @triton.jit
 def _gemv_item(
-    pid_n, pid_k, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr, xs_ptr,
+    pid_n, pid_k, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, X_SCALED: tl.constexpr,
-    PDL: tl.constexpr = 0,
+    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    """One (output tile, K split) item: partial dot, split-K finish, epilogue. X_SCALED: x came from
-    act_f16 (fp16, x = scale[m] · h): the sums are multiplied by the row's scale first."""
+    """One (output tile, K split) item: partial dot, split-K finish, epilogue."""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT
@@ -173,8 +159,6 @@ def _gemv_item(
         else:
             acc_u = acc
 
-    if PDL == 3:  # late trigger: the next kernel launches while this one finishes its items
-        gdc_launch_dependents()
     tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
     live = BLOCK_M * BLOCK_N
@@ -200,10 +184,6 @@ def _gemv_item(
         tl.atomic_xchg(count_ptr + pid_n, 0, mask=live > 0)  # ready for the next call
 
     n_ok = offs_n < N
-    if X_SCALED:
-        xs = tl.load(xs_ptr + offs_m, mask=offs_m < M, other=0.0)[:, None]
-        acc = acc * xs
-        acc_u = acc_u * xs
     y = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
     if HAS_BIAS:
         y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
@@ -221,18 +201,6 @@ def _gemv_item(
 _buffers = buffers  # (sparse24_gemv imports it from here)
 
 
-# Decode on fp16 operands: bf16 x goes through act_f16 first (fp16 with a per-token power-of-two scale, one
-# small launch; fp16 x as it is), then the 16-row tensor-core GEMV on fp16 operands, where e4m3 -> fp16 is
-# one packed instruction per two weights and int8 -> fp16 five per four (epilogue.int8_to_f16, inline PTX).
-# sm_90 compile of the loop: 188-212 SASS instructions per 64 weight bytes per thread (fp8) vs 303-539 on the
-# current bf16 paths. Not yet measured on the H200: opt-in (FUSED_F16X=1) until it is; the tuning key then
-# carries "f16x", so the shipped H200 picks do not hide the new candidates.
-F16X = os.environ.get("FUSED_F16X", "0") == "1"
-# PDL variants (measurement): 1 trigger at start + L2 prefetch, 2 no prefetch, 3 trigger after the K loop,
-# 4 no trigger (wait only)
-PDL_MODE = int(os.environ.get("FUSED_PDL_MODE", "1"))
-
-
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     """Smallest power-of-two split giving ~2 programs per SM (132 on the H200), K/split >= bk."""
     split = 1
@@ -241,15 +209,10 @@ def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     return split
 
 
-def _candidates(M: int, N: int, K: int, gated: bool, f16x: bool = False, w_fp8: bool = False) -> list[dict]:
+def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """First entry: the heuristic default (used untuned with FUSED_TUNE=0). CVT: how int8 becomes
-    float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit). ``f16x``: add
-    the act_f16 + fp16-operand configs (F16X, see above)."""
+    float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit)."""
     out = []
-    if f16x:
-        for bn, bk in ((32, 256), (64, 128), (32, 128), (64, 256)):
-            out.append(dict(BLOCK_M=16, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=_split_for(cdiv(N, bn), K, bk), num_warps=4,
-                            CVT="native" if w_fp8 else "asm16", F16X=True))
     if M == 1:  # the 16-row tensor-core tile with 15 rows masked off competes too
         out += [c for c in _candidates(2, N, K, gated) if c["BLOCK_N"] == 32]
     bm = 1 if M == 1 else 16
@@ -295,14 +258,8 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if M == 0:
         return y
 
-    pdl = dict(PDL=PDL_MODE, launch_pdl=True) if pdl_ok(x.device) else {}
-
     def launch(cfg):
         bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        xk, xs = x, wscale  # xs unused unless X_SCALED
-        scaled = bool(cfg.get("F16X")) and x.dtype == torch.bfloat16
-        if scaled:
-            xk, xs = act_f16(x)
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk
         split = cdiv(K, k_per)  # no empty splits
@@ -310,22 +267,19 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         persistent = cfg.get("PERSISTENT", 0)
         grid = (min(tiles * split, persistent * (sm_count(x.device) if x.is_cuda else 4)),) if persistent else (tiles, split)
         launch_kernel(_w8a16_gemv_kernel, grid,
-            xk, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y, part, count,
-            xs, M, N, K, k_per, u_row0, tiles,
-            xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
+            x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y, part, count,
+            M, N, K, k_per, u_row0, tiles,
+            x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
-            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(xk.dtype), CVT=cfg.get("CVT", "magic"),
+            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
             JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
-            PERSISTENT=persistent > 0, X_SCALED=scaled, num_warps=cfg["num_warps"], **pdl,
+            PERSISTENT=persistent > 0, num_warps=cfg["num_warps"],
         )
 
     if config is None:
         from fused.kernels import INTERPRET
 
-        f16x = F16X and x.dtype in (torch.bfloat16, torch.float16)
-        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (
-            lambda: _candidates(M, N, K, gated, f16x, w_fp8))
-        config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype) + (("f16x",) if f16x else ()),
-                      cands, launch)
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype), cands, launch)
     launch(config)
     return y
