@@ -440,3 +440,22 @@ if "pdl" in what:
             p(f"== pdl={pdl}: two reads (176 MB) {t * 1e3:.1f} us do_bench, {tg * 1e3:.1f} us per pair in a graph")
         except Exception as e:  # noqa: BLE001
             p(f"== pdl={pdl}: {type(e).__name__} {str(e)[:300]}")
+
+if "ncu128" in what:
+    # run under ncu: the tuned W8A8 tiled GEMMs of the Llama block at M=128 (fp8, int8), 2 launches each
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+    from lowbit import quantize_weight
+    for fmt in ("float8_e4m3", "int8"):
+        for R, K, gated in ((2 * 14336, 4096, True), (4096, 14336, False)):
+            q, s = quantize_weight(torch.randn(R, K, device="cuda"), fmt)
+            xq, xs = act_quant(torch.randn(128, K, device="cuda", dtype=torch.bfloat16), fp8=fmt != "int8")
+            # the picks of the 2026-12-01 full bench (examples/results/h200/llama_bench.json): no tuning under ncu
+            cfg = dict(BLOCK_M=64 if (gated and fmt != "int8") else 128, BLOCK_N=128 if (gated and fmt != "int8") else 64,
+                       BLOCK_K=128, GROUP_M=8, num_stages=4, num_warps=8 if (gated and fmt == "int8") else 4,
+                       SPLIT_K=1 if gated else 4)
+            print("config", fmt, R, K, cfg)
+            for _ in range(2):
+                w8_gemm(xq, q, s, None, "silu" if gated else "none", gated, x_scale=xs, out_dtype=torch.bfloat16,
+                        config=cfg)
+            torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|readtma   (each fits one 600 s device call; logs under $OUT)
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -23,9 +23,15 @@ case "${1:-}" in
       --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncu1 > "$OUT/ncu.txt" 2>&1
     grep -E "w8a16_gemv|Grid Size|Block Size|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|L2 Hit|Mem Busy|Max Bandwidth" "$OUT/ncu.txt" | head -150
     timeout 300 python3 .ci/diag.py readbw 2>&1 | filt | grep -v "^ncu" ;;
+  ncu128)  # why the W8A8 GEMMs at M=128 stream at ~2 TB/s: ncu of the tuned picks
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:w8_gemm --launch-count 8 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncu128 > "$OUT/ncu128.txt" 2>&1
+    grep -E "^config|w8_gemm_kernel \(|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit Shared|Dynamic Shared|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM|Est. Speedup|stalled" "$OUT/ncu128.txt" | head -120 ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|readtma"; exit 2 ;;
 esac
