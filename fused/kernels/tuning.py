@@ -3,7 +3,7 @@
 No CUDA query and no tuning at import. On the first call for a new key on a GPU the candidates are timed
 once with triton.testing.do_bench and the winner is cached in-process (warm up before capturing a CUDA
 graph). Under the interpreter, or with FUSED_TUNE=0 (tests), the first candidate, a heuristic default,
-is taken.
+is taken. FUSED_RETUNE=1 ignores the shipped table (to measure new candidates against the old picks).
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import os
 from fused.kernels import INTERPRET
 from fused.kernels.tuned_h200 import TUNED
 
+RETUNE = os.environ.get("FUSED_RETUNE") == "1"
 _cache: dict = {}
 # (kernel, key) -> config for every pick made in this process: what `explain`/bench report
 picks: dict = {}
@@ -35,7 +36,7 @@ def pick(kernel: str, key: tuple, candidates, launch) -> dict:
     if cfg is not None:
         return cfg
     candidates = candidates()
-    tuned = TUNED.get((kernel,) + tuple(str(k) for k in key))
+    tuned = None if RETUNE else TUNED.get((kernel,) + tuple(str(k) for k in key))
     if INTERPRET or len(candidates) == 1 or os.environ.get("FUSED_TUNE") == "0":
         cfg = candidates[0]
     elif tuned is not None:

@@ -211,6 +211,8 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
+        if a8:  # 2 CTAs per SM (<= 113 KB of shared memory): one CTA's epilogue overlaps the other's loop
+            c += [(128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 64, 128, 3, 8)]
     out = []
     for bm, bn, k, stages, warps in c:
         if split:
