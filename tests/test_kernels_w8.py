@@ -483,3 +483,19 @@ def test_gemm_split_inside_interpreted(gated, split, monkeypatch):
         assert torch.equal(torch.nan_to_num(want, 1.0), torch.nan_to_num(got, 1.0)), (M, dtype)
         if M == 3:
             assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2]]).any()
+
+
+def test_gemm_candidates():
+    """The tile lists: non-split lists are not resized for split activations (a loop variable once shadowed
+    `split`, so every candidate after the first went through _split_fit), split lists are, and the
+    2-CTA-per-SM tiles are offered where the ncu runs asked for them."""
+    from fused.kernels.w8_gemm import _candidates
+
+    def tiles(*a):
+        return {(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"], c["num_stages"], c["num_warps"]) for c in _candidates(*a)}
+
+    big = tiles(1024, 14336, 4096, True, True)
+    assert {(128, 128, 128, 4, 8), (128, 128, 128, 3, 4), (128, 64, 128, 4, 4), (128, 128, 64, 4, 8)} <= big
+    assert (128, 64, 128, 3, 8) in tiles(128, 14336, 4096, True, True)
+    split = tiles(128, 14336, 4096, True, False, True)
+    assert all(4 * bm * bn // (32 * w) <= 128 for bm, bn, _, _, w in split)

@@ -206,8 +206,7 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # Memory-bound here (weights streamed once): ncu on the H200 showed the M=128 gate/up picks at one CTA
         # per SM (164 KB smem) in 1.7 waves, DRAM 59%. Shallower pipelines fit 2-4 CTAs per SM, so the whole
         # grid is resident at once (one wave) with as many weight bytes in flight.
-        c += [(64, 128, 128, 2, 4), (128, 128, 128, 2, 8), (128, 64, 128, 2, 4), (64, 64, 64, 4, 4),
-              (128, 128, 128, 3, 8), (64, 128, 128, 3, 4)]
+        c += [(128, 64, 128, 3, 8), (64, 128, 128, 2, 4), (128, 64, 128, 2, 4), (64, 128, 128, 3, 4)]
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
@@ -225,8 +224,8 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         splits = [1]
         while tiles * splits[-1] < 264 and K // (2 * splits[-1]) >= 4 * k and splits[-1] < 8:
             splits.append(2 * splits[-1])
-        for split in dict.fromkeys([splits[-1]] + splits[-2:-1] + [1]):  # the one that fills the GPU first
-            out.append(dict(base, SPLIT_K=split))
+        for s in dict.fromkeys([splits[-1]] + splits[-2:-1] + [1]):  # the one that fills the GPU first
+            out.append(dict(base, SPLIT_K=s))
     return list({tuple(sorted(d.items())): d for d in out}.values())
 
 
