@@ -19,7 +19,8 @@ MIN_SQNR = {torch.bfloat16: 40.0, torch.float16: 55.0, torch.float32: 100.0}
 FMT = {torch.int8: "int8", torch.float8_e4m3fn: "float8_e4m3"}
 ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
 # (M, MODE, BLOCK_M): every kernel form at the M it serves
-FORMS = [(1, "gather", 1), (1, "select", 1), (3, "gather", 4), (3, "dot", 16), (16, "dot", 16), (16, "gather", 16)]
+FORMS = [(1, "gather", 1), (1, "select", 1), (1, "vsel", 1), (3, "gather", 4), (3, "dot", 16), (16, "dot", 16),
+         (16, "gather", 16)]
 
 
 def packed(n, k, vdtype, device="cpu"):
@@ -56,7 +57,7 @@ def check(y, ref, dtype):
 
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
 @pytest.mark.parametrize("vdtype", VALUE_DTYPES, ids=VIDS)
-@pytest.mark.parametrize("K", [40, 100])
+@pytest.mark.parametrize("K", [40, 100, 128])  # 128: K % BLOCK_K == 0 (EVEN_K, no K masks)
 @pytest.mark.parametrize("M,mode,bm", FORMS, ids=[f"M{m}-{f}" for m, f, _ in FORMS])
 def test_matches_reference(M, mode, bm, K, vdtype, gated):
     N = 37
@@ -167,10 +168,10 @@ def test_candidates_are_few_and_valid():
     for M in (1, 2, 3, 4, 8, 16):
         for N, K in ((14336, 4096), (4096, 14336), (37, 100)):
             cands = _candidates(M, N, K, True)
-            assert 1 <= len(cands) <= 8
+            assert 1 <= len(cands) <= 9
             for c in cands:
                 assert c["BLOCK_M"] >= M and c["BLOCK_K"] % 8 == 0 and c["SPLIT_K"] >= 1
-                assert c["MODE"] != "select" or c["BLOCK_M"] == 1
+                assert c["MODE"] not in ("select", "vsel") or c["BLOCK_M"] == 1
                 assert c["MODE"] != "dot" or min(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) >= 16
 
 

@@ -17,6 +17,8 @@ Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three wa
   "select"  (BLOCK_M = 1) the same, but x arrives by contiguous loads of the 4 candidates of each value's
             group and `tl.where` picks by position: ALU instead of gathered loads. Which wins is a
             per-GPU question, so both are tuning candidates.
+  "vsel"    (BLOCK_M = 1) "select" with the values and meta loaded as 2-D rows (16-byte loads; the 3-D
+            tiles above compile to 1-4-byte loads on sm_90) and viewed per 2:4 group in registers.
   "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
             (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows.
 Split-K exactly as in w8a16_gemv (and sharing its workspace): each program stores an fp32 partial, bumps a
@@ -35,13 +37,13 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv, check_out, next_pow2
-from fused.kernels.epilogue import activation
+from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _buffers, _split_for
 
-MODES = ("gather", "select", "dot")
+MODES = ("gather", "select", "vsel", "dot")
 
 
 @triton.jit
@@ -50,6 +52,57 @@ def _values_f32(v, VALUE: tl.constexpr):
     if VALUE == "fp8":
         v = v.to(tl.float8e4nv, bitcast=True)  # loaded as uint8: masked fp8 loads with a fill fail on 3.6
     return v.to(tl.float32)
+
+
+@triton.jit
+def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
+                  VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """"vsel" (BLOCK_M = 1): "select" with wide loads. The values and meta tiles load as plain 2-D rows
+    ([BLOCK_N, BLOCK_K/2] and [BLOCK_N, BLOCK_K/8], contiguous: 16-byte loads, where the 3-D tiles of
+    "gather"/"select" compile to 1-4-byte loads) and are viewed as [BLOCK_N, G, 2] per 2:4 group in
+    registers; x arrives as 4 vectors x[4g + p] of G = BLOCK_K/4 entries shared by all rows, and each kept
+    value picks its x by its 2-bit position. Returns [1, BLOCK_N] fp32."""
+    G: tl.constexpr = BLOCK_K // 4
+    half_k = K // 2
+    offs_j = tl.arange(0, BLOCK_K // 2)
+    offs_b = tl.arange(0, BLOCK_K // 8)
+    offs_g = tl.arange(0, G)
+    r_ok = rows < R_END
+    shifts = (2 * tl.arange(0, 4))[None, None, :]
+    acc3 = tl.zeros((BLOCK_N, G, 2), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        # k0 is a multiple of BLOCK_K (K_PER_SPLIT is): with BLOCK_K >= 128 the row tiles start 16-byte aligned
+        j = tl.multiple_of(k0 // 2, BLOCK_K // 2) + offs_j
+        b = tl.multiple_of(k0 // 8, BLOCK_K // 8) + offs_b
+        if EVEN_K:  # K % BLOCK_K == 0: row masks only (a K mask would cap the load width)
+            j_ok = r_ok[:, None]
+            b_ok = r_ok[:, None]
+        else:
+            j_ok = r_ok[:, None] & (j < half_k)[None, :]
+            b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
+        v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
+        meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
+        pos = (meta.to(tl.int32)[:, :, None] >> shifts) & 3                # [BN, BK/8, 4]: value 4b + s
+        pos = tl.reshape(pos, (BLOCK_N, G, 2))                             # value 2g + s
+        if VALUE == "int8":
+            w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
+        else:
+            w = _values_f32(v, VALUE)
+        w = tl.reshape(w, (BLOCK_N, G, 2))
+        col = k0 + 4 * offs_g
+        xg = tl.load(x_ptr + (col[:, None] + tl.arange(0, 4)[None, :]) * stride_xk, mask=(col < K)[:, None],
+                     other=0.0).to(tl.float32)                              # [G, 4]: group g's 4 entries
+        xe, xo = tl.split(tl.reshape(xg, (G, 2, 2)))                       # [G, 2]: x[4g + 2a], x[4g + 2a + 1]
+        x0, x2 = tl.split(xe)
+        x1, x3 = tl.split(xo)
+        x0 = x0[None, :, None]
+        x1 = x1[None, :, None]
+        x2 = x2[None, :, None]
+        x3 = x3[None, :, None]
+        lo = (pos & 1) != 0
+        xv = tl.where((pos & 2) != 0, tl.where(lo, x3, x2), tl.where(lo, x1, x0))
+        acc3 += w * xv
+    return tl.sum(tl.sum(acc3, axis=2), axis=1)[None, :]
 
 
 @triton.jit
@@ -131,10 +184,13 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
 def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_vn, stride_mn,
              VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     if MODE == "dot":
         acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                            stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+    elif MODE == "vsel":
+        acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
+                            VALUE, BLOCK_N, BLOCK_K, EVEN_K)
     else:
         acc = _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                               stride_xm, stride_xk, stride_vn, stride_mn, VALUE, MODE, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -149,6 +205,7 @@ def _sparse24_gemv_kernel(
     VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
     GATED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    EVEN_K: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -157,10 +214,10 @@ def _sparse24_gemv_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
     if GATED:
         acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
     else:
         acc_u = acc
 
@@ -219,7 +276,8 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     the gather with BLOCK_M = next power of two is in the running too (its cost grows with M)."""
     if M == 1:
         out = [_cfg("gather", 1, 32, 128, 4), _cfg("gather", 1, 64, 128, 4), _cfg("gather", 1, 16, 256, 4),
-               _cfg("gather", 1, 32, 256, 8), _cfg("select", 1, 32, 128, 4), _cfg("select", 1, 64, 128, 4)]
+               _cfg("gather", 1, 32, 256, 8), _cfg("select", 1, 32, 128, 4), _cfg("select", 1, 64, 128, 4),
+               _cfg("vsel", 1, 32, 256, 4), _cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8)]
     else:
         out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),
                _cfg("dot", 16, 32, 256, 4)]
@@ -271,7 +329,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
 
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        assert mode in MODES and bm >= M and bk % 8 == 0 and (mode != "select" or bm == 1), cfg
+        assert mode in MODES and bm >= M and bk % 8 == 0 and (mode not in ("select", "vsel") or bm == 1), cfg
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
         split = cdiv(K, k_per)  # no empty splits
@@ -282,7 +340,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
             x.stride(0), x.stride(1), v.stride(0), meta.stride(0), y.stride(0), y.stride(1),
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-            num_warps=cfg["num_warps"],
+            EVEN_K=K % bk == 0, num_warps=cfg["num_warps"],
         )
 
     if config is None:
