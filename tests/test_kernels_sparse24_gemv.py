@@ -19,8 +19,8 @@ MIN_SQNR = {torch.bfloat16: 40.0, torch.float16: 55.0, torch.float32: 100.0}
 FMT = {torch.int8: "int8", torch.float8_e4m3fn: "float8_e4m3"}
 ACTS = ["none", "relu", "gelu", "gelu_tanh", "silu"]
 # (M, MODE, BLOCK_M): every kernel form at the M it serves
-FORMS = [(1, "gather", 1), (1, "select", 1), (1, "vsel", 1), (3, "gather", 4), (3, "dot", 16), (16, "dot", 16),
-         (16, "gather", 16)]
+FORMS = [(1, "gather", 1), (1, "select", 1), (1, "vsel", 1), (3, "gather", 4), (3, "vsel", 4), (2, "vsel", 2),
+         (3, "dot", 16), (16, "dot", 16), (16, "gather", 16)]
 
 
 def packed(n, k, vdtype, device="cpu"):
@@ -171,7 +171,8 @@ def test_candidates_are_few_and_valid():
             assert 1 <= len(cands) <= 9
             for c in cands:
                 assert c["BLOCK_M"] >= M and c["BLOCK_K"] % 8 == 0 and c["SPLIT_K"] >= 1
-                assert c["MODE"] not in ("select", "vsel") or c["BLOCK_M"] == 1
+                assert c["MODE"] != "select" or c["BLOCK_M"] == 1
+                assert c["MODE"] != "vsel" or c["BLOCK_M"] <= 4
                 assert c["MODE"] != "dot" or min(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) >= 16
 
 

@@ -17,8 +17,9 @@ Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three wa
   "select"  (BLOCK_M = 1) the same, but x arrives by contiguous loads of the 4 candidates of each value's
             group and `tl.where` picks by position: ALU instead of gathered loads. Which wins is a
             per-GPU question, so both are tuning candidates.
-  "vsel"    (BLOCK_M = 1) "select" with the values and meta loaded as 2-D rows (16-byte loads; the 3-D
-            tiles above compile to 1-4-byte loads on sm_90) and viewed per 2:4 group in registers.
+  "vsel"    (BLOCK_M <= 4) "select" with the values and meta loaded as 2-D rows (16-byte loads; the 3-D
+            tiles above compile to 1-4-byte loads on sm_90) and viewed per 2:4 group in registers; with
+            BLOCK_M > 1 the select and products run per row on the shared decode of the tile.
   "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
             (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows.
 Split-K exactly as in w8a16_gemv (and sharing its workspace): each program stores an fp32 partial, bumps a
@@ -106,6 +107,52 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
 
 
 @triton.jit
+def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+                       stride_xm, stride_xk, stride_vn, stride_mn, VALUE: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """"vsel" for 2 <= BLOCK_M <= 4 (a few tokens: speculative decoding, small batches): the loads and the
+    position decode of _vsel_partial, once per tile for all rows; the select and the products per row
+    ([BLOCK_M, BLOCK_N, G, 2] per step, summed over K once after the loop). Returns [BLOCK_M, BLOCK_N] fp32."""
+    G: tl.constexpr = BLOCK_K // 4
+    half_k = K // 2
+    offs_j = tl.arange(0, BLOCK_K // 2)
+    offs_b = tl.arange(0, BLOCK_K // 8)
+    offs_g = tl.arange(0, G)
+    r_ok = rows < R_END
+    m_ok = offs_m < M
+    shifts = (2 * tl.arange(0, 4))[None, None, :]
+    acc4 = tl.zeros((BLOCK_M, BLOCK_N, G, 2), dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        j = tl.multiple_of(k0 // 2, BLOCK_K // 2) + offs_j
+        b = tl.multiple_of(k0 // 8, BLOCK_K // 8) + offs_b
+        if EVEN_K:
+            j_ok = r_ok[:, None]
+            b_ok = r_ok[:, None]
+        else:
+            j_ok = r_ok[:, None] & (j < half_k)[None, :]
+            b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
+        v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
+        meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
+        pos = tl.reshape((meta.to(tl.int32)[:, :, None] >> shifts) & 3, (BLOCK_N, G, 2))[None]
+        if VALUE == "int8":
+            w = int8_to_f32(v)
+        else:
+            w = _values_f32(v, VALUE)
+        w = tl.reshape(w, (BLOCK_N, G, 2))[None]                           # [1, BN, G, 2]
+        col = k0 + 4 * offs_g
+        xg = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + (col[None, :, None] + tl.arange(0, 4)[None, None, :])
+                     * stride_xk, mask=m_ok[:, None, None] & (col < K)[None, :, None], other=0.0).to(tl.float32)
+        xe, xo = tl.split(tl.reshape(xg, (BLOCK_M, G, 2, 2)))              # [BM, G, 2]
+        x0, x2 = tl.split(xe)
+        x1, x3 = tl.split(xo)
+        lo = (pos & 1) != 0
+        xv = tl.where((pos & 2) != 0, tl.where(lo, x3[:, None, :, None], x2[:, None, :, None]),
+                      tl.where(lo, x1[:, None, :, None], x0[:, None, :, None]))  # [BM, BN, G, 2]
+        acc4 += w * xv
+    return tl.sum(tl.sum(acc4, axis=3), axis=2)
+
+
+@triton.jit
 def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                     stride_xm, stride_xk, stride_vn, stride_mn,
                     VALUE: tl.constexpr, MODE: tl.constexpr,
@@ -188,9 +235,12 @@ def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
     if MODE == "dot":
         acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                            stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
-    elif MODE == "vsel":
+    elif MODE == "vsel" and BLOCK_M == 1:
         acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                             VALUE, BLOCK_N, BLOCK_K, EVEN_K)
+    elif MODE == "vsel":
+        acc = _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
+                                 stride_vn, stride_mn, VALUE, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
     else:
         acc = _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                               stride_xm, stride_xk, stride_vn, stride_mn, VALUE, MODE, BLOCK_M, BLOCK_N, BLOCK_K)
@@ -283,7 +333,8 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
                _cfg("dot", 16, 32, 256, 4)]
         if M <= 4:
             bm = next_pow2(M)
-            out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4)]
+            out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4), _cfg("vsel", bm, 16, 128, 4),
+                    _cfg("vsel", bm, 32, 128, 4)]
     for c in out:
         c["SPLIT_K"] = _split_for(cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
     return out
@@ -329,7 +380,8 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
 
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        assert mode in MODES and bm >= M and bk % 8 == 0 and (mode not in ("select", "vsel") or bm == 1), cfg
+        assert mode in MODES and bm >= M and bk % 8 == 0 and (mode != "select" or bm == 1), cfg
+        assert mode != "vsel" or bm <= 4, cfg
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
         split = cdiv(K, k_per)  # no empty splits
