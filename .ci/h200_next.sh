@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|readtma   (each fits one 600 s device call; logs under $OUT)
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -29,9 +29,20 @@ case "${1:-}" in
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncu128 > "$OUT/ncu128.txt" 2>&1
     grep -E "^config|w8_gemm_kernel \(|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit Shared|Dynamic Shared|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM|Est. Speedup|stalled" "$OUT/ncu128.txt" | head -120 ;;
+  s24small)  # 2:4 decode at M = 1, 2, 4, 16 (vsel for M <= 4 is new: the tuner and the packed/unpacked route
+             # time it on first use), against dense int8 in the same process
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -2
+    timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,16 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours int8 W8A16" --out "$OUT/s24small" 2>&1 | filt | grep "^|" | head -8
+    python3 -c "
+import json
+j = json.load(open('$OUT/s24small/bench.json'))
+for k, v in j['timings'].items():
+    if 'sparse24' in k:
+        v = sorted(v, key=lambda r: r[0]); print(k, v[:2])" ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|readtma"; exit 2 ;;
 esac
