@@ -56,6 +56,31 @@ def _values_f32(v, VALUE: tl.constexpr):
 
 
 @triton.jit
+def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """One K step of "vsel": (positions int32, values fp32), both [BLOCK_N, BLOCK_K/4, 2] per 2:4 group,
+    from [BLOCK_N, BLOCK_K/2] values and [BLOCK_N, BLOCK_K/8] meta loaded as plain rows."""
+    G: tl.constexpr = BLOCK_K // 4
+    # k0 is a multiple of BLOCK_K (K_PER_SPLIT is): with BLOCK_K >= 128 the row tiles start 16-byte aligned
+    j = tl.multiple_of(k0 // 2, BLOCK_K // 2) + tl.arange(0, BLOCK_K // 2)
+    b = tl.multiple_of(k0 // 8, BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)
+    if EVEN_K:  # K % BLOCK_K == 0: row masks only (a K mask would cap the load width)
+        j_ok = r_ok[:, None]
+        b_ok = r_ok[:, None]
+    else:
+        j_ok = r_ok[:, None] & (j < half_k)[None, :]
+        b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
+    v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
+    meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
+    pos = (meta.to(tl.int32)[:, :, None] >> (2 * tl.arange(0, 4))[None, None, :]) & 3  # [BN, BK/8, 4]: value 4b+s
+    if VALUE == "int8":
+        w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
+    else:
+        w = _values_f32(v, VALUE)
+    return tl.reshape(pos, (BLOCK_N, G, 2)), tl.reshape(w, (BLOCK_N, G, 2))  # value 2g + s
+
+
+@triton.jit
 def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                   VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """"vsel" (BLOCK_M = 1): "select" with wide loads. The values and meta tiles load as plain 2-D rows
@@ -65,31 +90,12 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
     value picks its x by its 2-bit position. Returns [1, BLOCK_N] fp32."""
     G: tl.constexpr = BLOCK_K // 4
     half_k = K // 2
-    offs_j = tl.arange(0, BLOCK_K // 2)
-    offs_b = tl.arange(0, BLOCK_K // 8)
     offs_g = tl.arange(0, G)
     r_ok = rows < R_END
-    shifts = (2 * tl.arange(0, 4))[None, None, :]
     acc3 = tl.zeros((BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        # k0 is a multiple of BLOCK_K (K_PER_SPLIT is): with BLOCK_K >= 128 the row tiles start 16-byte aligned
-        j = tl.multiple_of(k0 // 2, BLOCK_K // 2) + offs_j
-        b = tl.multiple_of(k0 // 8, BLOCK_K // 8) + offs_b
-        if EVEN_K:  # K % BLOCK_K == 0: row masks only (a K mask would cap the load width)
-            j_ok = r_ok[:, None]
-            b_ok = r_ok[:, None]
-        else:
-            j_ok = r_ok[:, None] & (j < half_k)[None, :]
-            b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
-        v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
-        meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
-        pos = (meta.to(tl.int32)[:, :, None] >> shifts) & 3                # [BN, BK/8, 4]: value 4b + s
-        pos = tl.reshape(pos, (BLOCK_N, G, 2))                             # value 2g + s
-        if VALUE == "int8":
-            w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
-        else:
-            w = _values_f32(v, VALUE)
-        w = tl.reshape(w, (BLOCK_N, G, 2))
+        pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
+                            EVEN_K)
         col = k0 + 4 * offs_g
         xg = tl.load(x_ptr + (col[:, None] + tl.arange(0, 4)[None, :]) * stride_xk, mask=(col < K)[:, None],
                      other=0.0).to(tl.float32)                              # [G, 4]: group g's 4 entries
@@ -115,30 +121,15 @@ def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_h
     ([BLOCK_M, BLOCK_N, G, 2] per step, summed over K once after the loop). Returns [BLOCK_M, BLOCK_N] fp32."""
     G: tl.constexpr = BLOCK_K // 4
     half_k = K // 2
-    offs_j = tl.arange(0, BLOCK_K // 2)
-    offs_b = tl.arange(0, BLOCK_K // 8)
     offs_g = tl.arange(0, G)
     r_ok = rows < R_END
     m_ok = offs_m < M
-    shifts = (2 * tl.arange(0, 4))[None, None, :]
     acc4 = tl.zeros((BLOCK_M, BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        j = tl.multiple_of(k0 // 2, BLOCK_K // 2) + offs_j
-        b = tl.multiple_of(k0 // 8, BLOCK_K // 8) + offs_b
-        if EVEN_K:
-            j_ok = r_ok[:, None]
-            b_ok = r_ok[:, None]
-        else:
-            j_ok = r_ok[:, None] & (j < half_k)[None, :]
-            b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
-        v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
-        meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
-        pos = tl.reshape((meta.to(tl.int32)[:, :, None] >> shifts) & 3, (BLOCK_N, G, 2))[None]
-        if VALUE == "int8":
-            w = int8_to_f32(v)
-        else:
-            w = _values_f32(v, VALUE)
-        w = tl.reshape(w, (BLOCK_N, G, 2))[None]                           # [1, BN, G, 2]
+        pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
+                            EVEN_K)
+        pos = pos[None]
+        w = w[None]                                                        # [1, BN, G, 2]
         col = k0 + 4 * offs_g
         xg = tl.load(x_ptr + offs_m[:, None, None] * stride_xm + (col[None, :, None] + tl.arange(0, 4)[None, None, :])
                      * stride_xk, mask=m_ok[:, None, None] & (col < K)[None, :, None], other=0.0).to(tl.float32)
