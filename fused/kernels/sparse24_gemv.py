@@ -42,6 +42,7 @@ from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
 from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.splitk import splitk_reduce
 from fused.kernels.w8a16_gemv import _buffers, _split_for
 
 MODES = ("gather", "select", "vsel", "dot")
@@ -266,25 +267,8 @@ def _sparse24_gemv_kernel(
     # `tile < live` masks the epilogue: all of it for the program that finishes the tile, none otherwise
     live = BLOCK_M * BLOCK_N
     if SPLIT_K > 1:
-        # partials: [num_tiles_n, SPLIT_K, (2 if GATED), BLOCK_M, BLOCK_N] fp32
-        NPART: tl.constexpr = 2 if GATED else 1
-        base = part_ptr + (pid_n * SPLIT_K * NPART) * (BLOCK_M * BLOCK_N)
-        tl.store(base + (pid_k * NPART) * (BLOCK_M * BLOCK_N) + tile, acc)
-        if GATED:
-            tl.store(base + (pid_k * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, acc_u)
-        tl.debug_barrier()  # every thread's partial is issued before the release below
-        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
-        live = tl.where(count == SPLIT_K - 1, BLOCK_M * BLOCK_N, 0)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        tile_mask = tile < live
-        for s in range(SPLIT_K):  # fixed order: deterministic
-            acc += tl.load(base + (s * NPART) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask, other=0.0,
-                           cache_modifier=".cg")
-            if GATED:
-                acc_u += tl.load(base + (s * NPART + 1) * (BLOCK_M * BLOCK_N) + tile, mask=tile_mask,
-                                 other=0.0, cache_modifier=".cg")
-        tl.atomic_xchg(count_ptr + pid_n, 0, mask=live > 0)  # ready for the next call
+        acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid_n, pid_k, SPLIT_K, GATED,
+                                         BLOCK_M, BLOCK_N)
 
     n_ok = offs_n < N
     y = acc
