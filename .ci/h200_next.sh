@@ -32,7 +32,7 @@ case "${1:-}" in
   s24small)  # 2:4 decode at M = 1, 2, 4, 16 (vsel for M <= 4 is new: the tuner and the packed/unpacked route
              # time it on first use), against dense int8 in the same process
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -2
-    timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,16 --no-baselines \
+    FUSED_RETUNE=1 timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,16 --no-baselines \
       --configs "ours int8 2:4 W8A16,ours int8 W8A16" --out "$OUT/s24small" 2>&1 | filt | grep "^|" | head -8
     python3 -c "
 import json
