@@ -499,3 +499,21 @@ def test_gemm_candidates():
     assert (128, 64, 128, 3, 8) in tiles(128, 14336, 4096, True, True)
     split = tiles(128, 14336, 4096, True, False, True)
     assert all(4 * bm * bn // (32 * w) <= 128 for bm, bn, _, _, w in split)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_relu_epilogue_keeps_nan(device):
+    """The relu epilogue is max.NaN (one instruction): a NaN row stays NaN through relu, as in torch, and
+    negative sums still become 0 (GEMV and tiled GEMM)."""
+    from fused.kernels.w8_gemm import w8_gemm
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+
+    for M, run in ((3, w8a16_gemv), (20, w8_gemm)):
+        x, q, s, b = _case(M, 24, 64, "int8", False, True, torch.bfloat16, device, "plain")
+        x[1, 5] = float("nan")
+        y = run(x, q, s, b, "relu", False)
+        ref = linear_ref(x, q, s, b, "relu")
+        assert torch.isnan(y[1]).all() and torch.isnan(ref[1]).all()
+        ok = [0, 2] + list(range(3, M))
+        assert not torch.isnan(y[ok]).any() and (y[ok] >= 0).all() and (y[ok] == 0).any()
+        assert sqnr(ref[ok], y[ok]) > 38
