@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|readtma   (each fits one 600 s device call; logs under $OUT)
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -40,9 +40,12 @@ j = json.load(open('$OUT/s24small/bench.json'))
 for k, v in j['timings'].items():
     if 'sparse24' in k:
         v = sorted(v, key=lambda r: r[0]); print(k, v[:2])" ;;
+  narrow)  # the narrow MLP after the relu change (max.NaN): width 64 x 5 layers, batch 2**21, vs eager/compile
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
+    timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|readtma"; exit 2 ;;
 esac
