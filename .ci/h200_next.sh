@@ -29,10 +29,10 @@ case "${1:-}" in
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
       --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncu128 > "$OUT/ncu128.txt" 2>&1
     grep -E "^config|w8_gemm_kernel \(|DRAM Throughput|Duration|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit Shared|Dynamic Shared|No Eligible|Warp Cycles Per Issued|L2 Hit Rate|Waves Per SM|Est. Speedup|stalled" "$OUT/ncu128.txt" | head -120 ;;
-  s24small)  # 2:4 decode at M = 1, 2, 4, 16 (vsel for M <= 4 is new: the tuner and the packed/unpacked route
+  s24small)  # 2:4 decode at M = 1, 2, 4, 8, 16 (vsel for M <= 8 is new: the tuner and the packed/unpacked route
              # time it on first use), against dense int8 in the same process
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -2
-    FUSED_RETUNE=1 timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,16 --no-baselines \
+    FUSED_RETUNE=1 timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,8,16 --no-baselines \
       --configs "ours int8 2:4 W8A16,ours int8 W8A16" --out "$OUT/s24small" 2>&1 | filt | grep "^|" | head -8
     python3 -c "
 import json
