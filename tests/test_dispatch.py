@@ -66,3 +66,40 @@ def test_cuda_size_classes_name_the_kernels_plan_names(monkeypatch):
                 fmt = "int8" if size in (3, 5) else "any"  # as the hot path asks
                 named = dispatch.triton_kernel_for("gated", fmt, dynamic, dispatch._class_m(size, dynamic))
                 assert named == dispatch.triton_kernel_for("gated", "int8", dynamic, M), (a8_bound, split, split_min, dynamic, M)
+
+
+def test_pick_uses_the_shipped_table_and_retune_times_it(monkeypatch):
+    """tuning.pick: a key in the shipped H200 table takes its config untimed; with FUSED_RETUNE the shipped
+    config is timed with the candidates (added when it is not one of them) and the fastest wins."""
+    import triton.testing
+
+    from fused.kernels import tuning
+
+    key = ("128", "4096", "14336", "False", "True", "torch.int8")
+    shipped = tuning.TUNED[("w8_gemm",) + key]
+    cands = [dict(BLOCK_M=16), dict(BLOCK_M=32)]
+    speed = {16: 3.0, 32: 2.0, shipped["BLOCK_M"]: 1.0}
+    timed = []
+
+    def fake_bench(fn, **kw):
+        return fn()
+
+    def launch(cfg):
+        timed.append(cfg)
+        return speed[cfg["BLOCK_M"]]
+
+    monkeypatch.setattr(tuning, "INTERPRET", False)
+    monkeypatch.delenv("FUSED_TUNE", raising=False)
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(tuning, "picks", {})
+    monkeypatch.setattr(tuning, "timings", {})
+    monkeypatch.setattr(tuning, "_cache", {})
+    assert tuning.pick("w8_gemm", key, lambda: list(cands), launch) is shipped and timed == []
+    monkeypatch.setattr(tuning, "_cache", {})
+    monkeypatch.setattr(tuning, "RETUNE", True)
+    assert tuning.pick("w8_gemm", key, lambda: list(cands), launch) == shipped
+    assert len(timed) == 3 and timed[-1] == shipped
+    monkeypatch.setattr(tuning, "_cache", {})
+    speed[16] = 0.5  # a candidate beats the shipped pick
+    timed.clear()
+    assert tuning.pick("w8_gemm", key, lambda: list(cands), launch) == cands[0]
