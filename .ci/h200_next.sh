@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|readtma   (each fits one 600 s device call; logs under $OUT)
+# Next session, in this order: tests (kernels changed on the CPU since the last cuda run: splitk_reduce in
+# both GEMVs, the relu epilogue, vsel), s24small, narrow, then bench (the README table).
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
