@@ -1,0 +1,81 @@
+"""SASS per loop iteration of the 2:4 decode GEMV (sparse24_gemv) and of the narrow MLP, compiled for sm_90
+without a GPU (run without TRITON_INTERPRET): python .ci/sparse_sass.py [sparse|narrow]. The instruction
+counts and load widths in examples/results/h200/NOTES.md (vsel, relu as max.NaN) come from it."""
+import collections
+import os
+import re
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, ".ci"))
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from gemv_sass import hist  # noqa: E402
+from fused.kernels import narrow_mlp as nm  # noqa: E402
+from fused.kernels import sparse24_gemv as sg  # noqa: E402
+
+
+def _compile(fn, pointers, ints, consts, num_warps, num_stages=3):
+    sig, attrs, cst = {}, {}, dict(consts)
+    for i, name in enumerate(fn.arg_names):
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in pointers:
+            sig[name] = pointers[name]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif ints[name] == 1:
+            sig[name] = "constexpr"
+            cst[name] = 1
+        else:
+            sig[name] = "i32"
+            if ints[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    return triton.compile(ASTSource(fn, sig, constexprs=cst, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def compile_sparse(cfg, gated, N, K, M=1, value="int8"):
+    split, bk = cfg["SPLIT_K"], cfg["BLOCK_K"]
+    kper = -(-(-(-K // split)) // bk) * bk
+    pointers = dict(x_ptr="*bf16", v_ptr="*i8" if value == "int8" else "*u8", m_ptr="*u8", ws_ptr="*fp32",
+                    b_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
+    ints = dict(M=M, N=N, K=K, K_PER_SPLIT=kper, stride_xm=K, stride_xk=1, stride_vn=K // 2, stride_mn=K // 8,
+                stride_ym=N, stride_yn=1)
+    consts = dict(VALUE=value, MODE=cfg["MODE"], DOT="native", GATED=gated, HAS_SCALE=True, HAS_BIAS=False,
+                  ACT="silu" if gated else "none", SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                  BLOCK_K=bk, EVEN_K=K % bk == 0)
+    return _compile(sg._sparse24_gemv_kernel, pointers, ints, consts, cfg["num_warps"])
+
+
+def compile_narrow(bm, warps, stages, prefetch, width=64, layers=5):
+    D = [width] * (layers + 1) + [16] * (8 - layers)
+    A = ["relu"] * (layers - 1) + ["none"] * (9 - layers)
+    consts = dict(K_IN=width, N_OUT=width, NUM_LAYERS=layers, D_OUT=width, SCALED=False, DOT="native",
+                  BLOCK_M=bm, PREFETCH=prefetch, **{f"D{i}": D[i] for i in range(9)},
+                  **{f"A{i}": A[i] for i in range(8)})
+    pointers = dict(x_ptr="*fp16", w_ptr="*fp16", p_ptr="*fp32", y_ptr="*fp16")
+    ints = dict(M=1 << 21, stride_xm=width, stride_xk=1, stride_ym=width, stride_yn=1)
+    return _compile(nm._narrow_mlp_kernel, pointers, ints, consts, warps, stages)
+
+
+if __name__ == "__main__":
+    what = sys.argv[1] if len(sys.argv) > 1 else "sparse,narrow"
+    if "sparse" in what:  # the Llama-3-8B shapes: gate/up stacked [2·14336, 4096], down [4096, 14336]
+        for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
+            for M in (1, 2, 4, 8, 16):
+                for cfg in sg._candidates(M, N, K, gated):
+                    if cfg["MODE"] == "dot":
+                        continue
+                    k = compile_sparse(cfg, gated, N, K, M)
+                    loads = collections.Counter(re.findall(r"\bld\.global(?:\.[\w]+)*", k.asm["ptx"]))
+                    spills = "ld.local" in k.asm["ptx"] or "st.local" in k.asm["ptx"]
+                    print("gate_up" if gated else "down", "M", M, cfg, dict(loads), "SPILLS" if spills else "")
+                    hist(k, "   ")
+    if "narrow" in what:  # width 64, 5 layers, ReLU, fp16: (BLOCK_M, warps, stages, prefetch)
+        for bm, w, s, f in ((128, 4, 1, False), (128, 4, 1, True), (256, 8, 1, True)):
+            k = compile_narrow(bm, w, s, f)
+            print("narrow", (bm, w, s, f), "smem", k.metadata.shared)
+            hist(k, "   ")
