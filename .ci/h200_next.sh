@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|fp8split|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: tests (kernels changed on the CPU since the last cuda run: splitk_reduce in
-# both GEMVs, the relu epilogue, vsel), s24small, narrow, then bench (the README table).
+# both GEMVs, the relu epilogue, vsel, fp8 act_split), s24small, narrow, fp8split, then bench (the README
+# table). If fp8split wins, make FUSED_FP8_SPLIT the default in fused/dispatch.py (FP8_SPLIT).
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -45,9 +46,16 @@ for k, v in j['timings'].items():
   narrow)  # the narrow MLP after the relu change (max.NaN): width 64 x 5 layers, batch 2**21, vs eager/compile
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
     timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
+  fp8split)  # fp8 W8A16 through e4m3 split activations (opt-in FUSED_FP8_SPLIT=1) against the mixed-input GEMM
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "mma_decode" 2>&1 | filt | tail -2
+    for e in "FUSED_FP8_SPLIT=0" "FUSED_FP8_SPLIT=1"; do
+      echo "== $e"
+      env $e timeout 220 python3 -m fused bench --blocks llama --m 64,128,256,512 --no-baselines \
+        --configs "ours fp8 W8A16,ours int8 W8A16" --out "$OUT/fp8split${e: -1}" 2>&1 | filt | grep "^| ours\|^| bf16" | head -4
+    done ;;
   readtma)  # TMA / pipelined weight streams and PDL, pure-read stand-ins
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|fp8split|readtma"; exit 2 ;;
 esac

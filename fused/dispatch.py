@@ -86,6 +86,12 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # FUSED_SPLIT_MAX_M=0 turns it off.
 SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", "33"))
 SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
+# The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
+# x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
+# fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight (fp8 W8A16 at M=128:
+# 156.9 µs vs bf16 122.2). fp16 activations (11 bits) keep the mixed-input GEMM. Not yet measured on the
+# H200: opt-in, FUSED_FP8_SPLIT=1.
+FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "0") == "1"
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
 # as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
@@ -113,6 +119,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         if not dynamic and fmt == "int8" and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             # the planes made inside the GEMM at small M (one launch), by act_split above
             return "w8_gemm_split" if M <= QX_MAX_M else "act_split+w8_gemm_split"
+        if not dynamic and fmt == "float8_e4m3" and FP8_SPLIT and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
+            return "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
         if dynamic and M is not None and M <= QX_MAX_M:
             large = "w8_gemm_w8a8_qx"
@@ -137,7 +145,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return "reference", "forced"
     if device.type == "cuda" or _forced == "triton":
         kernel = triton_kernel_for(op, fmt, dynamic, M)
-        if "w8_gemm_split" in kernel and dtype == torch.float32:  # 15 bits would lose to fp32's 24
+        # int8 planes (15 bits) would lose to fp32's 24 bits, e4m3 planes (~8) to fp16's 11 too
+        if "w8_gemm_split" in kernel and (dtype == torch.float32 or (fmt == "float8_e4m3" and dtype == torch.float16)):
             kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
@@ -154,7 +163,13 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if fmt in ("int8", "any") and SPLIT_MIN_M <= SPLIT_MAX_M:
                     why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
                             "into two int8 planes, two int8 tensor-core dots per weight tile")
+                if fmt in ("float8_e4m3", "any") and FP8_SPLIT and SPLIT_MIN_M <= SPLIT_MAX_M:
+                    why += (f"; fp8 with bf16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M} (FUSED_FP8_SPLIT=1): "
+                            "activations split into two e4m3 planes, two fp8 tensor-core dots per weight tile")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
+        elif "w8_gemm_split" in kernel and fmt == "float8_e4m3":
+            why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M} (FUSED_FP8_SPLIT=1): bf16 activations split into two "
+                   "e4m3 planes per token (~8 significant bits), two fp8 tensor-core dots per weight tile")
         elif "w8_gemm_split" in kernel:
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
@@ -237,6 +252,9 @@ def _size_class(M: int, dynamic: bool, wdtype, xdtype) -> int:
     """The hot path's cache key for M: every M of a class takes the same kernel(s) (see triton_kernel_for)."""
     if not dynamic and SPLIT_MIN_M <= M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
         return 3 if M <= QX_MAX_M else 5  # split activations, inside the GEMM / by act_split
+    if (not dynamic and FP8_SPLIT and SPLIT_MIN_M <= M <= SPLIT_MAX_M and wdtype == torch.float8_e4m3fn
+            and xdtype == torch.bfloat16):
+        return 5  # e4m3 planes by act_split
     if M <= (A8_GEMV_MAX_M if dynamic else GEMV_MAX_M):
         return 0  # GEMV
     if dynamic:
@@ -300,7 +318,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True, x_split=True)
     elif path == "triton:act_split+w8_gemm_split":
-        planes, xs = k.act_split(x2)
+        planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
@@ -436,7 +454,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
     elif path == "triton:act_split+w8_gemm_split":
-        planes, xs = k.act_split(x2)
+        planes, xs = k.act_split(x2, fp8=wg.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, wg, sg, bg, act, True, up=up)

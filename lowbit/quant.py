@@ -64,6 +64,26 @@ def split_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return hi.to(torch.int8), (v - 256 * hi).to(torch.int8), scale
 
 
+FP8_SPLIT_QMAX = 448.0  # e4m3's largest finite value
+FP8_SPLIT_LO = 16.0  # lo = e4m3(16·(v − hi)): |v − hi| <= 16 (half an e4m3 step at 448), so |16·r| <= 256
+
+
+def split_activation_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token 16-bit activations as two e4m3 planes: (hi, lo [..., K] float8_e4m3fn, scale [..., 1] fp32)
+    with x ≈ scale·(hi + lo/16), scale = max(absmax / 448, MIN_SCALE) (IEEE division), v = x / scale,
+    hi = e4m3(v), lo = e4m3(16·(v − hi)), both rounded to nearest, ties to even (v − hi is exact in fp32).
+    About 8 significant bits per element, bf16's precision, for two fp8 tensor-core dots per weight tile
+    with fp8 weights. NaN/Inf in a token: NaN scale, zero planes (its outputs are NaN, as unquantized)."""
+    xf = x.float()
+    amax = xf.abs().amax(dim=-1, keepdim=True)
+    scale = (amax / torch.full_like(amax, FP8_SPLIT_QMAX)).clamp_min(MIN_SCALE)
+    scale = torch.where(torch.isfinite(xf).all(dim=-1, keepdim=True), scale, torch.full_like(scale, float("nan")))
+    v = torch.nan_to_num(xf / scale, nan=0.0, posinf=0.0, neginf=0.0).clamp(-FP8_SPLIT_QMAX, FP8_SPLIT_QMAX)
+    hi = v.to(torch.float8_e4m3fn)
+    lo = ((v - hi.float()) * FP8_SPLIT_LO).to(torch.float8_e4m3fn)
+    return hi, lo, scale
+
+
 def quantize_weight(w: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-channel quantization of a [N, K] weight: (qdata [N, K], scale [N] fp32)."""
     if w.dim() != 2:

@@ -366,9 +366,11 @@ def test_gemm_split_activations_interpreted(gated, split, monkeypatch):
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
         assert y.shape == ref.shape and y.dtype == dtype
         assert sqnr(ref, y) > (70 if dtype == torch.float32 else 40), (M, dtype)
-    with pytest.raises(ValueError, match="int8 weights"):
-        w8_gemm(planes, *quantize_weight(torch.randn(8, 96), "float8_e4m3"), x_scale=xs, out_dtype=x.dtype,
+    with pytest.raises(ValueError, match="planes of the weights' dtype"):
+        w8_gemm(planes, *quantize_weight(torch.randn(8, 70), "float8_e4m3"), x_scale=xs, out_dtype=x.dtype,
                 x_split=True)
+    with pytest.raises(ValueError, match="needs int8 weights"):
+        w8_gemm(x, *quantize_weight(torch.randn(8, 70), "float8_e4m3"), quantize_x=True, x_split=True)
 
 
 def test_dispatch_split_path_interpreted(monkeypatch):
@@ -440,12 +442,13 @@ def test_dispatch_w8a8_small_m_tiled_interpreted(monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_mma_decode_paths_cuda(fmt):
-    """On the GPU: act_split bit-exact vs lowbit.split_activation; the split-activation GEMM (int8) within
-    bf16 rounding of the W8A16 reference; the in-kernel quantization bit-identical to act_quant + GEMM."""
+    """On the GPU: act_split (int8 planes, e4m3 planes for fp8) bit-exact vs lowbit.split_activation(_fp8);
+    the split-activation GEMM within bf16 rounding of the W8A16 reference; the in-kernel quantization
+    bit-identical to act_quant + GEMM."""
     from fused.kernels.act_quant import act_quant
     from fused.kernels.act_split import act_split
     from fused.kernels.w8_gemm import _candidates, w8_gemm
-    from lowbit.quant import split_activation
+    from lowbit.quant import split_activation, split_activation_fp8
 
     for M in (1, 16, 300):
         x, q, s, b = _case(M, 176, 272, fmt, True, True, torch.bfloat16, "cuda", "plain")
@@ -454,12 +457,15 @@ def test_mma_decode_paths_cuda(fmt):
             want = w8_gemm(xq, q, s, b, "silu", True, x_scale=xs, out_dtype=x.dtype, config=cfg)
             got = w8_gemm(x, q, s, b, "silu", True, config=cfg, quantize_x=True)
             assert torch.equal(want, got), (M, cfg)
-            if fmt == "int8":
-                planes, ps = act_split(x)
-                hi, lo, rs = split_activation(x)
-                assert torch.equal(planes[0], hi) and torch.equal(planes[1], lo) and torch.equal(ps, rs[:, 0])
-                y = w8_gemm(planes, q, s, b, "silu", True, x_scale=ps, out_dtype=x.dtype, config=cfg, x_split=True)
-                assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40, (M, cfg)
+            fp8 = fmt != "int8"
+            planes, ps = act_split(x, fp8=fp8)
+            hi, lo, rs = (split_activation_fp8 if fp8 else split_activation)(x)
+            bits = (lambda t: t.view(torch.uint8)) if fp8 else (lambda t: t)
+            assert torch.equal(bits(planes[0]), bits(hi)) and torch.equal(bits(planes[1]), bits(lo))
+            assert torch.equal(ps, rs[:, 0])
+            for c in _candidates(M, 176, 272, True, True, True)[:3]:
+                y = w8_gemm(planes, q, s, b, "silu", True, x_scale=ps, out_dtype=x.dtype, config=c, x_split=True)
+                assert sqnr(gated_ref(x, q, s, b, "silu"), y) > 40, (M, c)
 
 
 @pytest.mark.parametrize("gated", [False, True])
@@ -517,3 +523,86 @@ def test_relu_epilogue_keeps_nan(device):
         ok = [0, 2] + list(range(3, M))
         assert not torch.isnan(y[ok]).any() and (y[ok] >= 0).all() and (y[ok] == 0).any()
         assert sqnr(ref[ok], y[ok]) > 38
+
+
+# ------------------------------------------------------ fp8 split activations (W8A16 fp8 via fp8 MMA, opt-in)
+def test_split_activation_fp8_reference():
+    from lowbit.quant import FP8_SPLIT_LO, split_activation_fp8
+
+    x = torch.randn(6, 300) * torch.logspace(-3, 3, 6)[:, None]
+    x[2, 7] = float("nan")
+    x[5] = 0
+    hi, lo, s = split_activation_fp8(x)
+    assert hi.dtype == lo.dtype == torch.float8_e4m3fn
+    ok = torch.tensor([True, True, False, True, True, True])
+    assert torch.isnan(s[2]).all() and not torch.isnan(s[ok]).any()
+    assert (hi[2].float() == 0).all() and (lo[2].float() == 0).all() and (hi[5].float() == 0).all()
+    rec = s * (hi.float() + lo.float() / FP8_SPLIT_LO)
+    assert sqnr(x[ok], rec[ok]) > 55  # bf16's own rounding of x: ~53-60 dB
+    assert lo.float().abs().max() <= 256  # |16·(v - hi)| <= 16·16
+
+
+@pytest.mark.parametrize("K", [70, 300])
+def test_act_split_fp8_bit_exact(K, monkeypatch):
+    from fused.kernels import act_quant
+    from fused.kernels.act_split import act_split
+    from lowbit.quant import split_activation_fp8
+
+    if K > 100:  # the two-pass path
+        monkeypatch.setattr(act_quant, "MAX_ONE_PASS", 64)
+        import fused.kernels.act_split as mod
+        monkeypatch.setattr(mod, "MAX_ONE_PASS", 64)
+    x = (torch.randn(5, K + 3) * torch.logspace(-2, 1, K + 3))[:, 3:].to(torch.bfloat16) * 10
+    x[1, 5] = float("inf")
+    x[4] = 0
+    planes, s = act_split(x, fp8=True)
+    hi, lo, rs = split_activation_fp8(x)
+    assert planes.dtype == torch.float8_e4m3fn
+    assert torch.equal(planes[0].view(torch.uint8), hi.view(torch.uint8))
+    assert torch.equal(planes[1].view(torch.uint8), lo.view(torch.uint8))  # -0.0 included
+    assert torch.equal(s[[0, 2, 3, 4]], rs[[0, 2, 3, 4], 0]) and torch.isnan(s[1])
+
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("split", [1, 2])
+def test_gemm_fp8_split_activations_interpreted(gated, split, monkeypatch):
+    """w8_gemm with fp8 weights on act_split's e4m3 planes: the W8A16 result to bf16's precision."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed"), (17, 19, 70, "3d_offset")):
+        x, q, s, b = _case(M, N, K, "float8_e4m3", gated, True, torch.bfloat16, "cpu", view)
+        x[:, 1] *= 1e3  # an outlier channel: the other channels keep their relative precision
+        planes, xs = act_split(x, fp8=True)
+        cfg = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+        y = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype, config=cfg, x_split=True)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+        assert y.shape == ref.shape and y.dtype == torch.bfloat16
+        assert sqnr(ref, y) > 40, M
+
+
+def test_dispatch_fp8_split_path_interpreted(monkeypatch):
+    """With FUSED_FP8_SPLIT (dispatch.FP8_SPLIT), W8A16 fp8 with bf16 activations at SPLIT_MIN_M <= M <=
+    SPLIT_MAX_M takes act_split (e4m3 planes) + the split GEMM; fp16/fp32 activations keep the mixed-input
+    GEMM, and explain says which."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "FP8_SPLIT", True)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 2)
+    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
+    monkeypatch.setattr(dispatch, "_cuda_paths", {})
+    dispatch.stats.clear()
+    with dispatch.force_path("triton"):
+        x, q, s, b = _case(20, 24, 64, "float8_e4m3", True, True, torch.bfloat16, "cpu", "plain")
+        assert sqnr(gated_ref(x, q, s, b, "silu"), dispatch.gated(x, q, s, b, "silu")) > 40
+        x3 = x.reshape(2, 10, 64)
+        y3 = dispatch.linear(x3, q[:24], s[:24], b[:24], "relu")
+        assert y3.shape == (2, 10, 24) and sqnr(linear_ref(x, q[:24], s[:24], b[:24], "relu").reshape(2, 10, 24), y3) > 40
+        dispatch.linear(x.half(), q, s, b)  # fp16: mixed-input GEMM
+    paths = dict(dispatch.stats)
+    assert paths[("gated", "triton:act_split+w8_gemm_split")] == 1
+    assert paths[("linear", "triton:act_split+w8_gemm_split")] == 1
+    assert paths[("linear", "triton:w8_gemm_w8a16")] == 1
+    path, why = dispatch.plan("linear", "float8_e4m3", False, "cuda", M=20, dtype=torch.bfloat16)
+    assert path == "triton:act_split+w8_gemm_split" and "e4m3 planes" in why

@@ -1,9 +1,12 @@
-"""Per-token 16-bit activations as two int8 planes, one pass: x [M, K] -> (planes [2, M, K] int8, scale [M]).
+"""Per-token 16-bit activations as two 8-bit planes, one pass: x [M, K] -> (planes [2, M, K], scale [M]).
 
-x ≈ scale·(256·hi + lo): the split-activation W8A16 path runs two int8 tensor-core dots per weight tile
-(weights straight from memory into the MMA, no per-weight conversion) instead of widening every weight.
-Reference: lowbit.split_activation (bit-identical: IEEE division, ties-to-even rounding). One program per
-token, the row held in registers as in act_quant.
+int8 planes, x ≈ scale·(256·hi + lo): the split-activation W8A16 path runs two int8 tensor-core dots per
+weight tile (weights straight from memory into the MMA, no per-weight conversion) instead of widening
+every weight. Reference: lowbit.split_activation.
+e4m3 planes (``fp8=True``, for fp8 weights), x ≈ scale·(hi + lo/16): two fp8 dots per tile, ~8 significant
+bits per element. Reference: lowbit.split_activation_fp8.
+Both bit-identical to their references (IEEE division, ties-to-even rounding). One program per token, the
+row held in registers as in act_quant.
 """
 from __future__ import annotations
 
@@ -11,10 +14,13 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint, row_absmax
+from fused.kernels import INTERPRET, next_pow2
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, row_absmax
 from fused.kernels.launch import empty, launch_kernel
-from lowbit.quant import MIN_SCALE, SPLIT_QMAX
+from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
+
+
+FP8_LO: tl.constexpr = tl.constexpr(FP8_SPLIT_LO)
 
 
 @triton.jit
@@ -27,15 +33,39 @@ def split_planes(xf, scale, QMAX: tl.constexpr):
 
 
 @triton.jit
-def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr):
-    hi, lo = split_planes(xk, scale, QMAX)
+def _e4m3_bits(v, HAND_ROUND: tl.constexpr):
+    """fp32 |v| <= 448 -> e4m3 bits (uint8), nearest, ties to even (the GPU's cvt.rn; the interpreter's
+    cast truncates, so there the value is rounded by hand first and the cast is exact)."""
+    if HAND_ROUND:
+        r = _round_e4m3(v)
+        v = tl.where(r == 0.0, v * 0.0, r)  # keep the sign of a zero, as the cast does (-0.0 for tiny v < 0)
+    return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+
+
+@triton.jit
+def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND: tl.constexpr):
+    """fp32 x and its per-row scale -> (hi, lo) e4m3 bits with x / scale = hi + lo / LO + (rounding of lo),
+    as lowbit.split_activation_fp8."""
+    v = tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)
+    hi = _e4m3_bits(v, HAND_ROUND)
+    r = (v - hi.to(tl.float8e4nv, bitcast=True).to(tl.float32)) * LO  # exact
+    return hi, _e4m3_bits(r, HAND_ROUND)
+
+
+@triton.jit
+def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
+    if FP8:
+        hi, lo = split_planes_fp8(xk, scale, QMAX, FP8_LO, HAND_ROUND)
+    else:
+        hi, lo = split_planes(xk, scale, QMAX)
     tl.store(q_row + offs, hi, mask=offs < K)
     tl.store(q_row + lo_off + offs, lo, mask=offs < K)
 
 
 @triton.jit
 def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, lo_off,
-                      QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr):
+                      QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr,
+                      FP8: tl.constexpr = False, HAND_ROUND: tl.constexpr = False):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_K)
     x_row = x_ptr + row * stride_xm
@@ -43,24 +73,26 @@ def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, l
     x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
     scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
     if ONE_PASS:
-        _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX)
+        _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX, FP8, HAND_ROUND)
     else:
         for k0 in range(0, K, BLOCK_K):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX)
+            _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX, FP8, HAND_ROUND)
     tl.store(s_ptr + row, tl.where(bad, float("nan"), scale))
 
 
-def act_split(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] float -> (planes [2, M, K] int8: hi then lo, scale [M] fp32). A row holding NaN/Inf gets a
-    NaN scale (its outputs are NaN, as in the unquantized layer) and zero planes."""
+def act_split(x: torch.Tensor, fp8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] float -> (planes [2, M, K] int8 (or float8_e4m3fn with ``fp8``): hi then lo, scale [M] fp32).
+    A row holding NaN/Inf gets a NaN scale (its outputs are NaN, as in the unquantized layer) and zero
+    planes."""
     M, K = x.shape
-    q = empty((2, M, K), device=x.device, dtype=torch.int8)
+    q = empty((2, M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
     s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
         return q, s
     block = min(next_pow2(K), MAX_ONE_PASS)
-    launch_kernel(_act_split_kernel, (M,), x, q, s, K, x.stride(0), x.stride(1), q.stride(1), q.stride(0),
-                  QMAX=float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block, ONE_PASS=K <= block,
-                  num_warps=8 if block >= 4096 else 4)
+    qv = q.view(torch.uint8) if fp8 else q
+    launch_kernel(_act_split_kernel, (M,), x, qv, s, K, x.stride(0), x.stride(1), qv.stride(1), qv.stride(0),
+                  QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block,
+                  ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4)
     return q, s

@@ -21,7 +21,7 @@ import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
 from fused.kernels.act_quant import _quantize
-from fused.kernels.act_split import split_planes
+from fused.kernels.act_split import FP8_LO, split_planes
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -111,7 +111,8 @@ def _w8_gemm_kernel(
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
-    # X_LO (int8 W, split activations from act_split): x holds the hi plane, x + stride_xlo the lo plane
+    # X_LO (split activations from act_split, int8 planes for int8 W, e4m3 planes for fp8 W): x holds the
+    # hi plane, x + stride_xlo the lo plane
     acc_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -133,6 +134,8 @@ def _w8_gemm_kernel(
         if X_LO:
             if not QX:
                 x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
+                if FP8_AS_U8:
+                    x_lo = x_lo.to(tl.float8e4nv, bitcast=True)
             acc_lo = _mma(x_lo, w, acc_lo, A8, FP8, DOT)
         if GATED:
             u = tl.load(u_ptrs, mask=w_mask, other=0.0)
@@ -145,7 +148,10 @@ def _w8_gemm_kernel(
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
-    if X_LO:  # x·w = 256·(hi·w) + lo·w; the int32 sums combined in fp32 (24 bits: below bf16's rounding)
+    if X_LO and FP8:  # x·w = hi·w + (lo·w)/16 (lowbit.split_activation_fp8), fp32 sums
+        acc = acc + acc_lo * (1.0 / FP8_LO)
+        acc_u = acc_u + acc_u_lo * (1.0 / FP8_LO)
+    elif X_LO:  # x·w = 256·(hi·w) + lo·w; the int32 sums combined in fp32 (24 bits: below bf16's rounding)
         acc = acc.to(tl.float32) * 256.0 + acc_lo.to(tl.float32)
         acc_u = acc_u.to(tl.float32) * 256.0 + acc_u_lo.to(tl.float32)
     live = BLOCK_M * BLOCK_N
@@ -236,14 +242,20 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             quantize_x: bool = False) -> torch.Tensor:
     """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant).
     Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R].
-    ``x_split``: x is act_split's [2, M, K] int8 planes (int8 W only): x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ.
+    ``x_split``: x is act_split's [2, M, K] planes: int8 for int8 W (x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ), e4m3 for
+    fp8 W (x·Wᵀ = hi·Wᵀ + (lo·Wᵀ)/16).
     ``quantize_x``: W8A8 with x in its float dtype, quantized per token inside the kernel (one launch; for
     small M, where every program re-reads its rows to find the scale); with ``x_split`` too, x (float) is
     split into the two int8 planes inside the kernel, as act_split would."""
     planes = x if (x_split and not quantize_x) else None
     if x_split:
-        if qweight.dtype != torch.int8 or (x_scale is None and not quantize_x):
-            raise ValueError("x_split needs int8 weights and the planes' scale (or quantize_x)")
+        if quantize_x and qweight.dtype != torch.int8:
+            raise ValueError("x_split with quantize_x (planes made inside) needs int8 weights")
+        if planes is not None and (x_scale is None or planes.dim() != 3 or planes.shape[0] != 2
+                                   or planes.dtype != qweight.dtype):
+            raise ValueError("x_split needs act_split's [2, M, K] planes of the weights' dtype (int8 planes for "
+                             f"int8 weights, e4m3 for fp8) and their scale; got {planes.dtype} "
+                             f"{tuple(planes.shape)} planes for {qweight.dtype} weights")
         if planes is not None:
             x = planes[0]
     M, K = x.shape
