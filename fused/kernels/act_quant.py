@@ -37,14 +37,22 @@ def _round_e4m3(v):
 
 
 @triton.jit
+def e4m3_bits(v, HAND_ROUND: tl.constexpr):
+    """fp32 |v| <= 448 -> e4m3 bits (uint8), nearest, ties to even. On the GPU the cast is
+    cvt.rn.satfinite (as torch's; a third of the ALU work of rounding by hand); the interpreter's cast
+    truncates, so there the value is rounded by hand first and the cast is exact."""
+    if HAND_ROUND:
+        r = _round_e4m3(v)
+        v = tl.where(r == 0.0, v * 0.0, r)  # keep the sign of a zero, as the cast does (-0.0 for tiny v < 0)
+    return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+
+
+@triton.jit
 def _quantize(x, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
     # div_rn: IEEE division as in the reference (`/` on fp32 is the approximate div.full on the GPU)
     v = tl.minimum(tl.maximum(tl.math.div_rn(x, scale), -QMAX), QMAX)
     if FP8:
-        if HAND_ROUND:
-            v = _round_e4m3(v)
-        # on the GPU the cast is cvt.rn.satfinite (ties to even, as torch's): a third of the ALU work
-        q = v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
+        q = e4m3_bits(v, HAND_ROUND)
     else:
         q = _rint(v).to(tl.int8)
     return q

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, row_absmax
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, e4m3_bits, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
@@ -33,23 +33,13 @@ def split_planes(xf, scale, QMAX: tl.constexpr):
 
 
 @triton.jit
-def _e4m3_bits(v, HAND_ROUND: tl.constexpr):
-    """fp32 |v| <= 448 -> e4m3 bits (uint8), nearest, ties to even (the GPU's cvt.rn; the interpreter's
-    cast truncates, so there the value is rounded by hand first and the cast is exact)."""
-    if HAND_ROUND:
-        r = _round_e4m3(v)
-        v = tl.where(r == 0.0, v * 0.0, r)  # keep the sign of a zero, as the cast does (-0.0 for tiny v < 0)
-    return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
-
-
-@triton.jit
 def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND: tl.constexpr):
     """fp32 x and its per-row scale -> (hi, lo) e4m3 bits with x / scale = hi + lo / LO + (rounding of lo),
     as lowbit.split_activation_fp8."""
     v = tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)
-    hi = _e4m3_bits(v, HAND_ROUND)
+    hi = e4m3_bits(v, HAND_ROUND)
     r = (v - hi.to(tl.float8e4nv, bitcast=True).to(tl.float32)) * LO  # exact
-    return hi, _e4m3_bits(r, HAND_ROUND)
+    return hi, e4m3_bits(r, HAND_ROUND)
 
 
 @triton.jit
