@@ -6,7 +6,8 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * CUDA, M > 16       -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
                           per-token activation quantization + W8A8 GEMM (inside the GEMM at M <= QX_MAX_M)
   * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
-    (act_split + two int8 MMAs per weight tile); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
+    (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x when FP8_SPLIT
+    (opt-in: e4m3 planes, two fp8 MMAs); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
 per shape on the first call (SPARSE_ROUTE): the packed kernels, by M like the dense ops
