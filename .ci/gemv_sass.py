@@ -7,11 +7,10 @@ import re
 import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 from triton.tools.disasm import get_sass
 from fused.kernels import w8a16_gemv as g
+from sm90_compile import compile_sm90
 
 def compile_gemv(cfg, gated=True, fp8=False, M=1, N=14336, K=4096, xdt="*bf16", kernel=None, extra=None):
     fn = kernel or g._w8a16_gemv_kernel
@@ -26,17 +25,7 @@ def compile_gemv(cfg, gated=True, fp8=False, M=1, N=14336, K=4096, xdt="*bf16", 
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, DOT=cfg.get("DOT", "native"),
                   CVT=cfg.get("CVT", "magic"), JOINT=False, PREFETCH=False, PERSISTENT=False)
     consts.update(extra or {})
-    sig, attrs, cst = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in consts: sig[name] = "constexpr"
-        elif name in pointers: sig[name] = pointers[name]; attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1: sig[name] = "constexpr"; cst[name] = 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0: attrs[(i,)] = [["tt.divisibility", 16]]
-    k = triton.compile(ASTSource(fn, sig, constexprs=cst, attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                       options=dict(num_warps=cfg["num_warps"]))
-    return k
+    return compile_sm90(fn, pointers, ints, consts, cfg["num_warps"])["kernel"]
 
 def hist(k, label, show=False):
     sass = get_sass(k.asm["cubin"])

@@ -9,32 +9,11 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, ".ci"))
-import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
-
+sys.path.insert(0, os.path.join(ROOT, "tests"))
 from gemv_sass import hist  # noqa: E402
+from sm90_compile import compile_sm90  # noqa: E402
 from fused.kernels import narrow_mlp as nm  # noqa: E402
 from fused.kernels import sparse24_gemv as sg  # noqa: E402
-
-
-def _compile(fn, pointers, ints, consts, num_warps, num_stages=3):
-    sig, attrs, cst = {}, {}, dict(consts)
-    for i, name in enumerate(fn.arg_names):
-        if name in consts:
-            sig[name] = "constexpr"
-        elif name in pointers:
-            sig[name] = pointers[name]
-            attrs[(i,)] = [["tt.divisibility", 16]]
-        elif ints[name] == 1:
-            sig[name] = "constexpr"
-            cst[name] = 1
-        else:
-            sig[name] = "i32"
-            if ints[name] % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
-    return triton.compile(ASTSource(fn, sig, constexprs=cst, attrs=attrs), target=GPUTarget("cuda", 90, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def compile_sparse(cfg, gated, N, K, M=1, value="int8"):
@@ -47,7 +26,7 @@ def compile_sparse(cfg, gated, N, K, M=1, value="int8"):
     consts = dict(VALUE=value, MODE=cfg["MODE"], DOT="native", GATED=gated, HAS_SCALE=True, HAS_BIAS=False,
                   ACT="silu" if gated else "none", SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                   BLOCK_K=bk, EVEN_K=K % bk == 0)
-    return _compile(sg._sparse24_gemv_kernel, pointers, ints, consts, cfg["num_warps"])
+    return compile_sm90(sg._sparse24_gemv_kernel, pointers, ints, consts, cfg["num_warps"])["kernel"]
 
 
 def compile_narrow(bm, warps, stages, prefetch, width=64, layers=5):
@@ -58,7 +37,7 @@ def compile_narrow(bm, warps, stages, prefetch, width=64, layers=5):
                   **{f"A{i}": A[i] for i in range(8)})
     pointers = dict(x_ptr="*fp16", w_ptr="*fp16", p_ptr="*fp32", y_ptr="*fp16")
     ints = dict(M=1 << 21, stride_xm=width, stride_xk=1, stride_ym=width, stride_yn=1)
-    return _compile(nm._narrow_mlp_kernel, pointers, ints, consts, warps, stages)
+    return compile_sm90(nm._narrow_mlp_kernel, pointers, ints, consts, warps, stages)["kernel"]
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 
 
-def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: int = 4) -> dict:
+def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: int = 4,
+                 num_stages: int | None = None) -> dict:
     """``pointers`` {arg: "*bf16"...}, ``ints`` {arg: value}, ``constexprs`` {arg: value}.
-    Returns {"ptx": str, "memory_ops": sorted PTX memory instruction names}."""
+    Returns {"ptx": str, "memory_ops": sorted PTX memory instruction names, "kernel": the CompiledKernel}."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -30,10 +31,12 @@ def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: in
             sig[name] = "i32"
             if ints[name] % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
-    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs),
-                            target=GPUTarget("cuda", 90, 32), options=dict(num_warps=num_warps))
+    options = dict(num_warps=num_warps) if num_stages is None else dict(num_warps=num_warps, num_stages=num_stages)
+    kernel = triton.compile(ASTSource(fn, sig, constexprs=consts, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+                            options=options)
     ptx = kernel.asm["ptx"]
-    return {"ptx": ptx, "memory_ops": sorted(set(re.findall(r"\b(?:red|atom|ld\.global|st\.global)\.[\w.]+", ptx)))}
+    return {"ptx": ptx, "memory_ops": sorted(set(re.findall(r"\b(?:red|atom|ld\.global|st\.global)\.[\w.]+", ptx))),
+            "kernel": kernel}
 
 
 def decode_block_configs():

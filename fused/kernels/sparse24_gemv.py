@@ -40,8 +40,8 @@ from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
-from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.splitk import splitk_reduce
+from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _buffers, _split_for
 
 MODES = ("gather", "vsel", "dot")
@@ -85,9 +85,9 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
                   VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
     """"vsel" (BLOCK_M = 1). The values and meta tiles load as plain 2-D rows ([BLOCK_N, BLOCK_K/2] and
     [BLOCK_N, BLOCK_K/8], contiguous: 16-byte loads, where the 3-D tiles of "gather" compile to 1-4-byte
-    loads) and are viewed as [BLOCK_N, G, 2] per 2:4 group in
-    registers; x arrives as 4 vectors x[4g + p] of G = BLOCK_K/4 entries shared by all rows, and each kept
-    value picks its x by its 2-bit position. Returns [1, BLOCK_N] fp32."""
+    loads) and are viewed as [BLOCK_N, G, 2] per 2:4 group in registers (_vsel_tile); x arrives as [G, 4]
+    (G = BLOCK_K/4 groups, shared by all rows), split into its 4 columns, and each kept value picks its x
+    by its 2-bit position. Returns [1, BLOCK_N] fp32."""
     G: tl.constexpr = BLOCK_K // 4
     half_k = K // 2
     offs_g = tl.arange(0, G)
