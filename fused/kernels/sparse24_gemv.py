@@ -40,9 +40,9 @@ from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
-from fused.kernels.splitk import splitk_reduce
+from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
-from fused.kernels.w8a16_gemv import _buffers, _split_for
+from fused.kernels.w8a16_gemv import _split_for
 
 MODES = ("gather", "vsel", "dot")
 
@@ -354,7 +354,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
         split = cdiv(K, k_per)  # no empty splits
-        part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+        part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
         launch_kernel(_sparse24_gemv_kernel, (tiles, split),
             x, v, meta, wscale if wscale is not None else v, bias if bias is not None else v, y, part, count,
             M, N, K, k_per,

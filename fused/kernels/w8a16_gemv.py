@@ -181,9 +181,6 @@ def _gemv_item(
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-_buffers = buffers  # (sparse24_gemv imports it from here)
-
-
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     """Smallest power-of-two split giving ~2 programs per SM (132 on the H200), K/split >= bk."""
     split = 1
@@ -246,7 +243,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk
         split = cdiv(K, k_per)  # no empty splits
-        part, count = _buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+        part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
         persistent = cfg.get("PERSISTENT", 0)
         grid = (min(tiles * split, persistent * (sm_count(x.device) if x.is_cuda else 4)),) if persistent else (tiles, split)
         launch_kernel(_w8a16_gemv_kernel, grid,
