@@ -459,3 +459,31 @@ if "ncu128" in what:
                 w8_gemm(xq, q, s, None, "silu" if gated else "none", gated, x_scale=xs, out_dtype=torch.bfloat16,
                         config=cfg)
             torch.cuda.synchronize()
+
+if "narrow8" in what:
+    # one candidate config of the 8-layer narrow MLP (tests/test_narrow_mlp.py ARCHS), in its own process so a
+    # fault names its config: `diag.py narrow8 fp16 3`
+    from fused.kernels.narrow_mlp import candidates, narrow_mlp
+    from fused.narrow import FusedNarrowMLP, padded_width
+    from fused.reference import narrow_mlp_ref
+    from lowbit import sqnr
+    from torch import nn
+    wdtype, i = sys.argv[2], int(sys.argv[3])
+    dims = [5, 17, 33, 128, 16, 3, 20, 31, 6]
+    acts = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
+    layers = []
+    for (a, b), act in zip(zip(dims[:-1], dims[1:]), ["relu", "silu", "gelu", "gelu_tanh", "none", "relu", "silu", "none"]):
+        layers.append(nn.Linear(a, b))
+        if act != "none":
+            layers.append(acts[act]())
+    dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test under TRITON_INTERPRET=1
+    mod = FusedNarrowMLP.from_module(nn.Sequential(*layers).to(dev), wdtype)
+    dtype = torch.bfloat16 if wdtype == "bf16" else torch.float16
+    x = torch.randn(5000 if dev == "cuda" else 40, dims[0], device=dev, dtype=dtype)
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    cfg = candidates(max(padded_width(d) for d in dims))[i]
+    p("cfg", wdtype, i, cfg)
+    y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg, out=torch.full_like(ref, float("nan")))
+    if dev == "cuda":
+        torch.cuda.synchronize()
+    p("cfg", wdtype, i, "ok, sqnr", round(sqnr(ref.float(), y.float()), 1))

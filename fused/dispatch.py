@@ -6,8 +6,8 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * CUDA, M > 16       -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
                           per-token activation quantization + W8A8 GEMM (inside the GEMM at M <= QX_MAX_M)
   * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
-    (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x when FP8_SPLIT
-    (opt-in: e4m3 planes, two fp8 MMAs); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
+    (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x (FP8_SPLIT, on by
+    default: e4m3 planes, two fp8 MMAs); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
 per shape on the first call (SPARSE_ROUTE): the packed kernels, by M like the dense ops
@@ -87,12 +87,18 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # FUSED_SPLIT_MAX_M=0 turns it off.
 SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", "33"))
 SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
+# Split activations made inside the GEMM (w8_gemm quantize_x + x_split, one launch per layer: every program
+# re-reads its rows over the whole K for the token's scale) for SPLIT_MIN_M <= M <= SPLIT_QX_MAX_M; above it
+# act_split runs first (two launches per layer). 0 (default): act_split everywhere. To be measured on the H200
+# (FUSED_SPLIT_QX_MAX_M=1023 A/B).
+SPLIT_QX_MAX_M = int(os.environ.get("FUSED_SPLIT_QX_MAX_M", "0"))
 # The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
 # x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
-# fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight (fp8 W8A16 at M=128:
-# 156.9 µs vs bf16 122.2). fp16 activations (11 bits) keep the mixed-input GEMM. Not yet measured on the
-# H200: opt-in, FUSED_FP8_SPLIT=1.
-FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "0") == "1"
+# fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight. fp16 activations
+# (11 bits) keep the mixed-input GEMM. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
+# -> split (FUSED_FP8_SPLIT=0/1, `.ci/h200_next.sh abqx`): M=64 122.6 -> 81.2, 128 156.8 -> 112.8,
+# 256 284.4 -> 187.5, 512 498.8 -> 335.2. FUSED_FP8_SPLIT=0 turns it off.
+FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
 # as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
@@ -119,7 +125,7 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         small = "w8a16_gemv"
         if not dynamic and fmt == "int8" and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             # the planes made inside the GEMM at small M (one launch), by act_split above
-            return "w8_gemm_split" if M <= QX_MAX_M else "act_split+w8_gemm_split"
+            return "w8_gemm_split" if M <= SPLIT_QX_MAX_M else "act_split+w8_gemm_split"
         if not dynamic and fmt == "float8_e4m3" and FP8_SPLIT and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             return "act_split+w8_gemm_split"
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
@@ -252,7 +258,7 @@ _cuda_paths: dict = {}
 def _size_class(M: int, dynamic: bool, wdtype, xdtype) -> int:
     """The hot path's cache key for M: every M of a class takes the same kernel(s) (see triton_kernel_for)."""
     if not dynamic and SPLIT_MIN_M <= M <= SPLIT_MAX_M and wdtype == torch.int8 and xdtype != torch.float32:
-        return 3 if M <= QX_MAX_M else 5  # split activations, inside the GEMM / by act_split
+        return 3 if M <= SPLIT_QX_MAX_M else 5  # split activations, inside the GEMM / by act_split
     if (not dynamic and FP8_SPLIT and SPLIT_MIN_M <= M <= SPLIT_MAX_M and wdtype == torch.float8_e4m3fn
             and xdtype == torch.bfloat16):
         return 5  # e4m3 planes by act_split
@@ -267,7 +273,7 @@ def _class_m(size: int, dynamic: bool) -> int:
     """An M of the class (what triton_kernel_for names the kernels by)."""
     if size == 1:
         return max(A8_GEMV_MAX_M, QX_MAX_M) + 1 if dynamic else GEMV_MAX_M + 1
-    return {0: 1, 2: WIDEN_MIN_M, 3: max(1, SPLIT_MIN_M), 4: QX_MAX_M, 5: max(QX_MAX_M + 1, SPLIT_MIN_M)}[size]
+    return {0: 1, 2: WIDEN_MIN_M, 3: max(1, SPLIT_MIN_M), 4: QX_MAX_M, 5: max(SPLIT_QX_MAX_M + 1, SPLIT_MIN_M)}[size]
 
 
 _kernels = None

@@ -375,10 +375,12 @@ def test_gemm_split_activations_interpreted(gated, split, monkeypatch):
 
 def test_dispatch_split_path_interpreted(monkeypatch):
     """With dispatch.SPLIT_MAX_M set, W8A16 int8 calls take split activations: made inside the GEMM at
-    M <= QX_MAX_M (one launch), by act_split above; fp32 activations, fp8 weights keep their paths."""
+    M <= SPLIT_QX_MAX_M (one launch), by act_split above; fp32 activations, fp8 weights keep their paths."""
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
+    monkeypatch.setattr(dispatch, "SPLIT_QX_MAX_M", 16)
+    monkeypatch.setattr(dispatch, "FP8_SPLIT", False)  # fp8's split route: test_dispatch_fp8_split_path
     monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 1)
     dispatch.stats.clear()
     with dispatch.force_path("triton"):
@@ -452,7 +454,7 @@ def test_mma_decode_paths_cuda(fmt):
 
     for M in (1, 16, 300):
         x, q, s, b = _case(M, 176, 272, fmt, True, True, torch.bfloat16, "cuda", "plain")
-        for cfg in _candidates(M, 176, 272, True, True)[:3]:
+        for cfg in _candidates(M, 176, 272, True, True, quantize_x=True)[:3]:
             xq, xs = act_quant(x, fp8=fmt != "int8")
             want = w8_gemm(xq, q, s, b, "silu", True, x_scale=xs, out_dtype=x.dtype, config=cfg)
             got = w8_gemm(x, q, s, b, "silu", True, config=cfg, quantize_x=True)
@@ -505,11 +507,15 @@ def test_gemm_candidates():
     assert (128, 64, 128, 3, 8) in tiles(128, 14336, 4096, True, True)
     split = tiles(128, 14336, 4096, True, False, True)
     assert all(4 * bm * bn // (32 * w) <= 128 for bm, bn, _, _, w in split)
+    # quantize_x keeps x's tile in bf16: a 128x128x128 gated tile x 4 stages asked the H200 for 256 KB
+    for M in (16, 300, 1024):
+        qx = tiles(M, 176, 272, True, True, False, True)
+        assert all(s * (2 * bm + 2 * bn) * bk <= 220 * 1024 for bm, bn, bk, s, _ in qx), (M, qx)
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
 def test_relu_epilogue_keeps_nan(device):
-    """The relu epilogue is max.NaN (one instruction): a NaN row stays NaN through relu, as in torch, and
+    """The relu epilogue keeps NaN: a NaN row stays NaN through relu, as in torch, and
     negative sums still become 0 (GEMV and tiled GEMM)."""
     from fused.kernels.w8_gemm import w8_gemm
     from fused.kernels.w8a16_gemv import w8a16_gemv

@@ -28,7 +28,8 @@ def _rint(t):
 @triton.jit
 def _round_e4m3(v):
     """Round |v| <= 448 to the nearest e4m3 value (ties to even) in fp32, so the cast that follows is
-    exact. Only under the interpreter, which truncates in its fp32→fp8 cast (124.3 -> 64)."""
+    exact. Used under the interpreter, which truncates in its fp32→fp8 cast (124.3 -> 64), and where the
+    rounded value itself is needed (act_split's fp8 residual)."""
     e = ((v.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127
     e = tl.maximum(e, -6)  # e4m3 subnormals share the quantum 2^-9
     quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint, e4m3_bits, row_absmax
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, e4m3_bits, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
@@ -37,9 +37,12 @@ def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND
     """fp32 x and its per-row scale -> (hi, lo) e4m3 bits with x / scale = hi + lo / LO + (rounding of lo),
     as lowbit.split_activation_fp8."""
     v = tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)
-    hi = e4m3_bits(v, HAND_ROUND)
-    r = (v - hi.to(tl.float8e4nv, bitcast=True).to(tl.float32)) * LO  # exact
-    return hi, e4m3_bits(r, HAND_ROUND)
+    # hi's value rounded in fp32, not read back through its e4m3 bits: on the H200 (triton 3.6) the
+    # fp32 -> e4m3 -> fp32 round trip in registers gave wrong values in two lanes of every four.
+    hv = _round_e4m3(v)
+    hv = tl.where(hv == 0.0, v * 0.0, hv)  # the sign of a zero, as the cast keeps it
+    r = (v - hv) * LO  # exact
+    return e4m3_bits(hv, False), e4m3_bits(r, HAND_ROUND)  # hv is an e4m3 value: its cast is exact
 
 
 @triton.jit

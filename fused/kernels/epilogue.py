@@ -7,8 +7,9 @@ import triton.language as tl
 def activation(y, ACT: tl.constexpr):
     """Apply the activation named by ACT to an fp32 block; the names match fused.activations."""
     if ACT == "relu":
-        # max.NaN: one FMNMX per element and NaN in gives NaN out (plain max drops NaN; where() costs 2)
-        y = tl.maximum(y, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        # not tl.maximum: on the GPU it drops NaN (NaN in must give NaN out). Not max.NaN either
+        # (propagate_nan=ALL): one instruction instead of two, yet the H200 narrow MLP went 247.5 -> 281.5 µs
+        y = tl.where(y < 0.0, 0.0, y)
     elif ACT == "gelu":
         y = 0.5 * y * (1.0 + tl.math.erf(y * 0.7071067811865476))
     elif ACT == "gelu_tanh":

@@ -287,8 +287,7 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """At most 8 configs (each one is a compile on the GPU); the first is the heuristic default.
 
     M = 1: vsel tiles, and one gather tile. 2 <= M <= 16: expand + tl.dot (the expansion is shared by the
-    16 rows); vsel (and for M <= 4 gather) with BLOCK_M = next power of two are in the running too (their
-    cost grows with M)."""
+    16 rows); for M <= 4 also vsel and gather with BLOCK_M = next power of two (their cost grows with M)."""
     if M == 1:
         # vsel won every M=1 comparison on the H200 (gate/up 50.2 vs 62.1 µs, down 29.8 vs 55.4); the best
         # gather tile stays as the fallback
@@ -301,10 +300,9 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
         if M <= 4:
             out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4), _cfg("vsel", bm, 16, 128, 4),
                     _cfg("vsel", bm, 32, 128, 4)]
-        elif M <= 8:  # sm_90: 211-338 SASS instructions per iteration, no spills
-            out += [_cfg("vsel", bm, 16, 128, 4), _cfg("vsel", bm, 16, 64, 4), _cfg("vsel", bm, 16, 128, 8)]
-        else:  # BLOCK_M 16: 204-338 per iteration, no spills; against the unpacked route's ~166 µs per block
-            out += [_cfg("vsel", bm, 16, 64, 4), _cfg("vsel", bm, 16, 64, 8)]
+        # vsel with BLOCK_M 8 / 16 lost on the H200 (2026-12-01): its per-row select costs about one M=1 GEMV
+        # per row (gated: BM 1 51.0 µs, 2 94.8, 4 160.1); 'dot' took 190-198 at M = 8, 16 and the unpacked
+        # route 112 (the route keeps that)
     for c in out:
         c["SPLIT_K"] = _split_for(cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
     return out

@@ -41,6 +41,14 @@ TUNED: dict = {
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 4},
     ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.int8', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4, 'SPLIT_K': 4},
+    # fp8 W8A16 through e4m3 split activations and int8 split at M=512 (bench of 2026-12-01, fourth session,
+    # examples/results/h200/llama_fp8split.json "tuned"; every candidate timed, L2 flushed)
+    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4, 'SPLIT_K': 4},
+    ('w8_gemm', '512', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '512', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '512', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '512', '4096', '14336', 'False', 'True', 'torch.int8', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '128', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '128', '4096', '14336', 'False', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 4},
     # 2:4 decode at M=1 (bench of 2026-12-01, third session): the vsel form, block 107.2 -> 72.9 us

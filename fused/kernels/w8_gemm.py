@@ -200,8 +200,10 @@ def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool) 
     return bn, stages, warps
 
 
-def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = False) -> list[dict]:
-    """First entry: the heuristic default for this M (used untuned with FUSED_TUNE=0)."""
+def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = False,
+                quantize_x: bool = False) -> list[dict]:
+    """First entry: the heuristic default for this M (used untuned with FUSED_TUNE=0). ``quantize_x``: x's
+    tile stays in its float dtype (2 bytes) in shared memory, so deep pipelines are cut to fit."""
     bk = 128 if a8 else 64
     if M <= 64:
         c = [(32, 128, 128, 4, 4), (16, 128, 128, 4, 4), (64, 128, bk, 4, 4), (32, 64, 128, 4, 4)]
@@ -222,8 +224,12 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
     for bm, bn, k, stages, warps in c:
         if split:
             bn, stages, warps = _split_fit(bm, bn, k, stages, warps, gated)
-        elif gated and bm * bn > 128 * 128:
-            bn //= 2  # two accumulators
+        else:
+            if gated and bm * bn > 128 * 128:
+                bn //= 2  # two accumulators
+            xb = 2 if (quantize_x or not a8) else 1  # x's bytes per element in shared memory
+            while stages > 2 and stages * (xb * bm + (2 if gated else 1) * bn) * k > 220 * 1024:
+                stages -= 1  # the H200 gives a CTA 227 KB (a 128x128x128 gated quantize_x tile x 4 = 256 KB)
         base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps)
         # too few tiles to fill 132 SMs (a down projection at M <= 256): split K as well
         tiles = cdiv(M, bm) * cdiv(N, bn)
@@ -302,7 +308,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
-            cands = lambda: _candidates(M, N, K, gated, a8, x_split)  # noqa: E731
+            cands = lambda: _candidates(M, N, K, gated, a8, x_split, quantize_x)  # noqa: E731
         key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ()) + (
             ("qx",) if quantize_x else ())
         config = pick("w8_gemm", key, cands, launch)
