@@ -26,3 +26,17 @@ def pytest_collection_modifyitems(config, items):
 def _seed():
     torch.manual_seed(0)
     yield
+
+
+@pytest.fixture(autouse=True)
+def _bounds():
+    """Under the interpreter every kernel launch of every test is bounds-checked (tests/bounds.py): an
+    active lane outside the launch's tensor arguments fails the test (on the GPU: an illegal address)."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        yield
+        return
+    from bounds import checked_bounds
+
+    with checked_bounds():
+        yield
+
