@@ -487,3 +487,17 @@ if "narrow8" in what:
     if dev == "cuda":
         torch.cuda.synchronize()
     p("cfg", wdtype, i, "ok, sqnr", round(sqnr(ref.float(), y.float()), 1))
+
+if "split512" in what:
+    # per-kernel device time of the split-activation W8A16 blocks (profiler, not a graph): on 2026-12-01 the
+    # fp8 block at M=512 took 364.7 us against 306 for its two tuned GEMMs, int8 354.6 against 337
+    import copy
+    base = make_block("llama", 4096, 14336, "cuda")
+    for name, cfg in {"fp8 W8A16": fused.FusedFloat8MLP(weight_only=True), "int8 W8A16": fused.FusedInt8MLP()}.items():
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        for M in (128, 512):
+            tot, rows = kernels(m, torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16))
+            p(f"== {name} M={M}: kernel sum {tot:.1f} us")
+            for t, c, k in rows[:6]:
+                p(f"   {t:9.1f} us  x{c:.0f}  {k}")
+        del m

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|split512|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: narrowbug (an illegal memory access in test_cuda_every_candidate_config
-# [8-layers-*] on 2026-12-01, two runs of three), tests (the whole cuda suite), bench (the README table: not
+# [8-layers-*] on 2026-12-01, two runs of three), tests (the whole cuda suite), split512, bench (the README table: not
 # re-run since the fp8 split default, the vsel GEMV and the M=128 tiles; README footnotes 4-6 hold the focused
 # reruns).
 set -uo pipefail
@@ -53,6 +53,8 @@ for k, v in j['timings'].items():
       timeout 60 ${SAN:+$SAN --print-limit 3} python3 .ci/diag.py narrow8 $w $i 2>&1 | filt | grep -E "^cfg|Invalid|ERROR SUMMARY|Error|at 0x|by thread" | head -6
     done; done
     CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -x --tb=short tests/test_narrow_mlp.py 2>&1 | filt | grep -E "^E |passed|failed" | head ;;
+  split512)  # where the fp8 split block's time goes at M=512 (364.7 us vs 306 for its GEMMs): per-kernel times
+    timeout 300 python3 .ci/diag.py split512 2>&1 | filt | grep -E "==|us  x" ;;
   abqx)  # two A/Bs, block µs at M = 64..512: fp8 W8A16 mixed-input vs e4m3 split (FUSED_FP8_SPLIT), and int8
           # W8A16 split activations by act_split (2 launches per layer) vs made inside the GEMM (FUSED_SPLIT_QX_MAX_M)
     for e in "FUSED_FP8_SPLIT=0" "FUSED_FP8_SPLIT=1" "FUSED_SPLIT_QX_MAX_M=0" "FUSED_SPLIT_QX_MAX_M=1023"; do
@@ -65,5 +67,5 @@ for k, v in j['timings'].items():
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|abqx|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|split512|abqx|readtma"; exit 2 ;;
 esac
