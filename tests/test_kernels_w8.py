@@ -612,3 +612,31 @@ def test_dispatch_fp8_split_path_interpreted(monkeypatch):
     assert paths[("linear", "triton:w8_gemm_w8a16")] == 1
     path, why = dispatch.plan("linear", "float8_e4m3", False, "cuda", M=20, dtype=torch.bfloat16)
     assert path == "triton:act_split+w8_gemm_split" and "e4m3 planes" in why
+
+
+def test_dispatch_fp8_split_awkward_inputs_interpreted(monkeypatch):
+    """The fp8 split route (default on) on awkward inputs: transposed and offset views, a NaN row and an Inf
+    row (NaN out, the other rows untouched), a zero weight row, M=0; outputs poisoned before the run."""
+    from fused import dispatch
+
+    _poisoned_empty(monkeypatch)
+    monkeypatch.setattr(dispatch, "FP8_SPLIT", True)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 2)
+    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
+    monkeypatch.setattr(dispatch, "_cuda_paths", {})
+    dispatch.stats.clear()
+    with dispatch.force_path("triton"):
+        for M, N, K, view in ((3, 20, 70, "transposed"), (17, 19, 100, "3d_offset")):
+            x, q, s, b = _case(M, N, K, "float8_e4m3", False, True, torch.bfloat16, "cpu", view)
+            q[5] = 0
+            s[5] = 0.0  # an all-zero weight row (scale 0): its output is the bias
+            x[1, 4], x[2, 7] = float("nan"), float("inf")
+            y = dispatch.linear(x, q, s, b, "gelu")
+            ref = linear_ref(x, q, s, b, "gelu")
+            ok = [0] + list(range(3, M))
+            assert torch.isnan(y[1]).all() and torch.isnan(y[2]).all()
+            assert not torch.isnan(y[ok]).any() and sqnr(ref[ok], y[ok]) > 40, (M, view)
+            want = torch.nn.functional.gelu(b[5]).expand(len(ok))  # zero weights: gelu(bias), 1 bf16 ulp
+            torch.testing.assert_close(y[ok, 5].float(), want, rtol=8e-3, atol=0)
+        assert dispatch.linear(x[:0], q, s, b).shape == (0, N)
+    assert dispatch.stats[("linear", "triton:act_split+w8_gemm_split")] == 2
