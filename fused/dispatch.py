@@ -171,12 +171,12 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                     why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
                             "into two int8 planes, two int8 tensor-core dots per weight tile")
                 if fmt in ("float8_e4m3", "any") and FP8_SPLIT and SPLIT_MIN_M <= SPLIT_MAX_M:
-                    why += (f"; fp8 with bf16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M} (FUSED_FP8_SPLIT=1): "
-                            "activations split into two e4m3 planes, two fp8 tensor-core dots per weight tile")
+                    why += (f"; fp8 with bf16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split into "
+                            "two e4m3 planes, two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
         elif "w8_gemm_split" in kernel and fmt == "float8_e4m3":
-            why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M} (FUSED_FP8_SPLIT=1): bf16 activations split into two "
-                   "e4m3 planes per token (~8 significant bits), two fp8 tensor-core dots per weight tile")
+            why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
+                   "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
         elif "w8_gemm_split" in kernel:
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
