@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|split512|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: narrowbug (an illegal memory access in test_cuda_every_candidate_config
-# [8-layers-*] on 2026-12-01, two runs of three), tests (the whole cuda suite), split512, bench (the README table: not
+# [8-layers-*] on 2026-12-01, two runs of three), tests (the whole cuda suite), s24small and s24prefill (the
+# 16-bit word expansion of 2:4 tiles, untimed), split512, bench (the README table: not
 # re-run since the fp8 split default, the vsel GEMV and the M=128 tiles; README footnotes 4-6 hold the focused
 # reruns).
 set -uo pipefail
@@ -47,6 +48,16 @@ for k, v in j['timings'].items():
   narrow)  # the narrow MLP after the relu change (max.NaN): width 64 x 5 layers, batch 2**21, vs eager/compile
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
     timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
+  s24prefill)  # the tiled 2:4 kernel after the 16-bit word expansion (the route picks packed or unpacked per shape)
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24.py tests/test_unpack24.py 2>&1 | filt | tail -2
+    timeout 400 python3 -m fused bench --blocks llama --m 128,1024 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours int8 W8A16" --out "$OUT/s24prefill" 2>&1 | filt | grep "^|" | head -8
+    python3 -c "
+import json
+j = json.load(open('$OUT/s24prefill/bench.json'))
+for k, v in j['timings'].items():
+    if 'sparse24_route' in str(k):
+        print(k, sorted(v, key=lambda r: r[0]))" ;;
   narrowbug)  # which narrow-MLP config faults: compute-sanitizer on each 8-layer candidate in its own process
     SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
     for w in fp16 bf16 int8; do for i in 0 1 2 3 4; do
@@ -67,5 +78,5 @@ for k, v in j['timings'].items():
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|split512|abqx|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|abqx|readtma"; exit 2 ;;
 esac

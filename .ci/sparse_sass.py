@@ -1,5 +1,5 @@
 """SASS per loop iteration of the 2:4 decode GEMV (sparse24_gemv) and of the narrow MLP, compiled for sm_90
-without a GPU (run without TRITON_INTERPRET): python .ci/sparse_sass.py [sparse|narrow]. The instruction
+without a GPU (run without TRITON_INTERPRET): python .ci/sparse_sass.py [sparse|narrow|expand]. The instruction
 counts and load widths in examples/results/h200/NOTES.md (vsel, relu as max.NaN) come from it."""
 import collections
 import os
@@ -53,6 +53,21 @@ if __name__ == "__main__":
                     spills = "ld.local" in k.asm["ptx"] or "st.local" in k.asm["ptx"]
                     print("gate_up" if gated else "down", "M", M, cfg, dict(loads), "SPILLS" if spills else "")
                     hist(k, "   ")
+    if "expand" in what:  # the dense-tile expansion: 'dot' decode tiles at M=16 and the tiled kernel's 64x64x128
+        from fused.kernels import sparse24_linear as sl
+        for value in ("int8", "fp8"):
+            for bn in (64, 32):
+                cfg = dict(MODE="dot", BLOCK_M=16, BLOCK_N=bn, BLOCK_K=128, num_warps=4, SPLIT_K=1)
+                hist(compile_sparse(cfg, True, 14336, 4096, 16, value), f"dot {value} gate_up 16x{bn}x128")
+            for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
+                pointers = dict(x_ptr="*bf16", xs_ptr="*fp32", v_ptr="*i8" if value == "int8" else "*u8",
+                                m_ptr="*u8", ws_ptr="*fp32", b_ptr="*fp32", y_ptr="*bf16")
+                ints = dict(M=128, N=N, K=K, stride_xm=K, stride_xk=1, stride_vn=K // 2, stride_mn=K // 8,
+                            stride_ym=N, stride_yn=1)
+                consts = dict(VALUE=value, DOT="native", GATED=gated, HAS_SCALE=True, HAS_BIAS=False,
+                              ACT="silu" if gated else "none", BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8)
+                k = compile_sm90(sl._sparse24_kernel, pointers, ints, consts, 4)["kernel"]
+                hist(k, f"sparse24_linear {value} {'gated' if gated else 'linear'} 64x64x128")
     if "narrow" in what:  # width 64, 5 layers, ReLU, fp16: (BLOCK_M, warps, stages, prefetch)
         for bm, w, s, f in ((128, 4, 1, False), (128, 4, 1, True), (256, 8, 1, True)):
             k = compile_narrow(bm, w, s, f)
