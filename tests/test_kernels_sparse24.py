@@ -148,3 +148,20 @@ def test_sqnr_thresholds_are_meaningful():
     # bf16 rounding alone of a unit-variance signal is ~ 52 dB; the bf16 threshold sits below it
     r = torch.randn(10_000)
     assert 45 < sqnr(r, r.bfloat16()) < 60 and not math.isinf(sqnr(r, r.bfloat16()))
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+def test_every_candidate_config(gated, monkeypatch):
+    """Each tile the tuner may pick (M > 64 adds the larger ones) gives the reference's result; the first is
+    the untuned default."""
+    from fused.kernels import sparse24_linear as sl
+
+    assert sl._candidates(20, 37, 260)[0] == dict(BLOCK_M=32, BLOCK_N=64, BLOCK_K=128, num_stages=3, num_warps=4)
+    cands = sl._candidates(70, 37, 260)
+    assert len(cands) == 5 and len({tuple(c.items()) for c in cands}) == 5
+    v, m, s = packed(2 * 37 if gated else 37, 260, torch.int8)
+    x = torch.randn(70, 260, dtype=torch.bfloat16)
+    for c in cands:
+        monkeypatch.setattr(sl, "_candidates", lambda M, N, K, c=c: [c])
+        monkeypatch.setattr(sl, "pick", lambda kernel, key, cands, launch: cands()[0])
+        check(*run_both(x, v, m, s, None, "silu", False, gated), torch.bfloat16)
