@@ -45,7 +45,7 @@ j = json.load(open('$OUT/s24small/bench.json'))
 for k, v in j['timings'].items():
     if 'sparse24' in k:
         v = sorted(v, key=lambda r: r[0]); print(k, v[:2])" ;;
-  narrow)  # the narrow MLP after the relu change (max.NaN): width 64 x 5 layers, batch 2**21, vs eager/compile
+  narrow)  # the narrow MLP: width 64 x 5 layers, batch 2**21, vs eager/compile
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
     timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
   s24prefill)  # the tiled 2:4 kernel after the 16-bit word expansion (the route picks packed or unpacked per shape)

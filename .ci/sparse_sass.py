@@ -1,6 +1,6 @@
 """SASS per loop iteration of the 2:4 decode GEMV (sparse24_gemv) and of the narrow MLP, compiled for sm_90
 without a GPU (run without TRITON_INTERPRET): python .ci/sparse_sass.py [sparse|narrow|expand]. The instruction
-counts and load widths in examples/results/h200/NOTES.md (vsel, relu as max.NaN) come from it."""
+counts and load widths in examples/results/h200/NOTES.md (vsel, relu as max.NaN, the 2:4 expansion) come from it."""
 import collections
 import os
 import re
