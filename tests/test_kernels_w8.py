@@ -588,17 +588,22 @@ def test_gemm_fp8_split_activations_interpreted(gated, split, monkeypatch):
         assert sqnr(ref, y) > 40, M
 
 
+def _fp8_split_on(monkeypatch, dispatch):
+    """The fp8 split route on for 2 <= M <= 64, the hot-path cache and the path counts cleared."""
+    monkeypatch.setattr(dispatch, "FP8_SPLIT", True)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 2)
+    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
+    monkeypatch.setattr(dispatch, "_cuda_paths", {})
+    dispatch.stats.clear()
+
+
 def test_dispatch_fp8_split_path_interpreted(monkeypatch):
     """With FUSED_FP8_SPLIT (dispatch.FP8_SPLIT), W8A16 fp8 with bf16 activations at SPLIT_MIN_M <= M <=
     SPLIT_MAX_M takes act_split (e4m3 planes) + the split GEMM; fp16/fp32 activations keep the mixed-input
     GEMM, and explain says which."""
     from fused import dispatch
 
-    monkeypatch.setattr(dispatch, "FP8_SPLIT", True)
-    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 2)
-    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
-    monkeypatch.setattr(dispatch, "_cuda_paths", {})
-    dispatch.stats.clear()
+    _fp8_split_on(monkeypatch, dispatch)
     with dispatch.force_path("triton"):
         x, q, s, b = _case(20, 24, 64, "float8_e4m3", True, True, torch.bfloat16, "cpu", "plain")
         assert sqnr(gated_ref(x, q, s, b, "silu"), dispatch.gated(x, q, s, b, "silu")) > 40
@@ -620,11 +625,7 @@ def test_dispatch_fp8_split_awkward_inputs_interpreted(monkeypatch):
     from fused import dispatch
 
     _poisoned_empty(monkeypatch)
-    monkeypatch.setattr(dispatch, "FP8_SPLIT", True)
-    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 2)
-    monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 64)
-    monkeypatch.setattr(dispatch, "_cuda_paths", {})
-    dispatch.stats.clear()
+    _fp8_split_on(monkeypatch, dispatch)
     with dispatch.force_path("triton"):
         for M, N, K, view in ((3, 20, 70, "transposed"), (17, 19, 100, "3d_offset")):
             x, q, s, b = _case(M, N, K, "float8_e4m3", False, True, torch.bfloat16, "cpu", view)
