@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session, in this order: narrowbug (an illegal memory access in test_cuda_every_candidate_config
-# [8-layers-*] on 2026-12-01, two runs of three), tests (the whole cuda suite), s24small and s24prefill (the
-# 16-bit word expansion of 2:4 tiles, untimed), split512, bench (the README table: not
-# re-run since the fp8 split default, the vsel GEMV and the M=128 tiles; README footnotes 4-6 hold the focused
-# reruns).
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# Next session, in this order: tests (the whole cuda suite, ~430 s), next (narrowbug: an illegal memory access in
+# test_cuda_every_candidate_config[8-layers-*] on 2026-12-01, two runs of three; s24small and s24prefill: the
+# 16-bit word expansion of 2:4 tiles, untimed; split512: where the fp8 split block's time goes), bench (the
+# README table: not re-run since the fp8 split default, the vsel GEMV and the M=128 tiles; README footnotes 4-6
+# hold the focused reruns).
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -37,7 +37,7 @@ case "${1:-}" in
   s24small)  # 2:4 decode at M = 1, 2, 4, 8, 16 (vsel for M <= 8 is new: the tuner and the packed/unpacked route
              # time it on first use), against dense int8 in the same process
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -2
-    FUSED_RETUNE=1 timeout 400 python3 -m fused bench --blocks llama --m 1,2,4,8,16 --no-baselines \
+    FUSED_RETUNE=1 timeout 400 python3 -m fused bench --blocks llama --m "${S24_MS:-1,2,4,8,16}" --no-baselines \
       --configs "ours int8 2:4 W8A16,ours int8 W8A16" --out "$OUT/s24small" 2>&1 | filt | grep "^|" | head -8
     python3 -c "
 import json
@@ -48,6 +48,8 @@ for k, v in j['timings'].items():
   narrow)  # the narrow MLP: width 64 x 5 layers, batch 2**21, vs eager/compile
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
     timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
+  next)  # the four checks of the 2026-12-01 leftovers in one device call (~450 s): narrowbug, s24small, s24prefill, split512
+    for m in narrowbug s24small s24prefill split512; do echo "=== $m"; S24_MS=4,16 bash "$0" "$m"; done ;;
   s24prefill)  # the tiled 2:4 kernel after the 16-bit word expansion (the route picks packed or unpacked per shape)
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x tests/test_kernels_sparse24.py tests/test_unpack24.py 2>&1 | filt | tail -2
     timeout 400 python3 -m fused bench --blocks llama --m 128,1024 --no-baselines \
@@ -60,7 +62,7 @@ for k, v in j['timings'].items():
         print(k, sorted(v, key=lambda r: r[0]))" ;;
   narrowbug)  # which narrow-MLP config faults: compute-sanitizer on each 8-layer candidate in its own process
     SAN=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null | head -1)
-    for w in fp16 bf16 int8; do for i in 0 1 2 3 4; do
+    for w in fp16; do for i in 0 1 2 3 4; do
       timeout 60 ${SAN:+$SAN --print-limit 3} python3 .ci/diag.py narrow8 $w $i 2>&1 | filt | grep -E "^cfg|Invalid|ERROR SUMMARY|Error|at 0x|by thread" | head -6
     done; done
     CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -x --tb=short tests/test_narrow_mlp.py 2>&1 | filt | grep -E "^E |passed|failed" | head ;;
@@ -78,5 +80,5 @@ for k, v in j['timings'].items():
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|abqx|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|abqx|readtma"; exit 2 ;;
 esac
