@@ -463,21 +463,17 @@ if "ncu128" in what:
 if "narrow8" in what:
     # one candidate config of the 8-layer narrow MLP (tests/test_narrow_mlp.py ARCHS), in its own process so a
     # fault names its config: `diag.py narrow8 fp16 3`
+    sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
+    from test_narrow_mlp import ARCHS, make_seq
+
     from fused.kernels.narrow_mlp import candidates, narrow_mlp
     from fused.narrow import FusedNarrowMLP, padded_width
     from fused.reference import narrow_mlp_ref
     from lowbit import sqnr
-    from torch import nn
     wdtype, i = sys.argv[2], int(sys.argv[3])
-    dims = [5, 17, 33, 128, 16, 3, 20, 31, 6]
-    acts = {"relu": nn.ReLU, "silu": nn.SiLU, "gelu": nn.GELU, "gelu_tanh": lambda: nn.GELU(approximate="tanh")}
-    layers = []
-    for (a, b), act in zip(zip(dims[:-1], dims[1:]), ["relu", "silu", "gelu", "gelu_tanh", "none", "relu", "silu", "none"]):
-        layers.append(nn.Linear(a, b))
-        if act != "none":
-            layers.append(acts[act]())
+    dims, acts = ARCHS["8-layers"]
     dev = "cuda" if torch.cuda.is_available() else "cpu"  # cpu: a smoke test under TRITON_INTERPRET=1
-    mod = FusedNarrowMLP.from_module(nn.Sequential(*layers).to(dev), wdtype)
+    mod = FusedNarrowMLP.from_module(make_seq(dims, acts).to(dev), wdtype)
     dtype = torch.bfloat16 if wdtype == "bf16" else torch.float16
     x = torch.randn(5000 if dev == "cuda" else 40, dims[0], device=dev, dtype=dtype)
     ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
@@ -487,17 +483,3 @@ if "narrow8" in what:
     if dev == "cuda":
         torch.cuda.synchronize()
     p("cfg", wdtype, i, "ok, sqnr", round(sqnr(ref.float(), y.float()), 1))
-
-if "split512" in what:
-    # per-kernel device time of the split-activation W8A16 blocks (profiler, not a graph): on 2026-12-01 the
-    # fp8 block at M=512 took 364.7 us against 306 for its two tuned GEMMs, int8 354.6 against 337
-    import copy
-    base = make_block("llama", 4096, 14336, "cuda")
-    for name, cfg in {"fp8 W8A16": fused.FusedFloat8MLP(weight_only=True), "int8 W8A16": fused.FusedInt8MLP()}.items():
-        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
-        for M in (128, 512):
-            tot, rows = kernels(m, torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16))
-            p(f"== {name} M={M}: kernel sum {tot:.1f} us")
-            for t, c, k in rows[:6]:
-                p(f"   {t:9.1f} us  x{c:.0f}  {k}")
-        del m

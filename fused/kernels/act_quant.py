@@ -34,7 +34,8 @@ def _round_e4m3(v):
     e = tl.maximum(e, -6)  # e4m3 subnormals share the quantum 2^-9
     quantum = ((e - 3 + 127) << 23).to(tl.float32, bitcast=True)  # 3 mantissa bits
     inv = ((127 - (e - 3)) << 23).to(tl.float32, bitcast=True)  # 1/quantum, exact (a power of two)
-    return _rint(v * inv) * quantum
+    r = _rint(v * inv) * quantum
+    return tl.where(r == 0.0, v * 0.0, r)  # keep the sign of a zero, as the cast does (-0.0 for tiny v < 0)
 
 
 @triton.jit
@@ -43,8 +44,7 @@ def e4m3_bits(v, HAND_ROUND: tl.constexpr):
     cvt.rn.satfinite (as torch's; a third of the ALU work of rounding by hand); the interpreter's cast
     truncates, so there the value is rounded by hand first and the cast is exact."""
     if HAND_ROUND:
-        r = _round_e4m3(v)
-        v = tl.where(r == 0.0, v * 0.0, r)  # keep the sign of a zero, as the cast does (-0.0 for tiny v < 0)
+        v = _round_e4m3(v)
     return v.to(tl.float8e4nv).to(tl.uint8, bitcast=True)
 
 

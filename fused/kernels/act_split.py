@@ -40,7 +40,6 @@ def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND
     # hi's value rounded in fp32, not read back through its e4m3 bits: on the H200 (triton 3.6) the
     # fp32 -> e4m3 -> fp32 round trip in registers gave wrong values in two lanes of every four.
     hv = _round_e4m3(v)
-    hv = tl.where(hv == 0.0, v * 0.0, hv)  # the sign of a zero, as the cast keeps it
     r = (v - hv) * LO  # exact
     return e4m3_bits(hv, False), e4m3_bits(r, HAND_ROUND)  # hv is an e4m3 value: its cast is exact
 
