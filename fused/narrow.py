@@ -6,8 +6,8 @@ every width <= 128 and at most 8 Linear layers runs as ONE kernel launch (fused.
 
 Layers: nn.Linear (bias or not), then optionally one activation (ReLU, SiLU, GELU erf / tanh, Identity);
 nn.Dropout is skipped (inference only: the fused module has no backward). Anything else is a ValueError
-naming the layer's index and type. The weights are packed once here (``pack_narrow``): each layer's Wᵀ
-zero-padded to powers of two >= 16 in one buffer, scales and biases in one fp32 buffer.
+naming the layer's index and type. The weights are packed once here (``pack_narrow``): each layer's W
+[N, K] zero-padded to powers of two >= 16 in one buffer, scales and biases in one fp32 buffer.
 
 Run time: the input may be fp16, bf16 or fp32 (int8 and 16-bit weights are widened to the input's dtype
 in registers; fp16 weights with bf16 input lose the 3 extra mantissa bits, like a bf16 model); the output
@@ -47,15 +47,16 @@ def padded_width(n: int) -> int:
 def pack_narrow(weights: list[torch.Tensor], scales: list[torch.Tensor | None], biases: list[torch.Tensor | None],
                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pack per-layer weights [N_i, K_i] (already in ``dtype``: fp16 / bf16 / int8), optional fp32 scales
-    [N_i] and biases [N_i] into (weights 1-D ``dtype``, params 1-D fp32): layer i as Wᵢᵀ zero-padded to
-    [pad(K_i), pad(N_i)] row-major, layers back to back; params per layer [scale (1 if None), bias (0 if
-    None)], each pad(N_i) long."""
+    [N_i] and biases [N_i] into (weights 1-D ``dtype``, params 1-D fp32): layer i as W_i zero-padded to
+    [pad(N_i), pad(K_i)] row-major (K-major: the layout whose wgmma descriptors stay valid for any tile
+    split, see fused.kernels.narrow_mlp), layers back to back; params per layer [scale (1 if None), bias
+    (0 if None)], each pad(N_i) long."""
     wparts, pparts = [], []
     for w, s, b in zip(weights, scales, biases):
         n, k = w.shape
         kp, np_ = padded_width(k), padded_width(n)
-        wt = torch.zeros(kp, np_, dtype=dtype, device=w.device)
-        wt[:k, :n] = w.t()
+        wt = torch.zeros(np_, kp, dtype=dtype, device=w.device)
+        wt[:n, :k] = w
         wparts.append(wt.reshape(-1))
         p = torch.zeros(2, np_, dtype=torch.float32, device=w.device)
         p[0] = 1.0
@@ -72,12 +73,23 @@ def unpack_narrow(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tup
     out, wo, po = [], 0, 0
     for k, n in zip(dims[:-1], dims[1:]):
         kp, np_ = padded_width(k), padded_width(n)
-        wt = weights[wo:wo + kp * np_].view(kp, np_)
+        wt = weights[wo:wo + kp * np_].view(np_, kp)
         p = params[po:po + 2 * np_].view(2, np_)
-        out.append(((wt[:k, :n].float() * p[0, :n]).t(), p[1, :n]))
+        out.append((wt[:n, :k].float() * p[0, :n, None], p[1, :n]))
         wo += kp * np_
         po += 2 * np_
     return out
+
+
+def _transpose_layers(packed: torch.Tensor, dims) -> torch.Tensor:
+    """The first packing (each layer as Wᵀ, [pad(K), pad(N)]) in today's layout ([pad(N), pad(K)])."""
+    parts, o = [], 0
+    for k, n in zip(dims[:-1], dims[1:]):
+        kp, np_ = padded_width(k), padded_width(n)
+        if o + kp * np_ <= packed.numel():
+            parts.append(packed[o:o + kp * np_].view(kp, np_).t().reshape(-1))
+        o += kp * np_
+    return torch.cat(parts) if o == packed.numel() else packed  # a wrong size is refused by the shape check
 
 
 def packed_sizes(dims) -> tuple[int, int]:
@@ -142,9 +154,12 @@ def is_narrow_mlp(module: nn.Module, fqn: str = "") -> bool:
 # -------------------------------------------------------------------------------------------- module
 
 class FusedNarrowMLP(nn.Module):
-    """A whole narrow MLP in one kernel launch: buffers ``weights`` (packed, fp16/bf16/int8) and
-    ``params`` (fp32 scales + biases); ``dims`` (real widths) and ``acts`` (one per layer) fix the
-    architecture. Inference only (its op raises on backward)."""
+    """A whole narrow MLP in one kernel launch: buffers ``weight_pack`` (packed, fp16/bf16/int8; also
+    ``weights``) and ``params`` (fp32 scales + biases); ``dims`` (real widths) and ``acts`` (one per layer)
+    fix the architecture. Inference only (its op raises on backward).
+
+    The weight buffer was named ``weights`` and held each layer transposed before 2026-12-01; a state
+    dict with that key is converted on load (same values, so the same outputs)."""
 
     op_name = "narrow_mlp"
     dynamic = False
@@ -158,7 +173,7 @@ class FusedNarrowMLP(nn.Module):
         if len(self.acts) != len(self.dims) - 1:
             raise ValueError(f"dims {self.dims} need {len(self.dims) - 1} activations, got {self.acts}")
         nw, np_ = packed_sizes(self.dims)
-        self.register_buffer("weights", torch.zeros(nw, dtype=WEIGHT_DTYPES[weight_dtype], device=device))
+        self.register_buffer("weight_pack", torch.zeros(nw, dtype=WEIGHT_DTYPES[weight_dtype], device=device))
         self.register_buffer("params", torch.zeros(np_, dtype=torch.float32, device=device))
         self._acts_str = ",".join(self.acts)
         self.source_bytes = 0  # bytes of the floating-point Linears this replaced (for explain)
@@ -188,10 +203,14 @@ class FusedNarrowMLP(nn.Module):
         dims = [layers[0][0].in_features] + [lin.out_features for lin, _ in layers]
         mod = cls(dims, [a for _, a in layers], weight_dtype, device=layers[0][0].weight.device)
         w, p = pack_narrow(ws, ss, bs, dtype)
-        mod.weights.copy_(w)
+        mod.weight_pack.copy_(w)
         mod.params.copy_(p)
         mod.source_bytes = sum(t.numel() * t.element_size() for lin, _ in layers for t in lin.parameters())
         return mod
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return self.weight_pack
 
     @property
     def fmt(self) -> str:
@@ -211,6 +230,9 @@ class FusedNarrowMLP(nn.Module):
         return dispatch.narrow_mlp(x, self.weights, self.params, self.dims, self.acts)
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+        old = state_dict.pop(prefix + "weights", None)
+        if old is not None and prefix + "weight_pack" not in state_dict:
+            state_dict[prefix + "weight_pack"] = _transpose_layers(old, self.dims)
         # load_state_dict would silently cast an int8 checkpoint into fp16 buffers (or the reverse): refuse
         for name, buf in self._buffers.items():
             key = prefix + name

@@ -142,10 +142,10 @@ def test_pack_roundtrip_and_padding():
         for (w, b), lin in zip(layers, [m for m in seq if isinstance(m, nn.Linear)]):
             assert w.shape == lin.weight.shape and torch.equal(b, torch.zeros_like(b))
             assert (w - lin.weight).abs().max() <= tol * lin.weight.abs().max()
-    # zero padding: a 37-wide layer occupies 64 columns, the padding is exactly zero
+    # zero padding: a 37-wide layer occupies 64 rows of [N, K], the padding is exactly zero
     w, p = pack_narrow([torch.ones(37, 16, dtype=torch.float16)], [None], [None], torch.float16)
-    w = w.view(16, 64)
-    assert w[:, :37].eq(1).all() and w[:, 37:].eq(0).all() and p.view(2, 64)[0].eq(1).all()
+    w = w.view(64, 16)
+    assert w[:37].eq(1).all() and w[37:].eq(0).all() and p.view(2, 64)[0].eq(1).all()
 
 
 def test_module_paths_agree_and_dropout_ignored():
@@ -292,8 +292,24 @@ def test_state_dict_roundtrip_and_dtype_moves():
     x = torch.randn(4, 3)
     assert torch.equal(fresh(x), mod(x))
     wrong = FusedNarrowMLP(mod.dims, mod.acts, "fp16")
-    with pytest.raises(ValueError, match=r"checkpoint key 'weights': expected torch.float16"):
+    with pytest.raises(ValueError, match=r"checkpoint key 'weight_pack': expected torch.float16"):
         wrong.load_state_dict(sd)
+
+
+def test_state_dict_of_the_first_layout_loads():
+    # before 2026-12-01 the buffer was "weights" with each layer stored as Wᵀ [pad(K), pad(N)]
+    dims = [5, 17, 33, 128, 16, 3]
+    seq = make_seq(dims, ["relu", "silu", "gelu", "none", "relu"])
+    mod = FusedNarrowMLP.from_module(seq, "fp16")
+    old, o = [], 0
+    for k, n in zip(dims[:-1], dims[1:]):
+        kp, np_ = (fused.narrow.padded_width(d) for d in (k, n))
+        old.append(mod.weights[o:o + kp * np_].view(np_, kp).t().reshape(-1))
+        o += kp * np_
+    sd = {"weights": torch.cat(old), "params": mod.params.clone()}
+    fresh = FusedNarrowMLP(dims, mod.acts, "fp16")
+    fresh.load_state_dict(sd)
+    assert torch.equal(fresh.weights, mod.weights)
 
 
 def test_candidate_configs_are_valid():
@@ -329,6 +345,48 @@ def test_cuda_every_candidate_config(wdtype, arch):
     for cfg in candidates(max(padded_width(d) for d in dims)):
         y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
         assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[dtype], cfg
+
+
+def _every_pair(widths):
+    """A walk through ``widths`` that takes every ordered pair (a, b) once (an Euler circuit of the
+    complete digraph with loops), so every layer shape K -> N of those widths appears."""
+    out, left = [], {a: list(widths) for a in widths}
+    stack = [widths[0]]
+    while stack:
+        a = stack[-1]
+        if left[a]:
+            stack.append(left[a].pop())
+        else:
+            out.append(stack.pop())
+    return out[::-1]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("wdtype", ["fp16", "int8"])
+@pytest.mark.parametrize("top", [128, 64, 32])
+def test_cuda_every_layer_shape_every_config(wdtype, top):
+    # every K -> N of the padded widths up to ``top`` (odd real widths, so masks and padding are active),
+    # in 8-layer pieces, under every candidate config: a wgmma layout that is wrong for one tile shape /
+    # warp split shows here (the N-major packing of the first version did, on sm_90)
+    real = {16: 13, 32: 29, 64: 61, 128: 128}
+    walk = [real[w] for w in _every_pair([w for w in (16, 32, 64, 128) if w <= top])]
+    acts = ["relu", "silu", "gelu", "gelu_tanh", "none"]
+    torch.manual_seed(0)
+    for i in range(0, len(walk) - 1, 8):
+        dims = walk[i:i + 9]
+        seq = make_seq(dims, [acts[j % len(acts)] for j in range(len(dims) - 1)]).cuda()
+        mod = FusedNarrowMLP.from_module(seq, wdtype)
+        x = torch.randn(777, dims[0], device="cuda", dtype=torch.float16)
+        ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+        for cfg in candidates(top):
+            y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
+            assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16], (dims, cfg)
+
+
+def test_every_pair_walk():
+    w = _every_pair([16, 32, 64, 128])
+    assert len(w) == 17 and w[0] == w[-1] == 16
+    assert sorted(zip(w[:-1], w[1:])) == sorted((a, b) for a in (16, 32, 64, 128) for b in (16, 32, 64, 128))
 
 
 def test_bench_example_smoke(tmp_path):

@@ -10,9 +10,13 @@ Design
 * Each program owns BLOCK_M rows of the batch: it loads its [BLOCK_M, K_in] input tile once (masked
   rows and columns, any strides), runs every layer on it with the activations in registers, and stores
   only the final [BLOCK_M, N_out] tile (masked). HBM traffic is the input and the output, nothing else.
-* Weights are packed once at conversion time (fused.narrow.pack_narrow) into ONE buffer: layer i as Wᵢᵀ zero-
-  padded to [D_i, D_{i+1}] (row-major, so a program loads it with contiguous, unmasked rows), layers
-  back to back. D_i = the width padded to a power of two >= 16 (tl.dot's minimum). The zero padding
+* Weights are packed once at conversion time (fused.narrow.pack_narrow) into ONE buffer: layer i as W_i
+  zero-padded to [D_{i+1}, D_i] (row-major, so a program loads it with contiguous, unmasked rows), layers
+  back to back. The dot takes its transpose: a K-major wgmma B operand. The [D_i, D_{i+1}] (N-major)
+  layout of the first version miscompiled on sm_90 / triton 3.6 (H200, 2026-12-01: 8 layers of widths
+  5-17-33-128-16-3-20-31-6, BLOCK_M 128 / 1 stage read shared memory out of bounds, BLOCK_M 64 / 8 warps
+  gave 9.8 dB): with a 16-wide N-major tile split between two warpgroups, a descriptor starts inside a
+  swizzle atom. K-major tiles split along N at whole rows. D_i = the width padded to a power of two >= 16 (tl.dot's minimum). The zero padding
   makes padded hidden units exactly act(0 + 0) and, since the next layer's padded rows are zero too,
   they contribute nothing whatever the activation. One fp32 buffer holds, per layer, [scale(D_{i+1}),
   bias(D_{i+1})] (scale 1 for 16-bit weights, bias 0 when the Linear has none).
@@ -45,14 +49,14 @@ from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_wi
 @triton.jit
 def _layer(h, w_ptr, p_ptr, K: tl.constexpr, N: tl.constexpr, ACT: tl.constexpr, SCALED: tl.constexpr,
            DOT: tl.constexpr):
-    """act(h · W + b) for one layer: h [BLOCK_M, K] in the activation dtype, W = Wᵀ padded [K, N]."""
+    """act(h · Wᵀ + b) for one layer: h [BLOCK_M, K] in the activation dtype, W padded [N, K]."""
     offs_k = tl.arange(0, K)
     offs_n = tl.arange(0, N)
-    w = tl.load(w_ptr + offs_k[:, None] * N + offs_n[None, :])  # padded at pack time: no mask
+    w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])  # padded at pack time: no mask
     if DOT == "fp32":
-        acc = tl.dot(h.to(tl.float32), w.to(tl.float32), input_precision="ieee")
+        acc = tl.dot(h.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
     else:
-        acc = tl.dot(h, w.to(h.dtype))
+        acc = tl.dot(h, tl.trans(w.to(h.dtype)))
     if SCALED:
         acc = acc * tl.load(p_ptr + offs_n)[None, :]
     acc = acc + tl.load(p_ptr + N + offs_n)[None, :]
