@@ -65,6 +65,22 @@ if "kernels" in what:
     for k, v in tuning.timings.items():
         p("timings", k, sorted(v, key=lambda t: t[0])[:4])
 
+if "split512" in what:
+    # where the split-activation W8A16 block's time goes at M = 128 / 512 (fp8 364.7 us at 512 vs 306 for
+    # its tuned GEMMs on 2026-12-01): per-kernel device times, fp8 and int8 side by side
+    base = make_block("llama", 4096, 14336, "cuda")
+    import copy
+    for name, cfg in {"fp8 W8A16": fused.FusedFloat8MLP(weight_only=True), "int8 W8A16": fused.FusedInt8MLP()}.items():
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        for M in (128, 512):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            tot, rows = kernels(m, x)
+            p(f"== {name} M={M}: kernel sum {tot:.1f} us")
+            for t, c, k in rows[:6]:
+                p(f"   {t:9.1f} us  x{c:.0f}  {k[:90]}")
+        del m
+        torch.cuda.empty_cache()
+
 if "actq" in what:
     from triton.testing import do_bench
     for K in (4096, 14336):

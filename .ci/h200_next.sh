@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: tests (the whole cuda suite, ~430 s), next (narrowbug: an illegal memory access in
 # test_cuda_every_candidate_config[8-layers-*] on 2026-12-01, two runs of three; s24small and s24prefill: the
 # 16-bit word expansion of 2:4 tiles, untimed; split512: where the fp8 split block's time goes), bench (the
@@ -66,6 +66,10 @@ for k, v in j['timings'].items():
       timeout 60 ${SAN:+$SAN --print-limit 3} python3 .ci/diag.py narrow8 $w $i 2>&1 | filt | grep -E "^cfg|Invalid|ERROR SUMMARY|Error|at 0x|by thread" | head -6
     done; done
     CUDA_LAUNCH_BLOCKING=1 timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -x --tb=short tests/test_narrow_mlp.py 2>&1 | filt | grep -E "^E |passed|failed" | head ;;
+  narrowfix)  # the K-major narrow packing: every layer shape x every config on the GPU, the width-64 bench, split512
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py 2>&1 | filt | tail -4
+    timeout 150 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8
+    bash "$0" split512 ;;
   split512)  # where the fp8 split block's time goes at M=512 (364.7 us vs 306 for its GEMMs): per-kernel times
     timeout 300 python3 .ci/diag.py split512 2>&1 | filt | grep -E "==|us  x" ;;
   abqx)  # two A/Bs, block µs at M = 64..512: fp8 W8A16 mixed-input vs e4m3 split (FUSED_FP8_SPLIT), and int8
@@ -80,5 +84,5 @@ for k, v in j['timings'].items():
     python3 -c "import triton; print('triton', triton.__version__)"
     timeout 150 python3 .ci/diag.py pdl 2>&1 | filt | grep "=="
     timeout 400 python3 .ci/diag.py readtma 2>&1 | filt ;;
-  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|abqx|readtma"; exit 2 ;;
+  *) echo "usage: $0 tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma"; exit 2 ;;
 esac

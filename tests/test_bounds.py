@@ -44,14 +44,15 @@ def test_bounds_check_catches_and_passes():
 
 def test_narrow_mlp_every_config_in_bounds():
     """The narrow MLP's candidates on the test architectures (a GPU run of the 8-layer one faulted on
-    2026-12-01; under the interpreter no lane leaves its buffers, so the fault is not in the kernel's
-    address arithmetic)."""
-    from fused.kernels.narrow_mlp import candidates, narrow_mlp
+    2026-12-01; under the interpreter no lane leaves its buffers: the fault was a wgmma miscompile of the
+    N-major weight layout, see fused.kernels.narrow_mlp)."""
+    from fused.kernels.narrow_mlp import candidates, narrow_mlp, weight_smem_bytes
     from fused.narrow import FusedNarrowMLP, padded_width
     from test_narrow_mlp import ARCHS, make_seq
 
     for dims, acts in (ARCHS["8-layers"], ARCHS["3-16-37-5"]):
         mod = FusedNarrowMLP.from_module(make_seq(dims, acts), "fp16")
         x = torch.randn(300, dims[0] + 3, dtype=torch.float16)[:, 1:dims[0] + 1]  # strided rows
-        for cfg in candidates(max(padded_width(d) for d in dims)):
+        pads = [padded_width(d) for d in dims]
+        for cfg in candidates(max(pads), weight_smem_bytes(pads)):
             narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)

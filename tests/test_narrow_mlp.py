@@ -9,7 +9,7 @@ from torchao.quantization import quantize_
 
 import fused
 from fused import dispatch
-from fused.kernels.narrow_mlp import candidates, narrow_mlp
+from fused.kernels.narrow_mlp import candidates, narrow_mlp, weight_smem_bytes
 from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp, pack_narrow, unpack_narrow
 from fused.reference import narrow_mlp_ref
 from lowbit import sqnr
@@ -92,16 +92,20 @@ def test_batch_sizes(M):
     check(mod, seq, x, run_kernel(mod, x), "int8")
 
 
-def test_persistent_grid_with_prefetch():
-    """The grid-stride loop (fewer programs than tiles) with the next-tile prefetch, M not a multiple of BLOCK_M."""
-    dims, acts = ARCHS["3-16-37-5"]
+@pytest.mark.parametrize("wdtype", ["fp16", "int8"])
+@pytest.mark.parametrize("arch", ["3-16-37-5", "8-layers"])
+def test_persistent_grid_with_prefetch_and_hoist(arch, wdtype):
+    """The grid-stride loop (fewer programs than tiles) with the next-tile prefetch and / or the weights
+    hoisted out of the loop, M not a multiple of BLOCK_M."""
+    dims, acts = ARCHS[arch]
     seq = make_seq(dims, acts)
-    mod = FusedNarrowMLP.from_module(seq, "fp16")
-    x = torch.randn(67, 3, dtype=torch.float16)
+    mod = FusedNarrowMLP.from_module(seq, wdtype)
+    x = torch.randn(67, dims[0], dtype=torch.float16)
     for prefetch in (False, True):
-        cfg = dict(BLOCK_M=16, num_warps=4, num_stages=1, programs=2, prefetch=prefetch)
-        out = torch.full((67, 5), float("nan"), dtype=torch.float16)
-        check(mod, seq, x, run_kernel(mod, x, config=cfg, out=out), "fp16")
+        for hoist in (False, True):
+            cfg = dict(BLOCK_M=16, num_warps=4, num_stages=1, programs=2, prefetch=prefetch, hoist=hoist)
+            out = torch.full((67, dims[-1]), float("nan"), dtype=torch.float16)
+            check(mod, seq, x, run_kernel(mod, x, config=cfg, out=out), wdtype)
 
 
 def test_noncontiguous_3d_and_strided_output():
@@ -314,8 +318,13 @@ def test_state_dict_of_the_first_layout_loads():
 
 def test_candidate_configs_are_valid():
     for w in (16, 32, 64, 128):
-        for c in candidates(w):
+        for c in candidates(w, 0):
             assert c["BLOCK_M"] >= 64 and c["num_warps"] in (4, 8)
+            assert not c["hoist"] or c["programs_per_sm"] > 0  # hoisting pays only in a persistent loop
+        assert not any(c["hoist"] for c in candidates(w))
+    # width 128 x 5 layers (160 KB of weights) hoists at 1 stage only, x 8 layers (256 KB) not at all
+    hoisted = [c["num_stages"] for c in candidates(128, weight_smem_bytes([128] * 6)) if c["hoist"]]
+    assert hoisted == [1] and not any(c["hoist"] for c in candidates(128, weight_smem_bytes([128] * 9)))
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -342,7 +351,8 @@ def test_cuda_every_candidate_config(wdtype, arch):
     x = torch.randn(5000, dims[0], device="cuda", dtype=dtype)
     ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
     from fused.narrow import padded_width
-    for cfg in candidates(max(padded_width(d) for d in dims)):
+    pads = [padded_width(d) for d in dims]
+    for cfg in candidates(max(pads), weight_smem_bytes(pads)):
         y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
         assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[dtype], cfg
 
@@ -378,7 +388,8 @@ def test_cuda_every_layer_shape_every_config(wdtype, top):
         mod = FusedNarrowMLP.from_module(seq, wdtype)
         x = torch.randn(777, dims[0], device="cuda", dtype=torch.float16)
         ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
-        for cfg in candidates(top):
+        pads = [fused.narrow.padded_width(d) for d in dims]
+        for cfg in candidates(top, weight_smem_bytes(pads)):
             y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
             assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16], (dims, cfg)
 

@@ -47,16 +47,24 @@ from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_wi
 
 
 @triton.jit
-def _layer(h, w_ptr, p_ptr, K: tl.constexpr, N: tl.constexpr, ACT: tl.constexpr, SCALED: tl.constexpr,
-           DOT: tl.constexpr):
-    """act(h · Wᵀ + b) for one layer: h [BLOCK_M, K] in the activation dtype, W padded [N, K]."""
+def _weight(w_ptr, K: tl.constexpr, N: tl.constexpr, dt, DOT: tl.constexpr):
+    """One layer's W [N, K] (padded at pack time: no mask), widened to the dot's operand dtype."""
     offs_k = tl.arange(0, K)
     offs_n = tl.arange(0, N)
-    w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])  # padded at pack time: no mask
+    w = tl.load(w_ptr + offs_n[:, None] * K + offs_k[None, :])
     if DOT == "fp32":
-        acc = tl.dot(h.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision="ieee")
+        return w.to(tl.float32)
+    return w.to(dt)
+
+
+@triton.jit
+def _layer(h, w, p_ptr, N: tl.constexpr, ACT: tl.constexpr, SCALED: tl.constexpr, DOT: tl.constexpr):
+    """act(h · Wᵀ + b) for one layer: h [BLOCK_M, K] in the activation dtype, w = W [N, K] in that dtype."""
+    offs_n = tl.arange(0, N)
+    if DOT == "fp32":
+        acc = tl.dot(h.to(tl.float32), tl.trans(w), input_precision="ieee")
     else:
-        acc = tl.dot(h, tl.trans(w.to(h.dtype)))
+        acc = tl.dot(h, tl.trans(w))
     if SCALED:
         acc = acc * tl.load(p_ptr + offs_n)[None, :]
     acc = acc + tl.load(p_ptr + N + offs_n)[None, :]
@@ -83,11 +91,46 @@ def _narrow_mlp_kernel(
     A0: tl.constexpr, A1: tl.constexpr, A2: tl.constexpr, A3: tl.constexpr,
     A4: tl.constexpr, A5: tl.constexpr, A6: tl.constexpr, A7: tl.constexpr,
     D_OUT: tl.constexpr, SCALED: tl.constexpr, DOT: tl.constexpr, BLOCK_M: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, HOIST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     num_tiles = tl.cdiv(M, BLOCK_M)
+    dt = x_ptr.dtype.element_ty
+    # weight offsets of each layer in the packed buffer, params likewise
+    W1: tl.constexpr = D0 * D1
+    W2: tl.constexpr = W1 + D1 * D2
+    W3: tl.constexpr = W2 + D2 * D3
+    W4: tl.constexpr = W3 + D3 * D4
+    W5: tl.constexpr = W4 + D4 * D5
+    W6: tl.constexpr = W5 + D5 * D6
+    W7: tl.constexpr = W6 + D6 * D7
+    P1: tl.constexpr = 2 * D1
+    P2: tl.constexpr = P1 + 2 * D2
+    P3: tl.constexpr = P2 + 2 * D3
+    P4: tl.constexpr = P3 + 2 * D4
+    P5: tl.constexpr = P4 + 2 * D5
+    P6: tl.constexpr = P5 + 2 * D6
+    P7: tl.constexpr = P6 + 2 * D7
+    if HOIST:
+        # every layer's weights once per program, before the tile loop: Triton keeps them in shared memory
+        # (the dots' B operands) for the whole loop, so a persistent program reads them once instead of
+        # once per tile (40 KB per 128-row tile at width 64 x 5 layers, 2.5x the tile's own HBM traffic)
+        w0 = _weight(w_ptr, D0, D1, dt, DOT)
+        if NUM_LAYERS > 1:
+            w1 = _weight(w_ptr + W1, D1, D2, dt, DOT)
+        if NUM_LAYERS > 2:
+            w2 = _weight(w_ptr + W2, D2, D3, dt, DOT)
+        if NUM_LAYERS > 3:
+            w3 = _weight(w_ptr + W3, D3, D4, dt, DOT)
+        if NUM_LAYERS > 4:
+            w4 = _weight(w_ptr + W4, D4, D5, dt, DOT)
+        if NUM_LAYERS > 5:
+            w5 = _weight(w_ptr + W5, D5, D6, dt, DOT)
+        if NUM_LAYERS > 6:
+            w6 = _weight(w_ptr + W6, D6, D7, dt, DOT)
+        if NUM_LAYERS > 7:
+            w7 = _weight(w_ptr + W7, D7, D8, dt, DOT)
     if PREFETCH:
         nxt = _load_tile(x_ptr, pid, M, stride_xm, stride_xk, K_IN, D0, BLOCK_M)
     # grid-stride loop: one iteration per program unless the launcher chose a persistent grid
@@ -102,65 +145,86 @@ def _narrow_mlp_kernel(
         offs_m = tile * BLOCK_M + tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
         offs_out = tl.arange(0, D_OUT)
-        dt = h.dtype
-        wp = w_ptr
-        pp = p_ptr
-        y = _layer(h, wp, pp, D0, D1, A0, SCALED, DOT)
+        if not HOIST:
+            w0 = _weight(w_ptr, D0, D1, dt, DOT)
+        y = _layer(h, w0, p_ptr, D1, A0, SCALED, DOT)
         if NUM_LAYERS > 1:
-            wp += D0 * D1
-            pp += 2 * D1
-            y = _layer(y.to(dt), wp, pp, D1, D2, A1, SCALED, DOT)
+            if not HOIST:
+                w1 = _weight(w_ptr + W1, D1, D2, dt, DOT)
+            y = _layer(y.to(dt), w1, p_ptr + P1, D2, A1, SCALED, DOT)
         if NUM_LAYERS > 2:
-            wp += D1 * D2
-            pp += 2 * D2
-            y = _layer(y.to(dt), wp, pp, D2, D3, A2, SCALED, DOT)
+            if not HOIST:
+                w2 = _weight(w_ptr + W2, D2, D3, dt, DOT)
+            y = _layer(y.to(dt), w2, p_ptr + P2, D3, A2, SCALED, DOT)
         if NUM_LAYERS > 3:
-            wp += D2 * D3
-            pp += 2 * D3
-            y = _layer(y.to(dt), wp, pp, D3, D4, A3, SCALED, DOT)
+            if not HOIST:
+                w3 = _weight(w_ptr + W3, D3, D4, dt, DOT)
+            y = _layer(y.to(dt), w3, p_ptr + P3, D4, A3, SCALED, DOT)
         if NUM_LAYERS > 4:
-            wp += D3 * D4
-            pp += 2 * D4
-            y = _layer(y.to(dt), wp, pp, D4, D5, A4, SCALED, DOT)
+            if not HOIST:
+                w4 = _weight(w_ptr + W4, D4, D5, dt, DOT)
+            y = _layer(y.to(dt), w4, p_ptr + P4, D5, A4, SCALED, DOT)
         if NUM_LAYERS > 5:
-            wp += D4 * D5
-            pp += 2 * D5
-            y = _layer(y.to(dt), wp, pp, D5, D6, A5, SCALED, DOT)
+            if not HOIST:
+                w5 = _weight(w_ptr + W5, D5, D6, dt, DOT)
+            y = _layer(y.to(dt), w5, p_ptr + P5, D6, A5, SCALED, DOT)
         if NUM_LAYERS > 6:
-            wp += D5 * D6
-            pp += 2 * D6
-            y = _layer(y.to(dt), wp, pp, D6, D7, A6, SCALED, DOT)
+            if not HOIST:
+                w6 = _weight(w_ptr + W6, D6, D7, dt, DOT)
+            y = _layer(y.to(dt), w6, p_ptr + P6, D7, A6, SCALED, DOT)
         if NUM_LAYERS > 7:
-            wp += D6 * D7
-            pp += 2 * D7
-            y = _layer(y.to(dt), wp, pp, D7, D8, A7, SCALED, DOT)
+            if not HOIST:
+                w7 = _weight(w_ptr + W7, D7, D8, dt, DOT)
+            y = _layer(y.to(dt), w7, p_ptr + P7, D8, A7, SCALED, DOT)
         tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_out[None, :] * stride_yn,
                  y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & (offs_out < N_OUT)[None, :])
 
 
 # ------------------------------------------------------------------------------------------ launching
 
-def candidates(max_width: int) -> list[dict]:
+def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
     """Configs to time, the heuristic default first: (BLOCK_M, num_warps, num_stages, programs_per_sm,
-    prefetch). ``programs_per_sm`` 0: one program per row tile (the hardware overlaps one program's
-    loads with another's dots); k > 0: a persistent grid of k programs per SM looping over tiles (the
-    weights stay in that SM's L1), where ``prefetch`` loads the next tile before computing this one.
-    BLOCK_M is large so the weights read per tile are amortised over many rows. Registers, from ptxas
-    for sm_90, 5 fp16 layers: width 64 (128, 4) 194/thread, (256, 8) 190, (128, 8) 162, (64, 4) 138,
-    (256, 4) spills; width 128: (128, 8) 220, everything else tried spills; width 16 (512, 8) 128."""
+    prefetch, hoist). ``programs_per_sm`` 0: one program per row tile (the hardware overlaps one program's
+    loads with another's dots); k > 0: a persistent grid of k programs per SM looping over tiles, where
+    ``prefetch`` loads the next tile before computing this one and ``hoist`` loads the weights once before
+    the loop (kept in shared memory: offered when ``hoist_bytes``, their size in 16 bits, plus the input
+    tiles fit, see ``weight_smem_bytes``); num_stages 2 lets Triton pipeline the hoisted loop's input loads. BLOCK_M is large so the weights read per tile are amortised
+    over many rows. Registers, from ptxas for sm_90, 5 fp16 layers: width 64 (128, 4) 194/thread, (256, 8)
+    190, (128, 8) 162, (64, 4) 138, (256, 4) spills; width 128: (128, 8) 220, everything else tried
+    spills; width 16 (512, 8) 128."""
     if max_width <= 16:
         c = [(256, 4, 1, 0, 0), (512, 8, 1, 0, 0), (128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
              (512, 8, 1, 2, 1)]
+        h = [(256, 4, 1, 4, 0), (256, 4, 2, 4, 0), (512, 8, 1, 2, 1)]
     elif max_width <= 32:
         c = [(256, 4, 1, 0, 0), (128, 4, 1, 0, 0), (512, 8, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
              (128, 4, 1, 8, 1), (256, 8, 1, 2, 1)]
+        h = [(256, 4, 1, 4, 0), (256, 4, 2, 2, 0), (128, 4, 2, 4, 0), (256, 4, 1, 4, 1)]
     elif max_width <= 64:
         c = [(128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (128, 8, 1, 0, 0), (64, 4, 1, 0, 0), (128, 4, 1, 2, 1),
              (128, 4, 1, 2, 0), (256, 8, 1, 1, 1), (128, 8, 1, 2, 1), (64, 4, 1, 4, 1)]
+        h = [(128, 4, 1, 2, 0), (128, 4, 2, 2, 0), (128, 4, 1, 2, 1), (128, 8, 2, 2, 0), (64, 4, 2, 4, 0),
+             (128, 4, 3, 1, 0)]
     else:  # width 128: only BLOCK_M 128 with 8 warps compiles without spills
         c = [(128, 8, 1, 0, 0), (128, 8, 1, 1, 1), (128, 8, 1, 1, 0), (128, 8, 2, 0, 0), (64, 8, 1, 0, 0)]
-    return [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f))
-            for bm, w, s, p, f in c]
+        h = [(128, 8, 1, 1, 0), (128, 8, 2, 1, 0)]
+    out = [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=False)
+           for bm, w, s, p, f in c]
+    if hoist_bytes is not None:
+        # the hoisted weights plus num_stages input tiles (16-bit, max_width wide: a bound) must fit in
+        # shared memory (sm_90: 227 KB) with room for Triton's layout-conversion scratch (sm_90 compiles
+        # of width 128 x 5 layers: 196 KB at 1 stage, 262 KB at 2)
+        out += [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=True)
+                for bm, w, s, p, f in h if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
+    return out
+
+
+SMEM_BUDGET = 200 * 1024
+
+
+def weight_smem_bytes(pads) -> int:
+    """Shared memory the hoisted weights take: every layer in 16 bits (int8 is widened before the dot)."""
+    return 2 * sum(a * b for a, b in zip(pads[:-1], pads[1:]))
 
 
 def _programs(device: torch.device, per_sm: int, tiles: int) -> int:
@@ -202,7 +266,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
             D0=D[0], D1=D[1], D2=D[2], D3=D[3], D4=D[4], D5=D[5], D6=D[6], D7=D[7], D8=D[8],
             A0=A[0], A1=A[1], A2=A[2], A3=A[3], A4=A[4], A5=A[5], A6=A[6], A7=A[7],
             D_OUT=pads[-1], SCALED=weights.dtype == torch.int8, DOT=dot_mode(x.dtype), BLOCK_M=cfg["BLOCK_M"],
-            PREFETCH=cfg.get("prefetch", False),
+            PREFETCH=cfg.get("prefetch", False), HOIST=cfg.get("hoist", False),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
 
@@ -210,7 +274,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, num_warps=4, num_stages=1, programs_per_sm=0, prefetch=False)]  # noqa: E731
         else:
-            cands = lambda: candidates(max(pads))  # noqa: E731
+            cands = lambda: candidates(max(pads), weight_smem_bytes(pads))  # noqa: E731
         key = (m_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype)
         config = pick("narrow_mlp", key, cands, launch)
     launch(config)
