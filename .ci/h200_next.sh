@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: tests (the whole cuda suite, ~430 s), next (narrowbug: an illegal memory access in
 # test_cuda_every_candidate_config[8-layers-*] on 2026-12-01, two runs of three; s24small and s24prefill: the
 # 16-bit word expansion of 2:4 tiles, untimed; split512: where the fp8 split block's time goes), bench (the
@@ -14,6 +14,9 @@ filt() { grep -v "Failed to load\|Enum subclass"; }
 case "${1:-}" in
   tests)  # the whole cuda suite (torch/triton drift on the device is only caught here)
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests 2>&1 | filt | tail -25 ;;
+  testsnarrow)  # the whole cuda suite, then the narrow bench (width 64 x 5, 2**21) and width 16 / 32 at 2**21
+    timeout 470 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests 2>&1 | filt | tail -25
+    for w in 64 16; do timeout 50 python3 examples/narrow_mlp_bench.py --width $w --no-compile --out "$OUT/narrow$w" 2>&1 | filt | grep "^| [0-9]"; done ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

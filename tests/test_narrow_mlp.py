@@ -394,6 +394,27 @@ def test_cuda_every_layer_shape_every_config(wdtype, top):
             assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16], (dims, cfg)
 
 
+def test_narrow_widths_compile_without_wgmma(monkeypatch):
+    # any padded width below 64 -> DISABLE_MMA_V3 while the kernel compiles (Triton's sm_90 wgmma fault with
+    # 16/32-wide dots); 64/128-only networks keep wgmma
+    import os
+
+    from fused.kernels import launch
+    from fused.kernels import narrow_mlp as nm
+    seen = []
+    real = nm.launch_kernel
+    monkeypatch.setattr(nm, "launch_kernel", lambda *a, **kw: (seen.append(kw.get("compile_env")), real(*a, **kw)))
+    for dims, v2 in (([5, 17, 6], True), ([64, 64, 64], False), ([64, 128, 29], True), ([64, 128, 33], False)):
+        mod = FusedNarrowMLP.from_module(make_seq(dims, ["relu"] * (len(dims) - 1)), "fp16")
+        seen.clear()
+        run_kernel(mod, torch.randn(3, dims[0], dtype=torch.float16))
+        assert seen and all((e == {"DISABLE_MMA_V3": "1"}) == v2 and (e is None) == (not v2) for e in seen)
+    before = os.environ.get("DISABLE_MMA_V3")
+    with launch._Env({"DISABLE_MMA_V3": "1"}):
+        assert os.environ["DISABLE_MMA_V3"] == "1"
+    assert os.environ.get("DISABLE_MMA_V3") == before
+
+
 def test_every_pair_walk():
     w = _every_pair([16, 32, 64, 128])
     assert len(w) == 17 and w[0] == w[-1] == 16

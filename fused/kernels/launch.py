@@ -8,6 +8,8 @@ divisibility by 16 and on width), the constexprs and launch options. It keeps th
 first, ordinary launch returns and then calls its launcher directly. Exact ints mean one entry per layer
 shape and M: a few dozen per model, each a new key paying one ordinary launch.
 Convention: runtime arguments positional, constexprs and launch options (num_warps, ...) as keywords.
+``compile_env``: environment variables set while Triton's own path runs (it compiles there), e.g. the
+narrow MLP's DISABLE_MMA_V3 (see fused.kernels.narrow_mlp); Triton's disk cache keys on them.
 Off under the interpreter, with FUSED_FAST_LAUNCH=0, and while a Triton launch hook is installed.
 """
 from __future__ import annotations
@@ -31,17 +33,38 @@ def _key(args) -> tuple:
     return tuple([(a.dtype, a.data_ptr() % 16 == 0) if isinstance(a, _Tensor) else (type(a), a) for a in args])
 
 
-def launch_kernel(fn, grid: tuple, *args, **kw) -> None:
+class _Env:
+    """Set environment variables for the duration of a with-block, restoring what was there."""
+
+    def __init__(self, env: dict | None):
+        self.env, self.old = env or {}, {}
+
+    def __enter__(self):
+        for k, v in self.env.items():
+            self.old[k] = os.environ.get(k)
+            os.environ[k] = v
+
+    def __exit__(self, *exc):
+        for k, v in self.old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw) -> None:
     """``fn[grid](*args, **kw)``, through the cached launcher after the first call of a signature."""
     if not ENABLED:
-        fn[grid](*args, **kw)
+        with _Env(compile_env):
+            fn[grid](*args, **kw)
         return
     dev = args[0].get_device()
     key = (fn, dev, _key(args), tuple(kw.items()))
     hit = _cache.get(key)
     if hit is None or _hooked():
         counts["jit"] += 1
-        compiled = fn[grid](*args, **kw)
+        with _Env(compile_env):
+            compiled = fn[grid](*args, **kw)
         if hit is None and compiled is not None:
             # constexpr params after the positional ones, in signature order (the launcher takes them all)
             tail = tuple(kw[p.name] if p.name in kw else p.default for p in fn.params[len(args):])

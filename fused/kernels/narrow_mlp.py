@@ -12,14 +12,18 @@ Design
   only the final [BLOCK_M, N_out] tile (masked). HBM traffic is the input and the output, nothing else.
 * Weights are packed once at conversion time (fused.narrow.pack_narrow) into ONE buffer: layer i as W_i
   zero-padded to [D_{i+1}, D_i] (row-major, so a program loads it with contiguous, unmasked rows), layers
-  back to back. The dot takes its transpose: a K-major wgmma B operand. The [D_i, D_{i+1}] (N-major)
-  layout of the first version miscompiled on sm_90 / triton 3.6 (H200, 2026-12-01: 8 layers of widths
-  5-17-33-128-16-3-20-31-6, BLOCK_M 128 / 1 stage read shared memory out of bounds, BLOCK_M 64 / 8 warps
-  gave 9.8 dB): with a 16-wide N-major tile split between two warpgroups, a descriptor starts inside a
-  swizzle atom. K-major tiles split along N at whole rows. D_i = the width padded to a power of two >= 16 (tl.dot's minimum). The zero padding
+  back to back; the dot takes its transpose (a K-major wgmma B operand, as in a Linear). D_i = the width
+  padded to a power of two >= 16 (tl.dot's minimum). The zero padding
   makes padded hidden units exactly act(0 + 0) and, since the next layer's padded rows are zero too,
   they contribute nothing whatever the activation. One fp32 buffer holds, per layer, [scale(D_{i+1}),
   bias(D_{i+1})] (scale 1 for 16-bit weights, bias 0 when the Linear has none).
+* sm_90 fault (H200, 2026-12-01): an 8-layer network of widths 5-17-33-128-16-3-20-31-6 read shared
+  memory out of bounds (compute-sanitizer: 512-byte wgmma reads) at BLOCK_M 128 and gave 9.8 dB at
+  BLOCK_M 64, with the layers packed N-major ([D_i, D_{i+1}], the first version) and again K-major.
+  Triton's wgmma path has a known shared-memory fault on sm_90 when two or more dots of a kernel have
+  dimensions of 16 or 32 (IMA or silent corruption; Helion avoids those block sizes, pytorch/helion#1905).
+  So a network with any padded width below 64 (``MMA_V2_BELOW``) compiles with Triton's mma.sync path
+  (DISABLE_MMA_V3 set while it compiles); networks of widths 64 / 128 keep wgmma.
 * The layer loop must be unrolled at compile time (each layer has its own tile shapes), so the
   architecture is passed as constexprs: NUM_LAYERS, the padded widths D0..D8 (unused ones 16) and the
   activations A0..A7 (unused "none"), plus K_IN / N_OUT, the real input / output widths (for the
@@ -29,7 +33,8 @@ Design
 * Weights are re-read from global memory for every row tile: a full MLP is at most 8·128·128·2 B =
   256 KiB of fp16 (40 KiB for width 64 x 5 layers), so after the first tile they come from L1/L2, while
   the input tile is the only HBM read. With a persistent grid (``programs`` < number of tiles, a grid-
-  stride loop over tiles) each SM re-reads the same weights from its L1.
+  stride loop over tiles) each SM re-reads the same weights from its L1, or, with ``hoist``, loads
+  them once before the loop into shared memory (where the dots read them).
 * int8 weights are widened to the activation dtype in registers (exact: |q| <= 127) and their scale is
   applied to the fp32 accumulator in the epilogue, with the bias and the activation, as in w8_gemm.
 """
@@ -227,6 +232,10 @@ def weight_smem_bytes(pads) -> int:
     return 2 * sum(a * b for a, b in zip(pads[:-1], pads[1:]))
 
 
+# a network with a padded width below this compiles without wgmma (see the module docstring)
+MMA_V2_BELOW = 64
+
+
 def _programs(device: torch.device, per_sm: int, tiles: int) -> int:
     if per_sm <= 0 or device.type != "cuda":
         return tiles
@@ -268,6 +277,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
             D_OUT=pads[-1], SCALED=weights.dtype == torch.int8, DOT=dot_mode(x.dtype), BLOCK_M=cfg["BLOCK_M"],
             PREFETCH=cfg.get("prefetch", False), HOIST=cfg.get("hoist", False),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            compile_env={"DISABLE_MMA_V3": "1"} if min(pads) < MMA_V2_BELOW else None,
         )
 
     if config is None:
