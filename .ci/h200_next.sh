@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order: tests (the whole cuda suite, ~430 s), next (narrowbug: an illegal memory access in
 # test_cuda_every_candidate_config[8-layers-*] on 2026-12-01, two runs of three; s24small and s24prefill: the
 # 16-bit word expansion of 2:4 tiles, untimed; split512: where the fp8 split block's time goes), bench (the
@@ -17,6 +17,9 @@ case "${1:-}" in
   testsnarrow)  # the whole cuda suite, then the narrow bench (width 64 x 5, 2**21) and width 16 / 32 at 2**21
     timeout 470 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests 2>&1 | filt | tail -25
     for w in 64 16; do timeout 50 python3 examples/narrow_mlp_bench.py --width $w --no-compile --out "$OUT/narrow$w" 2>&1 | filt | grep "^| [0-9]"; done ;;
+  tests2)  # the cuda tests that the 470 s testsnarrow run did not reach (it stopped inside test_narrow_mlp)
+    timeout 400 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=8 tests/test_narrow_mlp.py tests/test_profile.py \
+      tests/test_save_load.py tests/test_smoothing.py tests/test_unpack24.py 2>&1 | filt | tail -25 ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

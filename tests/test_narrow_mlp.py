@@ -374,10 +374,11 @@ def _every_pair(widths):
 @pytest.mark.cuda
 @pytest.mark.parametrize("wdtype", ["fp16", "int8"])
 @pytest.mark.parametrize("top", [128, 64, 32])
-def test_cuda_every_layer_shape_every_config(wdtype, top):
+def test_cuda_every_layer_shape(wdtype, top):
     # every K -> N of the padded widths up to ``top`` (odd real widths, so masks and padding are active),
-    # in 8-layer pieces, under every candidate config: a wgmma layout that is wrong for one tile shape /
-    # warp split shows here (the N-major packing of the first version did, on sm_90)
+    # in 8-layer pieces: a wgmma layout that is wrong for one tile shape / warp split shows here (the
+    # 8-layer network faulted on sm_90 until narrow widths compiled with mma.sync). Every candidate config
+    # for fp16 at width 128, the first three elsewhere (each 8-layer compile takes seconds)
     real = {16: 13, 32: 29, 64: 61, 128: 128}
     walk = [real[w] for w in _every_pair([w for w in (16, 32, 64, 128) if w <= top])]
     acts = ["relu", "silu", "gelu", "gelu_tanh", "none"]
@@ -389,7 +390,8 @@ def test_cuda_every_layer_shape_every_config(wdtype, top):
         x = torch.randn(777, dims[0], device="cuda", dtype=torch.float16)
         ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
         pads = [fused.narrow.padded_width(d) for d in dims]
-        for cfg in candidates(top, weight_smem_bytes(pads)):
+        cands = candidates(top, weight_smem_bytes(pads))
+        for cfg in cands if (wdtype, top) == ("fp16", 128) else cands[:3]:
             y = run_kernel(mod, x, config=cfg, out=torch.full_like(ref, float("nan")))
             assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16], (dims, cfg)
 
