@@ -323,6 +323,7 @@ def test_candidate_configs_are_valid():
             assert not c["hoist"] or c["programs_per_sm"] > 0  # hoisting pays only in a persistent loop
         assert not any(c["hoist"] for c in candidates(w))
     # width 128 x 5 layers (160 KB of weights) hoists at 1 stage only, x 8 layers (256 KB) not at all
+    assert sum(1 for c in candidates(64) if c.get("maxnreg")) == 3
     hoisted = [c["num_stages"] for c in candidates(128, weight_smem_bytes([128] * 6)) if c["hoist"]]
     assert hoisted == [1] and not any(c["hoist"] for c in candidates(128, weight_smem_bytes([128] * 9)))
 

@@ -215,6 +215,14 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
         h = [(128, 8, 1, 1, 0), (128, 8, 2, 1, 0)]
     out = [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=False)
            for bm, w, s, p, f in c]
+    # Rows in flight per SM bound this kernel (each program runs its layers one after another with no
+    # loads in flight): H200, width 64 x 5, 2**21 rows, 2026-12-01: 128 rows x 3 programs (BM 128, 4 warps,
+    # 144 registers) 248.7 µs; 64 x 4 (BM 64, 110 registers) 295.6; 128 x 2 (BM 128, 8 warps) 297.9;
+    # 256 x 1 357.3. A register cap fits 4 programs of BM 128 (or 2 of BM 256 / 8 warps) per SM, at the cost
+    # of a few spills (ptxas, sm_90: maxnreg 128: 33 spill stores, 112: 16)
+    if 32 < max_width <= 64:
+        out += [dict(BLOCK_M=bm, num_warps=w, num_stages=1, programs_per_sm=0, prefetch=False, hoist=False,
+                     maxnreg=r) for bm, w, r in ((128, 4, 128), (128, 4, 112), (256, 8, 128))]
     if hoist_bytes is not None:
         # the hoisted weights plus num_stages input tiles (16-bit, max_width wide: a bound) must fit in
         # shared memory (sm_90: 227 KB) with room for Triton's layout-conversion scratch (sm_90 compiles
@@ -277,6 +285,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
             D_OUT=pads[-1], SCALED=weights.dtype == torch.int8, DOT=dot_mode(x.dtype), BLOCK_M=cfg["BLOCK_M"],
             PREFETCH=cfg.get("prefetch", False), HOIST=cfg.get("hoist", False),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
             compile_env={"DISABLE_MMA_V3": "1"} if min(pads) < MMA_V2_BELOW else None,
         )
 
