@@ -29,8 +29,10 @@ OURS = {
     "ours fp8 W8A16": lambda: fused.FusedFloat8MLP(weight_only=True),
     "ours int8 2:4 W8A16": lambda: fused.FusedInt8MLP(sparsity="2:4"),
 }
-# fp8 2:4 runs the same kernels as int8 2:4 (fp8 values): not in the default set; `--configs` can name it
-SPARSE_FP8 = {"ours fp8 2:4 W8A8": lambda: fused.FusedFloat8MLP(sparsity="2:4")}
+# 2:4 W8A8 (int8 / fp8 values): not in the default set; `--configs` can name them. From M=17 their route
+# also times cuSPARSELt's 2:4 tensor cores (fused.dispatch._cslt)
+SPARSE_FP8 = {"ours fp8 2:4 W8A8": lambda: fused.FusedFloat8MLP(sparsity="2:4"),
+              "ours int8 2:4 W8A8": lambda: fused.FusedInt8MLP(sparsity="2:4", weight_only=False)}
 
 
 def _torchao_configs():
@@ -48,6 +50,32 @@ def _torchao_configs():
         "torchao fp8 rowwise + compile": lambda: Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()),
         "torchao fp8 wo + compile": lambda: Float8WeightOnlyConfig(),
     }
+
+
+def _sparse_baselines():
+    """2:4 baselines (`--sparse-baselines`), each on a copy of the block magnitude-pruned to 2:4 as ours is:
+    torchao's fp8 2:4 (CUTLASS, rowwise scales) + compile, and PyTorch's bf16 semi-structured weights."""
+    from sparsity import prune_24_
+
+    def torchao_fp8_24(m):
+        from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+        from torchao.quantization.quantize_.workflows.float8.float8_packing_format import Float8PackingFormat
+
+        prune_24_(m, "magnitude")
+        quantize_(m, Float8DynamicActivationFloat8WeightConfig(
+            granularity=PerRow(), packing_format=Float8PackingFormat.SPARSE_2D_DATA_2D_METADATA))
+        return torch.compile(m)
+
+    def torch_bf16_24(m):
+        from torch.sparse import to_sparse_semi_structured
+
+        prune_24_(m, "magnitude")
+        for mod in m.modules():
+            if isinstance(mod, nn.Linear):
+                mod.weight = nn.Parameter(to_sparse_semi_structured(mod.weight.detach()), requires_grad=False)
+        return m
+
+    return {"torchao fp8 2:4 + compile": torchao_fp8_24, "torch bf16 2:4 semi-structured": torch_bf16_24}
 
 
 def make_block(kind: str, d: int, h: int, device, dtype=torch.bfloat16) -> nn.Module:
@@ -124,7 +152,7 @@ def _weight_mib(model) -> float:
 
 
 def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, baselines=True,
-        device=None, d=4096, h=None, log=print) -> list[Row]:
+        device=None, d=4096, h=None, log=print, sparse_baselines=False) -> list[Row]:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rows: list[Row] = []
     torch._dynamo.config.cache_size_limit = 64
@@ -153,6 +181,12 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
                     rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"error: {type(e).__name__}: {e}"))
                     continue
                 variants[name] = (torch.compile(m), "torchao")
+        if sparse_baselines and device.type == "cuda":
+            for name, make in _sparse_baselines().items():
+                try:
+                    variants[name] = (make(copy.deepcopy(base)), "baseline")
+                except Exception as e:  # report, keep going
+                    rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"error: {type(e).__name__}: {e}"))
         for M in Ms:
             x = torch.randn(M, d, device=device, dtype=torch.bfloat16)
             with torch.no_grad():
@@ -288,7 +322,7 @@ def main(args) -> int:
             return 2
         configs = {n: known[n] for n in names}
     rows = run(blocks=args.blocks.split(","), Ms=Ms, configs=configs, baselines=not args.no_baselines, device=device,
-               d=d, h=h)
+               d=d, h=h, sparse_baselines=getattr(args, "sparse_baselines", False))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import warnings
 from collections import Counter
 
 import torch
@@ -476,10 +477,37 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
-# to a transient dense copy, then the dense path), or None: the first call of each shape times both and
-# keeps the faster (packed unless unpacked wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
+# to a transient dense copy, then the dense path), "cslt" (W8A8 only, M > GEMV_MAX_M: 2:4 sparse tensor cores
+# through cuSPARSELt, see _cslt), or None: the first call of each shape times them and keeps the fastest
+# (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
 SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
 _sparse_routes: dict = {}
+# why the cslt route was left out of a shape's route (the error cuSPARSELt / torch raised), by shape key
+cslt_errors: dict = {}
+
+
+def _cslt_shape_ok(N: int, K: int) -> bool:
+    # torch's cuSPARSELt constraints for 8-bit: the sparse matrix [N, K] in multiples of 32 (the dense one's
+    # rows, M, are padded to 16 in _cslt)
+    return N % 32 == 0 and K % 32 == 0
+
+
+def _cslt(x2, values, meta, wscale, bias, act, gated):
+    """2:4 W8A8 on the sparse tensor cores (cuSPARSELt), for large M: x quantized per token (act_quant),
+    the packed weight unpacked and compressed into cuSPARSELt's format for this call (a transient copy,
+    0.625 B/weight, so what is stored stays our packing), y = (x_q · W_qᵀ)·s_w in x's dtype by
+    torch._cslt_sparse_mm (alpha = the per-channel weight scale), then the per-token scale, bias,
+    activation and gate in one pass (cslt_epilogue)."""
+    from fused.kernels.cslt_epilogue import cslt_epilogue
+    from fused.kernels.unpack24 import unpack24
+
+    M = x2.shape[0]
+    xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
+    if M % 16:  # cuSPARSELt wants the dense operand's rows in multiples of 16: zero rows, sliced off after
+        xq = torch.cat([xq, xq.new_zeros(16 - M % 16, xq.shape[1])])
+    wc = torch._cslt_compress(unpack24(values, meta))
+    y = torch._cslt_sparse_mm(wc, xq.t(), alpha=wscale, out_dtype=x2.dtype, transpose_result=True)
+    return cslt_epilogue(y[:M], xs, bias, act, gated, x2.dtype)
 
 
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
@@ -513,6 +541,9 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
         dense_op = "linear" if op == "sparse24_linear" else "gated"
         return _run(dense_op, x2, unpack24(values, meta), wscale, bias, act, dynamic)
 
+    def cslt():
+        return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated")
+
     route = "packed"
     if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
         route = SPARSE_ROUTE
@@ -520,10 +551,19 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)
             route = _sparse_routes.get(key)
             if route is None:
-                route = _sparse_routes[key] = measure_route("sparse24_route", key,
-                                                            {"packed": packed, "unpacked": unpacked})
-    stats[(op, "triton:unpack24+dense" if route == "unpacked" else path)] += 1
-    y = unpacked() if route == "unpacked" else packed()
+                cands = {"packed": packed, "unpacked": unpacked}
+                if dynamic and x.is_cuda and M > GEMV_MAX_M and _cslt_shape_ok(values.shape[0], 2 * values.shape[1]):
+                    try:
+                        cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
+                        cands["cslt"] = cslt
+                    except RuntimeError as e:
+                        cslt_errors[key] = str(e).splitlines()[0][:200]
+                        warnings.warn(f"{op}: the cuSPARSELt route is left out for this shape: {cslt_errors[key]}",
+                                      stacklevel=3)
+                route = _sparse_routes[key] = measure_route("sparse24_route", key, cands)
+    label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:cslt_epilogue"}.get(route, path)
+    stats[(op, label)] += 1
+    y = {"unpacked": unpacked, "cslt": cslt}.get(route, packed)()
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 

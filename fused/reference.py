@@ -82,6 +82,18 @@ def gated_pair_ref(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     return gated_ref(x, torch.cat([wg, wu]), torch.cat([sg, su]), b, act, dynamic)
 
 
+def cslt_epilogue_ref(y, x_scale, bias, act, gated, out_dtype):
+    """Reference of fused.kernels.cslt_epilogue: act(y·s_x + b) (gated: ⊙ the up half, likewise scaled)."""
+    N = y.shape[1] // 2 if gated else y.shape[1]
+    z = y.float() * x_scale.float()[:, None]
+    if bias is not None:
+        z = z + bias.float()
+    h = apply_activation(z[:, :N], act)
+    if gated:
+        h = h * z[:, N:]
+    return h.to(out_dtype)
+
+
 def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):
     """Reference 2:4 linear: unpack the packed weight to dense, then ``linear_ref``."""
     return linear_ref(x, unpack_24(values, meta), wscale, bias, act, dynamic)

@@ -94,3 +94,105 @@ def test_unpack24_and_routes_cuda(fmt, monkeypatch):
     dispatch.sparse24_gated(x, values, meta, s, None, "silu")  # measured: either route, timings recorded
     from fused.kernels import tuning
     assert any(k[0] == "sparse24_route" for k in tuning.picks)
+
+
+# ----------------------------------------------------------------------------- the cuSPARSELt route (W8A8)
+
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("act", ["none", "silu", "gelu_tanh"])
+def test_cslt_epilogue_kernel(gated, bias, act):
+    from fused.kernels.cslt_epilogue import cslt_epilogue
+    from fused.reference import cslt_epilogue_ref
+    from lowbit import sqnr
+
+    torch.manual_seed(0)
+    for M, N in ((1, 20), (17, 37), (300, 3)):
+        N2 = 2 * N if gated else N
+        y = torch.randn(N2 + 3, M, dtype=torch.bfloat16)[1:N2 + 1].t()  # non-contiguous [M, N2], as cslt gives
+        xs = torch.rand(M) + 0.1
+        b = torch.randn(N2) if bias else None
+        # fp32 out: the math alone; bf16 out: near-ties may round one ulp apart (~43 dB at worst)
+        for out_dtype, floor in ((torch.float32, 90), (torch.bfloat16, 38)):
+            got = cslt_epilogue(y, xs, b, act, gated, out_dtype)
+            want = cslt_epilogue_ref(y, xs, b, act, gated, out_dtype)
+            assert got.shape == (M, N) and got.dtype == out_dtype
+            assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype)
+    with pytest.raises(ValueError, match="even column count"):
+        cslt_epilogue(torch.randn(2, 5), torch.ones(2), None, "silu", True, torch.float32)
+
+
+def _fake_cslt(monkeypatch):
+    """torch._cslt_compress / _cslt_sparse_mm emulated on the CPU with the semantics the route relies on
+    (the real ones run in test_cslt_route_cuda): A [N, K] sparse, B [K, M] dense, alpha per row of A,
+    transpose_result -> [M, N]."""
+    monkeypatch.setattr(torch, "_cslt_compress", lambda w: w.clone(), raising=False)
+
+    def mm(a, b, bias=None, alpha=None, out_dtype=None, transpose_result=False, **kw):
+        r = a.float() @ b.float()
+        if alpha is not None:
+            r = r * alpha.float()[:, None]
+        r = r.t() if transpose_result else r
+        return r.to(out_dtype or b.dtype)
+    monkeypatch.setattr(torch, "_cslt_sparse_mm", mm, raising=False)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+@pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
+def test_cslt_route_glue_emulated(fmt, op, monkeypatch):
+    """The route's own steps (act_quant, unpack24, transposes, alpha, epilogue) on the CPU with an emulated
+    cuSPARSELt: same result as the W8A8 reference to bf16 rounding, counted under its path."""
+    from fused import dispatch
+    from fused.reference import sparse24_gated_ref, sparse24_linear_ref
+    from lowbit import quantize_weight, sqnr
+
+    _fake_cslt(monkeypatch)
+    torch.manual_seed(0)
+    R = 2 * 32 if op == "sparse24_gated" else 64
+    w = torch.randn(R, 96)
+    w = w * magnitude_mask_24(w.abs())
+    q, s = quantize_weight(w, fmt)
+    values, meta = pack_24(q)
+    b = torch.randn(R)
+    x = torch.randn(3, 7, 96, dtype=torch.bfloat16)  # M = 21: padded to 32 rows for cuSPARSELt
+    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu", True)
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
+    dispatch.stats.clear()
+    with dispatch.force_path("triton"):
+        got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=True)
+    assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
+    assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+@pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
+def test_cslt_route_cuda(fmt, op, monkeypatch):
+    """The real cuSPARSELt route against the W8A8 reference (int8 must run; fp8 needs torch's cuSPARSELt
+    to take float8_e4m3fn with a 16-bit output: if it does not, the error is what the route records)."""
+    from fused import dispatch
+    from fused.reference import sparse24_gated_ref, sparse24_linear_ref
+    from lowbit import quantize_weight, sqnr
+
+    torch.manual_seed(0)
+    R = 2 * 256 if op == "sparse24_gated" else 256
+    w = torch.randn(R, 512, device="cuda")
+    w = w * magnitude_mask_24(w.abs())
+    q, s = quantize_weight(w, fmt)
+    values, meta = pack_24(q)
+    b = torch.randn(R, device="cuda")
+    x = torch.randn(300, 512, device="cuda", dtype=torch.bfloat16)  # not a multiple of 16: padded
+    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu", True)
+    try:
+        got = dispatch._cslt(x, values, meta, s, b, "silu", op == "sparse24_gated")
+    except RuntimeError as e:
+        if fmt == "int8":
+            raise
+        pytest.skip(f"cuSPARSELt fp8 route unavailable: {str(e).splitlines()[0]}")
+    assert sqnr(ref.float(), got.float()) > 35
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
+    dispatch._sparse_routes.clear()
+    getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=True)  # measured with cslt among the routes
+    from fused.kernels import tuning
+    timed = [v for k, v in tuning.timings.items() if k[0] == "sparse24_route" and k[1] == op]
+    assert any(n == "cslt" for v in timed for _, n in v)
