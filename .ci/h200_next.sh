@@ -21,11 +21,11 @@ case "${1:-}" in
   tests2)  # the rest of the cuda suite (the whole suite no longer fits one 600 s call)
     timeout 400 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=8 tests/test_narrow_mlp.py tests/test_profile.py \
       tests/test_save_load.py tests/test_smoothing.py tests/test_unpack24.py 2>&1 | filt | tail -25 ;;
-  s24cslt)  # 2:4 W8A8 through cuSPARSELt (route "cslt", new 2026-12-01, untimed) beside dense W8A8, torchao fp8 2:4
+  s24cslt)  # 2:4 through cuSPARSELt (route "cslt": W8A8 and W8A16, new 2026-12-01, untimed) beside dense W8A8, torchao fp8 2:4
             # and PyTorch bf16 2:4 (issue 5: M=8192 fp8 2:4 <= 2000 us if any route gets there)
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -k cslt tests/test_unpack24.py 2>&1 | filt | tail -3
     timeout 420 python3 -m fused bench --blocks llama --m 128,1024,8192 --no-baselines --sparse-baselines \
-      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours fp8 W8A8,ours int8 W8A8" --out "$OUT/s24cslt" 2>&1 | filt | grep "^|" | head -12
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8,ours int8 W8A8,ours int8 W8A16" --out "$OUT/s24cslt" 2>&1 | filt | grep "^|" | head -12
     python3 -c "
 import json
 j = json.load(open('$OUT/s24cslt/bench.json'))

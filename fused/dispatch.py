@@ -477,8 +477,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
-# to a transient dense copy, then the dense path), "cslt" (W8A8 only, M > GEMV_MAX_M: 2:4 sparse tensor cores
-# through cuSPARSELt, see _cslt), or None: the first call of each shape times them and keeps the fastest
+# to a transient dense copy, then the dense path), "cslt" (M > GEMV_MAX_M: 2:4 sparse tensor cores through
+# cuSPARSELt, see _cslt), or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
 SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
 _sparse_routes: dict = {}
@@ -492,21 +492,27 @@ def _cslt_shape_ok(N: int, K: int) -> bool:
     return N % 32 == 0 and K % 32 == 0
 
 
-def _cslt(x2, values, meta, wscale, bias, act, gated):
-    """2:4 W8A8 on the sparse tensor cores (cuSPARSELt), for large M: x quantized per token (act_quant),
-    the packed weight unpacked and compressed into cuSPARSELt's format for this call (a transient copy,
-    0.625 B/weight, so what is stored stays our packing), y = (x_q · W_qᵀ)·s_w in x's dtype by
-    torch._cslt_sparse_mm (alpha = the per-channel weight scale), then the per-token scale, bias,
-    activation and gate in one pass (cslt_epilogue)."""
+def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
+    """2:4 on the sparse tensor cores (cuSPARSELt), for large M. The packed weight is unpacked and compressed
+    into cuSPARSELt's format for this call (a transient copy, so what is stored stays our packing).
+    W8A8 (``dynamic``): x quantized per token (act_quant) and the 8-bit weight as is. W8A16: the 8-bit
+    weight widened to x's 16-bit dtype (exact) and x as is, so the numerics stay weight-only. Then
+    y = (x · W_qᵀ)·s_w in x's dtype by torch._cslt_sparse_mm (alpha = the per-channel weight scale), and
+    the per-token scale (W8A8), bias, activation and gate in one pass (cslt_epilogue)."""
     from fused.kernels.cslt_epilogue import cslt_epilogue
     from fused.kernels.unpack24 import unpack24
 
     M = x2.shape[0]
-    xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
+    w = unpack24(values, meta)
+    if dynamic:
+        xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
+        out_dtype = x2.dtype  # int8 / fp8 inputs: cuSPARSELt writes 16 bits
+    else:
+        xq, xs, w, out_dtype = x2, None, w.to(x2.dtype), None  # 16-bit inputs: it writes their dtype
     if M % 16:  # cuSPARSELt wants the dense operand's rows in multiples of 16: zero rows, sliced off after
         xq = torch.cat([xq, xq.new_zeros(16 - M % 16, xq.shape[1])])
-    wc = torch._cslt_compress(unpack24(values, meta))
-    y = torch._cslt_sparse_mm(wc, xq.t(), alpha=wscale, out_dtype=x2.dtype, transpose_result=True)
+    y = torch._cslt_sparse_mm(torch._cslt_compress(w), xq.t(), alpha=wscale, out_dtype=out_dtype,
+                              transpose_result=True)
     return cslt_epilogue(y[:M], xs, bias, act, gated, x2.dtype)
 
 
@@ -542,7 +548,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
         return _run(dense_op, x2, unpack24(values, meta), wscale, bias, act, dynamic)
 
     def cslt():
-        return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated")
+        return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
 
     route = "packed"
     if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
@@ -552,7 +558,8 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             route = _sparse_routes.get(key)
             if route is None:
                 cands = {"packed": packed, "unpacked": unpacked}
-                if dynamic and x.is_cuda and M > GEMV_MAX_M and _cslt_shape_ok(values.shape[0], 2 * values.shape[1]):
+                if (x.is_cuda and M > GEMV_MAX_M and (dynamic or x.dtype in (torch.bfloat16, torch.float16))
+                        and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
                     try:
                         cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
                         cands["cslt"] = cslt

@@ -110,7 +110,7 @@ def test_cslt_epilogue_kernel(gated, bias, act):
     for M, N in ((1, 20), (17, 37), (300, 3)):
         N2 = 2 * N if gated else N
         y = torch.randn(N2 + 3, M, dtype=torch.bfloat16)[1:N2 + 1].t()  # non-contiguous [M, N2], as cslt gives
-        xs = torch.rand(M) + 0.1
+        xs = torch.rand(M) + 0.1 if bias else None  # with and without a token scale
         b = torch.randn(N2) if bias else None
         # fp32 out: the math alone; bf16 out: near-ties may round one ulp apart (~43 dB at worst)
         for out_dtype, floor in ((torch.float32, 90), (torch.bfloat16, 38)):
@@ -137,11 +137,13 @@ def _fake_cslt(monkeypatch):
     monkeypatch.setattr(torch, "_cslt_sparse_mm", mm, raising=False)
 
 
+@pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
 @pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
-def test_cslt_route_glue_emulated(fmt, op, monkeypatch):
-    """The route's own steps (act_quant, unpack24, transposes, alpha, epilogue) on the CPU with an emulated
-    cuSPARSELt: same result as the W8A8 reference to bf16 rounding, counted under its path."""
+def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
+    """The route's own steps (act_quant for W8A8, the widened weight for W8A16, unpack24, transposes,
+    alpha, epilogue) on the CPU with an emulated cuSPARSELt: same result as the reference to bf16 rounding,
+    counted under its path."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
     from lowbit import quantize_weight, sqnr
@@ -155,21 +157,24 @@ def test_cslt_route_glue_emulated(fmt, op, monkeypatch):
     values, meta = pack_24(q)
     b = torch.randn(R)
     x = torch.randn(3, 7, 96, dtype=torch.bfloat16)  # M = 21: padded to 32 rows for cuSPARSELt
-    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu", True)
+    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu",
+                                                                                   dynamic)
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
     dispatch.stats.clear()
     with dispatch.force_path("triton"):
-        got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=True)
+        got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
     assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
     assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
 @pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
-def test_cslt_route_cuda(fmt, op, monkeypatch):
-    """The real cuSPARSELt route against the W8A8 reference (int8 must run; fp8 needs torch's cuSPARSELt
-    to take float8_e4m3fn with a 16-bit output: if it does not, the error is what the route records)."""
+def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
+    """The real cuSPARSELt route against the reference: W8A16 (bf16 operands) and int8 W8A8 must run; fp8
+    W8A8 needs torch's cuSPARSELt to take float8_e4m3fn with a 16-bit output: if it does not, the error is
+    what the route records."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
     from lowbit import quantize_weight, sqnr
@@ -182,17 +187,18 @@ def test_cslt_route_cuda(fmt, op, monkeypatch):
     values, meta = pack_24(q)
     b = torch.randn(R, device="cuda")
     x = torch.randn(300, 512, device="cuda", dtype=torch.bfloat16)  # not a multiple of 16: padded
-    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu", True)
+    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu",
+                                                                                   dynamic)
     try:
-        got = dispatch._cslt(x, values, meta, s, b, "silu", op == "sparse24_gated")
+        got = dispatch._cslt(x, values, meta, s, b, "silu", op == "sparse24_gated", dynamic)
     except RuntimeError as e:
-        if fmt == "int8":
+        if fmt == "int8" or not dynamic:
             raise
         pytest.skip(f"cuSPARSELt fp8 route unavailable: {str(e).splitlines()[0]}")
     assert sqnr(ref.float(), got.float()) > 35
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
     dispatch._sparse_routes.clear()
-    getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=True)  # measured with cslt among the routes
+    getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)  # measured with cslt among the routes
     from fused.kernels import tuning
     timed = [v for k, v in tuning.timings.items() if k[0] == "sparse24_route" and k[1] == op]
     assert any(n == "cslt" for v in timed for _, n in v)
