@@ -508,7 +508,9 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
         xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
         out_dtype = x2.dtype  # int8 / fp8 inputs: cuSPARSELt writes 16 bits
     else:
-        xq, xs, w, out_dtype = x2, None, w.to(x2.dtype), None  # 16-bit inputs: it writes their dtype
+        # 16-bit inputs: it writes their dtype. Contiguous x: torch passes x.t() on as "transposed" on the
+        # strength of is_contiguous() alone, so any other strides would be read wrongly
+        xq, xs, w, out_dtype = x2.contiguous(), None, w.to(x2.dtype), None
     if M % 16:  # cuSPARSELt wants the dense operand's rows in multiples of 16: zero rows, sliced off after
         xq = torch.cat([xq, xq.new_zeros(16 - M % 16, xq.shape[1])])
     y = torch._cslt_sparse_mm(torch._cslt_compress(w), xq.t(), alpha=wscale, out_dtype=out_dtype,
