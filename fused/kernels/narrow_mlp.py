@@ -208,10 +208,11 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
     elif max_width <= 64:
         c = [(128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (128, 8, 1, 0, 0), (64, 4, 1, 0, 0), (128, 4, 1, 2, 1),
              (128, 4, 1, 2, 0), (256, 8, 1, 1, 1), (128, 8, 1, 2, 1), (64, 4, 1, 4, 1)]
-        # hoisted, BM 128 / 4 warps: 142 registers and 57 KB of shared memory (sm_90), so 3 programs fit
-        # per SM as for the non-persistent grid, with the weights read once per program
+        # hoisted, BM 128 / 4 warps, 1 stage: 142 registers and 57 KB of shared memory (sm_90), so 3 programs
+        # fit per SM as for the non-persistent grid, with the weights read once per program (2 stages: 82 KB,
+        # only 2 fit)
         h = [(128, 4, 1, 2, 0), (128, 4, 2, 2, 0), (128, 4, 1, 2, 1), (128, 8, 2, 2, 0), (64, 4, 2, 4, 0),
-             (128, 4, 3, 1, 0), (128, 4, 1, 3, 0), (128, 4, 2, 3, 0)]
+             (128, 4, 3, 1, 0), (128, 4, 1, 3, 0)]
     else:  # width 128: only BLOCK_M 128 with 8 warps compiles without spills
         c = [(128, 8, 1, 0, 0), (128, 8, 1, 1, 1), (128, 8, 1, 1, 0), (128, 8, 2, 0, 0), (64, 8, 1, 0, 0)]
         h = [(128, 8, 1, 1, 0), (128, 8, 2, 1, 0)]
