@@ -66,7 +66,11 @@ for k, v in j['timings'].items():
         v = sorted(v, key=lambda r: r[0]); print(k, v[:2])" ;;
   narrow)  # the narrow MLP: width 64 x 5 layers, batch 2**21, vs eager/compile
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py -k "narrow or relu" 2>&1 | filt | tail -2
-    timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8 ;;
+    timeout 300 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow" 2>&1 | filt | tail -8
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/narrow/narrow_mlp.json'))['tuning_timings'].items():
+    for t, c in sorted(v, key=lambda r: r[0])[:8]: print(t, c)" ;;
   next)  # the four checks of the 2026-12-01 leftovers in one device call (~450 s): narrowbug, s24small, s24prefill, split512
     for m in narrowbug s24small s24prefill split512; do echo "=== $m"; S24_MS=4,16 bash "$0" "$m"; done ;;
   s24prefill)  # the tiled 2:4 kernel after the 16-bit word expansion (the route picks packed or unpacked per shape)
