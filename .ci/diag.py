@@ -44,23 +44,27 @@ def kernels(model, x, iters=5):
 
 
 what = sys.argv[1] if len(sys.argv) > 1 else "kernels,actq,launcher"
-if "kernels" in what:
-    base = make_block("llama", 4096, 14336, "cuda")
-    cfgs = {"int8 W8A16": fused.FusedInt8MLP(), "int8 W8A8": fused.FusedInt8MLP(weight_only=False),
-            "fp8 W8A8": fused.FusedFloat8MLP()}
+def per_kernel(cfgs: dict, Ms, skip=lambda name, M: False):
+    """Per-kernel device time of our Llama block per config and M (profiler, not a graph)."""
     import copy
+    base = make_block("llama", 4096, 14336, "cuda")
     for name, cfg in cfgs.items():
         m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
-        for M in (1, 16, 128, 1024, 8192):
-            if name == "int8 W8A16" and M == 8192:
+        for M in Ms:
+            if skip(name, M):
                 continue
-            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
-            tot, rows = kernels(m, x)
+            tot, rows = kernels(m, torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16))
             p(f"== {name} M={M}: kernel sum {tot:.1f} us")
             for t, c, k in rows[:6]:
                 p(f"   {t:9.1f} us  x{c:.0f}  {k}")
         del m
         torch.cuda.empty_cache()
+
+
+if "kernels" in what:
+    per_kernel({"int8 W8A16": fused.FusedInt8MLP(), "int8 W8A8": fused.FusedInt8MLP(weight_only=False),
+                "fp8 W8A8": fused.FusedFloat8MLP()}, (1, 16, 128, 1024, 8192),
+               skip=lambda name, M: name == "int8 W8A16" and M == 8192)
     from fused.kernels import tuning
     for k, v in tuning.timings.items():
         p("timings", k, sorted(v, key=lambda t: t[0])[:4])
@@ -68,18 +72,7 @@ if "kernels" in what:
 if "split512" in what:
     # where the split-activation W8A16 block's time goes at M = 128 / 512 (fp8 364.7 us at 512 vs 306 for
     # its tuned GEMMs on 2026-12-01): per-kernel device times, fp8 and int8 side by side
-    base = make_block("llama", 4096, 14336, "cuda")
-    import copy
-    for name, cfg in {"fp8 W8A16": fused.FusedFloat8MLP(weight_only=True), "int8 W8A16": fused.FusedInt8MLP()}.items():
-        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
-        for M in (128, 512):
-            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
-            tot, rows = kernels(m, x)
-            p(f"== {name} M={M}: kernel sum {tot:.1f} us")
-            for t, c, k in rows[:6]:
-                p(f"   {t:9.1f} us  x{c:.0f}  {k[:90]}")
-        del m
-        torch.cuda.empty_cache()
+    per_kernel({"fp8 W8A16": fused.FusedFloat8MLP(weight_only=True), "int8 W8A16": fused.FusedInt8MLP()}, (128, 512))
 
 if "actq" in what:
     from triton.testing import do_bench

@@ -48,9 +48,8 @@ def pack_narrow(weights: list[torch.Tensor], scales: list[torch.Tensor | None], 
                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pack per-layer weights [N_i, K_i] (already in ``dtype``: fp16 / bf16 / int8), optional fp32 scales
     [N_i] and biases [N_i] into (weights 1-D ``dtype``, params 1-D fp32): layer i as W_i zero-padded to
-    [pad(N_i), pad(K_i)] row-major (K-major: the layout whose wgmma descriptors stay valid for any tile
-    split, see fused.kernels.narrow_mlp), layers back to back; params per layer [scale (1 if None), bias
-    (0 if None)], each pad(N_i) long."""
+    [pad(N_i), pad(K_i)] row-major (a Linear's own layout; the kernel dots with its transpose), layers
+    back to back; params per layer [scale (1 if None), bias (0 if None)], each pad(N_i) long."""
     wparts, pparts = [], []
     for w, s, b in zip(weights, scales, biases):
         n, k = w.shape
@@ -83,13 +82,14 @@ def unpack_narrow(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tup
 
 def _transpose_layers(packed: torch.Tensor, dims) -> torch.Tensor:
     """The first packing (each layer as Wᵀ, [pad(K), pad(N)]) in today's layout ([pad(N), pad(K)])."""
+    if packed.numel() != packed_sizes(dims)[0]:
+        return packed  # not this architecture's size: the shape check refuses it
     parts, o = [], 0
     for k, n in zip(dims[:-1], dims[1:]):
         kp, np_ = padded_width(k), padded_width(n)
-        if o + kp * np_ <= packed.numel():
-            parts.append(packed[o:o + kp * np_].view(kp, np_).t().reshape(-1))
+        parts.append(packed[o:o + kp * np_].view(kp, np_).t().reshape(-1))
         o += kp * np_
-    return torch.cat(parts) if o == packed.numel() else packed  # a wrong size is refused by the shape check
+    return torch.cat(parts)
 
 
 def packed_sizes(dims) -> tuple[int, int]:

@@ -66,5 +66,6 @@ def cslt_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, bias: torch.Ten
     launch_kernel(_cslt_epilogue_kernel, (cdiv(M, bm), cdiv(N, bn)),
                   y, x_scale if x_scale is not None else y, bias if bias is not None else y, out, M, N,
                   y.stride(0), y.stride(1), out.stride(0), out.stride(1),
-                  HAS_XS=x_scale is not None, HAS_BIAS=bias is not None, GATED=gated, ACT=act, BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
+                  HAS_XS=x_scale is not None, HAS_BIAS=bias is not None, GATED=gated, ACT=act,
+                  BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     return out
