@@ -101,12 +101,19 @@ def test_unpack24_and_routes_cuda(fmt, monkeypatch):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("act", ["none", "silu", "gelu_tanh"])
-def test_cslt_epilogue_kernel(gated, bias, act):
+def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
     from fused.kernels.cslt_epilogue import cslt_epilogue
     from fused.reference import cslt_epilogue_ref
     from lowbit import sqnr
 
     torch.manual_seed(0)
+    real = torch.empty
+
+    def poisoned(*a, **k):  # NaN-filled outputs: an element the kernel does not write fails the SQNR
+        t = real(*a, **k)
+        if t.is_floating_point():
+            t.fill_(float("nan"))
+        return t
     for M, N in ((1, 20), (17, 37), (300, 3)):
         N2 = 2 * N if gated else N
         y = torch.randn(N2 + 3, M, dtype=torch.bfloat16)[1:N2 + 1].t()  # non-contiguous [M, N2], as cslt gives
@@ -114,7 +121,9 @@ def test_cslt_epilogue_kernel(gated, bias, act):
         b = torch.randn(N2) if bias else None
         # fp32 out: the math alone; bf16 out: near-ties may round one ulp apart (~43 dB at worst)
         for out_dtype, floor in ((torch.float32, 90), (torch.bfloat16, 38)):
-            got = cslt_epilogue(y, xs, b, act, gated, out_dtype)
+            with monkeypatch.context() as mp:
+                mp.setattr(torch, "empty", poisoned)
+                got = cslt_epilogue(y, xs, b, act, gated, out_dtype)
             want = cslt_epilogue_ref(y, xs, b, act, gated, out_dtype)
             assert got.shape == (M, N) and got.dtype == out_dtype
             assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype)
