@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
 # together the whole cuda suite (tests2 holds the new cuSPARSELt route tests); s24cslt (~400 s: 2:4 on
 # cuSPARSELt, untimed); narrow (~100 s: the register-capped and 3-per-SM hoisted narrow candidates, untimed);
@@ -24,8 +24,9 @@ case "${1:-}" in
       tests/test_save_load.py tests/test_smoothing.py tests/test_unpack24.py 2>&1 | filt | tail -25 ;;
   s24cslt)  # 2:4 through cuSPARSELt (route "cslt": W8A8 and W8A16, new 2026-12-01, untimed) beside dense W8A8, torchao fp8 2:4
             # and PyTorch bf16 2:4 (issue 5: M=8192 fp8 2:4 <= 2000 us if any route gets there)
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -k cslt tests/test_unpack24.py 2>&1 | filt | tail -3
-    timeout 420 python3 -m fused bench --blocks llama --m 128,1024,8192 --no-baselines --sparse-baselines \
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=line -k cslt tests/test_unpack24.py 2>&1 | filt | tail -8
+    timeout 150 python3 .ci/cslt_probe.py 2>&1 | filt | grep "graph us\|FAIL"
+    timeout 400 python3 -m fused bench --blocks llama --m 128,1024,8192 --no-baselines --sparse-baselines \
       --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8,ours int8 W8A8,ours int8 W8A16" --out "$OUT/s24cslt" 2>&1 | filt | grep "^|" | head -12
     python3 -c "
 import json
@@ -33,6 +34,20 @@ j = json.load(open('$OUT/s24cslt/bench.json'))
 for k, v in j['timings'].items():
     if 'sparse24_route' in k:
         print(k, sorted(v, key=lambda r: r[0]))" ;;
+  s24graph)  # 2:4 routes picked per mode (eager / CUDA graph), cuSPARSELt for W8A8 at every M: the sparse cuda tests,
+             # then the 2:4 configs at M = 1..8192 beside dense fp8 W8A8 and torchao fp8 2:4 (S24_TESTS=0: bench only)
+    [ "${S24_TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_unpack24.py \
+      tests/test_kernels_sparse24.py tests/test_kernels_sparse24_gemv.py tests/test_sparsity_modules.py tests/test_dispatch.py \
+      tests/test_save_load.py 2>&1 | filt > "$OUT/s24tests.log"
+    timeout 380 python3 -m fused bench --blocks llama --m 1,16,128,1024,8192 --no-baselines --sparse-baselines \
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8" --out "$OUT/s24graph" > "$OUT/s24graph.log" 2>&1
+    python3 -c "
+import json
+j = json.load(open('$OUT/s24graph/bench.json'))
+for k, v in j['timings'].items():
+    if 'sparse24_route' in k:
+        print(k[:150], sorted(v, key=lambda r: r[0]))" > "$OUT/routes.txt"
+    tail -12 "$OUT/s24tests.log" 2>/dev/null; grep "^|" "$OUT/s24graph.log" | head -18 ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

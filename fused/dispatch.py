@@ -359,7 +359,8 @@ def eager(owner, x: torch.Tensor, fn):
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
-           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE)
+           GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE,
+           torch.cuda.is_current_stream_capturing())  # a graph capture may take other routes (see _run_sparse)
     cache = owner.__dict__.get("_replays")
     if cache is None:
         cache = owner.__dict__["_replays"] = {}
@@ -370,7 +371,7 @@ def eager(owner, x: torch.Tensor, fn):
                 stats[k] += n
             return r(x)
         return fn(x)
-    if r is None or key[5] or key[6]:  # first call (tunes), or grad/autocast: not recorded
+    if r is None or key[5] or key[6] or key[-1]:  # first call (tunes), grad/autocast, a capture: not recorded
         if len(cache) >= _REPLAY_CAP:
             cache.clear()
         cache[key] = False
@@ -492,30 +493,98 @@ def _cslt_shape_ok(N: int, K: int) -> bool:
     return N % 32 == 0 and K % 32 == 0
 
 
-def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
-    """2:4 on the sparse tensor cores (cuSPARSELt), for large M. The packed weight is unpacked and compressed
-    into cuSPARSELt's format for this call (a transient copy, so what is stored stays our packing).
-    W8A8 (``dynamic``): x quantized per token (act_quant) and the 8-bit weight as is. W8A16: the 8-bit
-    weight widened to x's 16-bit dtype (exact) and x as is, so the numerics stay weight-only. Then
-    y = (x · W_qᵀ)·s_w in x's dtype by torch._cslt_sparse_mm (alpha = the per-channel weight scale), and
-    the per-token scale (W8A8), bias, activation and gate in one pass (cslt_epilogue)."""
-    from fused.kernels.cslt_epilogue import cslt_epilogue
+# cuSPARSELt's compressed copy of each packed 2:4 weight the cslt route runs on, made on the layer's first cslt
+# call and kept while its packed ``values`` tensor lives: compressing costs ~1.5 ms per Llama gate/up weight,
+# more than the GEMM it serves. Memory: 0.625 B per weight for 8-bit values, 1.125 for the 16-bit copy of a
+# W8A16 layer, on top of the packed weight (see cslt_cached_bytes; explain and the bench count it). A copy
+# made only to time the route is dropped when cslt loses. FUSED_CSLT_CACHE=0: no copies kept, each call
+# compresses again (the route is then timed that way, and at these costs cslt does not win).
+CSLT_CACHE = os.environ.get("FUSED_CSLT_CACHE", "1") != "0"
+_cslt_weights = None  # WeakIdKeyDictionary: values -> {dtype: ((values, meta) versions, compressed)}
+_cslt_algs: dict = {}  # (compressed shape, dtypes, m bucket) -> cuSPARSELt algorithm id found by its search
+
+
+def _version(t: torch.Tensor) -> int:
+    try:
+        return t._version
+    except RuntimeError:  # inference tensors keep no version counter
+        return 0
+
+
+def cslt_cached_bytes(values: torch.Tensor | None = None) -> int:
+    """Bytes of the cuSPARSELt copies held for ``values`` (None: for every layer)."""
+    if _cslt_weights is None:
+        return 0
+    held = [_cslt_weights.get(values, {})] if values is not None else list(_cslt_weights.values())
+    return sum(c.numel() * c.element_size() for d in held for _, c in d.values())
+
+
+def _cslt_weight(values, meta, dtype):
+    """The weight compressed for cuSPARSELt, in ``dtype`` (the values' own 8-bit dtype, or x's 16-bit one)."""
+    global _cslt_weights
     from fused.kernels.unpack24 import unpack24
 
-    M = x2.shape[0]
+    if _cslt_weights is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _cslt_weights = WeakIdKeyDictionary()
+    version = (_version(values), _version(meta))
+    hit = _cslt_weights.get(values, {}).get(dtype)
+    if hit is not None and hit[0] == version:
+        return hit[1]
     w = unpack24(values, meta)
+    c = torch._cslt_compress(w if dtype == values.dtype else w.to(dtype))
+    if CSLT_CACHE:
+        _cslt_weights.setdefault(values, {})[dtype] = (version, c)
+    return c
+
+
+def _drop_cslt_weight(values, dtype):
+    if _cslt_weights is not None and values in _cslt_weights:
+        _cslt_weights[values].pop(dtype, None)
+
+
+def _cslt_alg(c, b, out_dtype) -> int:
+    """cuSPARSELt's own pick among its algorithms for this shape (searched once per M bucket; 0, its
+    default, off CUDA or when first met while a CUDA graph is being captured). On the H200 (graph replays)
+    the search halved fp8 times at M >= 1024 and cut bf16 ones by a third."""
+    key = (tuple(c.shape), c.dtype, b.dtype, out_dtype, m_bucket(b.shape[1]))
+    if key in _cslt_algs or not b.is_cuda or torch.cuda.is_current_stream_capturing():
+        return _cslt_algs.get(key, 0)
+    if key not in _cslt_algs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated in favour of torch._C._cusparselt.mm_search (torch 2.11)
+            _cslt_algs[key] = int(torch._cslt_sparse_mm_search(c, b, out_dtype=out_dtype, transpose_result=True))
+    return _cslt_algs[key]
+
+
+def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
+    """2:4 on the sparse tensor cores (cuSPARSELt), for large M, on the layer's compressed copy (_cslt_weight).
+    W8A8 (``dynamic``): x quantized per token (act_quant) and the 8-bit weight as is. W8A16: the 8-bit
+    weight widened to x's 16-bit dtype (exact) and x as is, so the numerics stay weight-only. Then
+    y = x · W_qᵀ in x's dtype by torch._cslt_sparse_mm, and the per-token and per-channel scales, bias,
+    activation and gate in one pass (cslt_epilogue). The weight scale is not cuSPARSELt's alpha vector:
+    on the H200 only int8 takes one."""
+    from fused.kernels.cslt_epilogue import cslt_epilogue
+
+    M = x2.shape[0]
     if dynamic:
         xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
         out_dtype = x2.dtype  # int8 / fp8 inputs: cuSPARSELt writes 16 bits
+        c = _cslt_weight(values, meta, values.dtype)
     else:
         # 16-bit inputs: it writes their dtype. Contiguous x: torch passes x.t() on as "transposed" on the
         # strength of is_contiguous() alone, so any other strides would be read wrongly
-        xq, xs, w, out_dtype = x2.contiguous(), None, w.to(x2.dtype), None
-    if M % 16:  # cuSPARSELt wants the dense operand's rows in multiples of 16: zero rows, sliced off after
-        xq = torch.cat([xq, xq.new_zeros(16 - M % 16, xq.shape[1])])
-    y = torch._cslt_sparse_mm(torch._cslt_compress(w), xq.t(), alpha=wscale, out_dtype=out_dtype,
-                              transpose_result=True)
-    return cslt_epilogue(y[:M], xs, bias, act, gated, x2.dtype)
+        xq, xs, out_dtype = x2.contiguous(), None, None
+        c = _cslt_weight(values, meta, x2.dtype)
+    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows,
+    # sliced off after
+    rows = max(-(-M // 16) * 16, 32 if xq.dtype == torch.int8 else 16)
+    if rows > M:
+        xq = torch.cat([xq, xq.new_zeros(rows - M, xq.shape[1])])
+    b = xq.t()
+    y = torch._cslt_sparse_mm(c, b, out_dtype=out_dtype, transpose_result=True, alg_id=_cslt_alg(c, b, out_dtype))
+    return cslt_epilogue(y[:M], xs, wscale, bias, act, gated, x2.dtype)
 
 
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
@@ -555,12 +624,15 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
     route = "packed"
     if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
         route = SPARSE_ROUTE
+        capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
         if route is None:
             key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)
-            route = _sparse_routes.get(key)
-            if route is None:
+            routes = _sparse_routes.get(key)
+            if routes is None and not capturing:
                 cands = {"packed": packed, "unpacked": unpacked}
-                if (x.is_cuda and M > GEMV_MAX_M and (dynamic or x.dtype in (torch.bfloat16, torch.float16))
+                # cuSPARSELt: W8A8 at any M (its 8-bit operands; at M <= 16 instead of the weight-only GEMV), W8A16
+                # above the GEMV range only (a 16-bit copy of the weight, never ahead at decode sizes)
+                if (x.is_cuda and (dynamic or (M > GEMV_MAX_M and x.dtype in (torch.bfloat16, torch.float16)))
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
                     try:
                         cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
@@ -569,7 +641,14 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
                         cslt_errors[key] = str(e).splitlines()[0][:200]
                         warnings.warn(f"{op}: the cuSPARSELt route is left out for this shape: {cslt_errors[key]}",
                                       stacklevel=3)
-                route = _sparse_routes[key] = measure_route("sparse24_route", key, cands)
+                r = measure_route("sparse24_route", key, cands, graph=x.is_cuda)
+                routes = _sparse_routes[key] = r if x.is_cuda else (r, r)
+                if "cslt" in cands and "cslt" not in routes:  # the copy was made for the timing only
+                    _drop_cslt_weight(values, values.dtype if dynamic else x.dtype)
+            # eager calls take the route fastest per call; a CUDA graph being captured, the one fastest on the
+            # GPU (cuSPARSELt costs ~0.3 ms of host time per call, which a graph replay does not pay). First
+            # met under capture (no timing possible there): packed, and measured at the next eager call
+            route = "packed" if routes is None else routes[1] if capturing else routes[0]
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:cslt_epilogue"}.get(route, path)
     stats[(op, label)] += 1
     y = {"unpacked": unpacked, "cslt": cslt}.get(route, packed)()
@@ -618,34 +697,66 @@ def block_applies(device: torch.device) -> bool:
 _block_routes: dict = {}
 
 
-def measure_route(kind: str, key, candidates: dict, untimed: str | None = None) -> str:
+def _graph_replay(fn):
+    """``fn`` captured in a CUDA graph (after a warm-up call on a side stream), or None if it cannot be."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g):
+            fn()
+    except RuntimeError:
+        return None
+    return g
+
+
+def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False):
     """The name of the fastest of ``candidates`` {name: fn} for a shape, timed interleaved, best of 3 rounds
     each (one do_bench per candidate proved noisy: a 68 µs path once measured 103); another candidate must
     beat the first (the incumbent) by 3%. With FUSED_TUNE=0 or under the interpreter: ``untimed`` (default:
-    the first). The timings and the pick are kept in fused.kernels.tuning (bench.json shows them)."""
+    the first). ``graph``: a pair (the fastest per eager call, the fastest replayed from a CUDA graph, i.e.
+    GPU time alone). The timings and the picks are kept in fused.kernels.tuning (bench.json shows them)."""
     from fused.kernels import INTERPRET, tuning
 
     names = list(candidates)
-    route = names[0]
+
+    def pick(best):
+        route = names[0]
+        for n in names[1:]:
+            if best[n] < 0.97 * best[route] and (route == names[0] or best[n] < best[route]):
+                route = n
+        return route
+
     if INTERPRET or os.environ.get("FUSED_TUNE") == "0":
-        route = untimed or route
+        route = groute = untimed or names[0]
     else:
         from triton.testing import do_bench
 
         saved = Counter(stats)  # the timing runs are not calls of the model: keep them out of `stats`
         for fn in candidates.values():
             fn()  # each tunes its own configs first
+        graphs = {n: _graph_replay(fn) for n, fn in candidates.items()} if graph else {}
         best = dict.fromkeys(names, float("inf"))
+        gbest = dict.fromkeys(names, float("inf"))
         for _ in range(3):
             for n, fn in candidates.items():
                 best[n] = min(best[n], do_bench(fn, warmup=5, rep=20, return_mode="median"))
+                if graphs.get(n) is not None:
+                    gbest[n] = min(gbest[n], do_bench(graphs[n].replay, warmup=5, rep=20, return_mode="median"))
+        del graphs
         stats.clear()
         stats.update(saved)
-        for n in names[1:]:
-            if best[n] < 0.97 * best[route] and (route == names[0] or best[n] < best[route]):
-                route = n
+        route, groute = pick(best), pick(gbest)
         tuning.timings[(kind,) + key] = [(round(best[n] * 1e3, 2), n) for n in names]
+        if graph:
+            tuning.timings[(kind + "_graph",) + key] = [(round(gbest[n] * 1e3, 2), n) for n in names]
     tuning.picks[(kind,) + key] = {"route": route}
+    if graph:
+        tuning.picks[(kind + "_graph",) + key] = {"route": groute}
+        return route, groute
     return route
 
 

@@ -50,8 +50,10 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "block_path": block_path,
             "block_why": block_why,
             "bytes_before": mod.source_bytes,
-            # + derived copies the CPU path caches (scales/bias in the activation dtype)
-            "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense else 0),
+            # + derived copies: the CPU path's scales/bias in the activation dtype, the 2:4 cuSPARSELt route's
+            # compressed weight
+            "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense
+                                                 else dispatch.cslt_cached_bytes(mod.values) if hasattr(mod, "values") else 0),
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)

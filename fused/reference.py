@@ -82,11 +82,13 @@ def gated_pair_ref(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     return gated_ref(x, torch.cat([wg, wu]), torch.cat([sg, su]), b, act, dynamic)
 
 
-def cslt_epilogue_ref(y, x_scale, bias, act, gated, out_dtype):
-    """Reference of fused.kernels.cslt_epilogue: act(y·s_x + b) (gated: ⊙ the up half, likewise scaled);
-    x_scale None: s_x = 1."""
+def cslt_epilogue_ref(y, x_scale, w_scale, bias, act, gated, out_dtype):
+    """Reference of fused.kernels.cslt_epilogue: act(y·s_x·s_w + b) (gated: ⊙ the up half, likewise scaled);
+    x_scale / w_scale None: 1."""
     N = y.shape[1] // 2 if gated else y.shape[1]
     z = y.float() if x_scale is None else y.float() * x_scale.float()[:, None]
+    if w_scale is not None:
+        z = z * w_scale.float()
     if bias is not None:
         z = z + bias.float()
     h = apply_activation(z[:, :N], act)

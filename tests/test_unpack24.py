@@ -118,24 +118,28 @@ def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
         N2 = 2 * N if gated else N
         y = torch.randn(N2 + 3, M, dtype=torch.bfloat16)[1:N2 + 1].t()  # non-contiguous [M, N2], as cslt gives
         xs = torch.rand(M) + 0.1 if bias else None  # with and without a token scale
+        ws = torch.rand(N2) + 0.5 if M % 2 else None  # and a channel scale
         b = torch.randn(N2) if bias else None
         # fp32 out: the math alone; bf16 out: near-ties may round one ulp apart (~43 dB at worst)
         for out_dtype, floor in ((torch.float32, 90), (torch.bfloat16, 38)):
             with monkeypatch.context() as mp:
                 mp.setattr(torch, "empty", poisoned)
-                got = cslt_epilogue(y, xs, b, act, gated, out_dtype)
-            want = cslt_epilogue_ref(y, xs, b, act, gated, out_dtype)
+                got = cslt_epilogue(y, xs, ws, b, act, gated, out_dtype)
+            want = cslt_epilogue_ref(y, xs, ws, b, act, gated, out_dtype)
             assert got.shape == (M, N) and got.dtype == out_dtype
             assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype)
     with pytest.raises(ValueError, match="even column count"):
-        cslt_epilogue(torch.randn(2, 5), torch.ones(2), None, "silu", True, torch.float32)
+        cslt_epilogue(torch.randn(2, 5), torch.ones(2), None, None, "silu", True, torch.float32)
+    with pytest.raises(ValueError, match="w_scale must be"):
+        cslt_epilogue(torch.randn(2, 6), None, torch.ones(3), None, "silu", True, torch.float32)
 
 
 def _fake_cslt(monkeypatch):
     """torch._cslt_compress / _cslt_sparse_mm emulated on the CPU with the semantics the route relies on
     (the real ones run in test_cslt_route_cuda): A [N, K] sparse, B [K, M] dense, alpha per row of A,
-    transpose_result -> [M, N]."""
-    monkeypatch.setattr(torch, "_cslt_compress", lambda w: w.clone(), raising=False)
+    transpose_result -> [M, N]. Returns the list of compressed weights, one per compression."""
+    made = []
+    monkeypatch.setattr(torch, "_cslt_compress", lambda w: made.append(w.clone()) or made[-1], raising=False)
 
     def mm(a, b, bias=None, alpha=None, out_dtype=None, transpose_result=False, **kw):
         r = a.float() @ b.float()
@@ -144,6 +148,7 @@ def _fake_cslt(monkeypatch):
         r = r.t() if transpose_result else r
         return r.to(out_dtype or b.dtype)
     monkeypatch.setattr(torch, "_cslt_sparse_mm", mm, raising=False)
+    return made
 
 
 @pytest.mark.parametrize("dynamic", [True, False])
@@ -151,13 +156,13 @@ def _fake_cslt(monkeypatch):
 @pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
 def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
     """The route's own steps (act_quant for W8A8, the widened weight for W8A16, unpack24, transposes,
-    alpha, epilogue) on the CPU with an emulated cuSPARSELt: same result as the reference to bf16 rounding,
-    counted under its path."""
+    epilogue) on the CPU with an emulated cuSPARSELt: same result as the reference to bf16 rounding,
+    counted under its path; the compressed copy made once, counted, and made again when the weight changes."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
     from lowbit import quantize_weight, sqnr
 
-    _fake_cslt(monkeypatch)
+    made = _fake_cslt(monkeypatch)
     torch.manual_seed(0)
     R = 2 * 32 if op == "sparse24_gated" else 64
     w = torch.randn(R, 96)
@@ -172,8 +177,15 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
     dispatch.stats.clear()
     with dispatch.force_path("triton"):
         got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
-    assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
-    assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
+        assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
+        assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
+        assert len(made) == 1 and made[0].dtype == (values.dtype if dynamic else x.dtype)
+        assert dispatch.cslt_cached_bytes(values) == made[0].numel() * made[0].element_size()
+        assert torch.equal(getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic), got)
+        assert len(made) == 1  # the kept copy served the second call
+        values.view(torch.uint8)[0, 0] = 0  # an in-place change to the weight: a new copy
+        getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
+        assert len(made) == 2 and dispatch.cslt_cached_bytes(values) == made[0].numel() * made[0].element_size()
 
 
 @pytest.mark.cuda
@@ -205,9 +217,71 @@ def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
             raise
         pytest.skip(f"cuSPARSELt fp8 route unavailable: {str(e).splitlines()[0]}")
     assert sqnr(ref.float(), got.float()) > 35
+    assert dispatch.cslt_cached_bytes(values) > 0
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
     dispatch._sparse_routes.clear()
-    getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)  # measured with cslt among the routes
-    from fused.kernels import tuning
-    timed = [v for k, v in tuning.timings.items() if k[0] == "sparse24_route" and k[1] == op]
-    assert any(n == "cslt" for v in timed for _, n in v)
+    offered = []
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+                        offered.extend(cands) or ("packed", "packed"))
+    getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
+    assert "cslt" in offered  # among the routes timed
+    assert dispatch.cslt_cached_bytes(values) == 0  # it lost here: its copy is not kept
+
+
+@pytest.mark.cuda
+def test_measure_route_graph_pick(monkeypatch):
+    """graph=True: the eager pick pays host time, the graph pick does not. A candidate that sleeps 3 ms on
+    the host but does little on the GPU must lose eagerly and win replayed; a GPU-heavier one the reverse."""
+    import time
+    from fused import dispatch
+
+    monkeypatch.delenv("FUSED_TUNE", raising=False)
+    a = torch.randn(2048, 2048, device="cuda")
+
+    def host_heavy():
+        time.sleep(0.003)
+        return a + 1
+
+    def gpu_heavy():  # ~0.3 ms of GPU work, little host time
+        return a @ a @ a
+
+    eager, graph = dispatch.measure_route("test_route", ("k",), {"host": host_heavy, "gpu": gpu_heavy}, graph=True)
+    assert (eager, graph) == ("gpu", "host")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+def test_sparse_route_under_graph_capture(fmt, monkeypatch):
+    """A CUDA graph being captured takes the route's graph pick (here cslt, eager calls packed): the replay
+    matches the W8A8 reference, at decode sizes (M = 3, where eager calls run weight-only) too."""
+    from fused import dispatch
+    from fused.reference import sparse24_gated_ref
+    from lowbit import quantize_weight, sqnr
+
+    torch.manual_seed(0)
+    w = torch.randn(512, 256, device="cuda")
+    w = w * magnitude_mask_24(w.abs())
+    q, s = quantize_weight(w, fmt)
+    values, meta = pack_24(q)
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
+    for M in (3, 40):
+        x = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
+        ref = sparse24_gated_ref(x, values, meta, s, None, "silu", True)
+        # eager M <= 16 takes the weight-only GEMV (as the dense W8A8 ops do): its reference is weight-only
+        ref_eager = sparse24_gated_ref(x, values, meta, s, None, "silu", M > dispatch.GEMV_MAX_M)
+        dispatch._sparse_routes.clear()
+        dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True)  # measured (untimed: packed)
+        key = next(iter(dispatch._sparse_routes))
+        dispatch._sparse_routes[key] = ("packed", "cslt")
+        dispatch._cslt(x, values, meta, s, None, "silu", True, True)  # its copy and algorithm, as a timing leaves them
+        dispatch.stats.clear()
+        g = dispatch._graph_replay(lambda: dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True))
+        assert g is not None
+        assert dispatch.stats[("sparse24_gated", "cusparselt+triton:cslt_epilogue")] >= 1
+        out = dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True)  # eager: packed
+        assert sqnr(ref_eager.float(), out.float()) > 35
+        with torch.cuda.graph(g2 := torch.cuda.CUDAGraph()):
+            y = dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True)
+        y.fill_(float("nan"))
+        g2.replay()
+        assert sqnr(ref.float(), y.float()) > 35, M
