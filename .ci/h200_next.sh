@@ -2,10 +2,10 @@
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
-# together the whole cuda suite (tests2 holds the new cuSPARSELt route tests); s24cslt (~400 s: 2:4 on
-# cuSPARSELt, untimed); narrow (~100 s: the register-capped and 3-per-SM hoisted narrow candidates, untimed);
-# bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles and
-# the 2:4 16-bit expansion; footnotes 4-7 hold the focused reruns). See examples/results/h200/NOTES.md, "fifth".
+# together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
+# bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
+# 16-bit expansion and the cuSPARSELt route; footnotes 4-8 hold the focused reruns); s24graph (S24_TESTS=0: ~200 s)
+# after any change to the 2:4 routes. See examples/results/h200/NOTES.md, "sixth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1

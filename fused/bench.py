@@ -29,8 +29,8 @@ OURS = {
     "ours fp8 W8A16": lambda: fused.FusedFloat8MLP(weight_only=True),
     "ours int8 2:4 W8A16": lambda: fused.FusedInt8MLP(sparsity="2:4"),
 }
-# 2:4 W8A8 (int8 / fp8 values): not in the default set; `--configs` can name them. From M=17 their route
-# also times cuSPARSELt's 2:4 tensor cores (fused.dispatch._cslt)
+# 2:4 W8A8 (int8 / fp8 values): not in the default set; `--configs` can name them. Their route also times
+# cuSPARSELt's 2:4 tensor cores (fused.dispatch._cslt), which CUDA-graph replays take from M=1
 SPARSE_FP8 = {"ours fp8 2:4 W8A8": lambda: fused.FusedFloat8MLP(sparsity="2:4"),
               "ours int8 2:4 W8A8": lambda: fused.FusedInt8MLP(sparsity="2:4", weight_only=False)}
 

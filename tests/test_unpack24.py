@@ -285,3 +285,32 @@ def test_sparse_route_under_graph_capture(fmt, monkeypatch):
         y.fill_(float("nan"))
         g2.replay()
         assert sqnr(ref.float(), y.float()) > 35, M
+
+
+def test_cslt_copy_counted_in_explain_and_bench(monkeypatch):
+    """The cuSPARSELt copy a layer keeps shows in explain's bytes and the bench's weight MiB, and goes when
+    the layer does (emulated cuSPARSELt on the CPU)."""
+    import gc
+
+    from fused import dispatch, explain
+    from fused.bench import _weight_mib
+    from fused.sparse_modules import FusedSparseLinear
+
+    _fake_cslt(monkeypatch)
+    torch.manual_seed(0)
+    mod = FusedSparseLinear.from_float(torch.randn(64, 96), fmt="int8", dynamic=True)
+    model = torch.nn.Sequential(mod)
+    before = explain(model, print_table=False)[0]["bytes_after"]
+    mib = _weight_mib(model)
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
+    with dispatch.force_path("triton"):
+        dispatch.sparse24_linear(torch.randn(20, 96, dtype=torch.bfloat16), mod.values, mod.meta, mod.scale,
+                                 mod.bias, "none", dynamic=True)
+    copy = dispatch.cslt_cached_bytes(mod.values)
+    assert copy == 64 * 96  # the emulated copy: the dense int8 weight
+    assert explain(model, print_table=False)[0]["bytes_after"] == before + copy
+    assert _weight_mib(model) == pytest.approx(mib + copy / 2**20)
+    total = dispatch.cslt_cached_bytes()
+    del model, mod
+    gc.collect()
+    assert dispatch.cslt_cached_bytes() == total - copy  # kept only while the layer's values live
