@@ -30,6 +30,7 @@ import warnings
 from collections import Counter
 
 import torch
+import torch.nn.functional as F
 
 from fused import cpu, reference
 from fused.kernels import launch
@@ -568,20 +569,18 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
     from fused.kernels.cslt_epilogue import cslt_epilogue
 
     M = x2.shape[0]
-    if dynamic:
-        xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn)
+    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows,
+    # sliced off after
+    rows = max(-(-M // 16) * 16, 32 if dynamic and values.dtype == torch.int8 else 16)
+    if dynamic:  # act_quant writes the zero rows itself
+        xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn, rows=rows)
         out_dtype = x2.dtype  # int8 / fp8 inputs: cuSPARSELt writes 16 bits
         c = _cslt_weight(values, meta, values.dtype)
     else:
         # 16-bit inputs: it writes their dtype. Contiguous x: torch passes x.t() on as "transposed" on the
-        # strength of is_contiguous() alone, so any other strides would be read wrongly
-        xq, xs, out_dtype = x2.contiguous(), None, None
+        # strength of is_contiguous() alone, so any other strides would be read wrongly (F.pad's output is)
+        xq, xs, out_dtype = (x2.contiguous() if rows == M else F.pad(x2, (0, 0, 0, rows - M))), None, None
         c = _cslt_weight(values, meta, x2.dtype)
-    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows,
-    # sliced off after
-    rows = max(-(-M // 16) * 16, 32 if xq.dtype == torch.int8 else 16)
-    if rows > M:
-        xq = torch.cat([xq, xq.new_zeros(rows - M, xq.shape[1])])
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=out_dtype, transpose_result=True, alg_id=_cslt_alg(c, b, out_dtype))
     return cslt_epilogue(y[:M], xs, wscale, bias, act, gated, x2.dtype)

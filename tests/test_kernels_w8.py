@@ -123,6 +123,42 @@ def test_act_quant_bit_exact(fmt):
     assert torch.all(q[2].float() == 0)
 
 
+def _act_quant_padded(fmt, K, device, monkeypatch):
+    """rows > M: the first M rows as without padding, the rest zeros (over a poisoned buffer)."""
+    from fused.kernels import act_quant as aq
+
+    real = aq.empty
+
+    def poisoned(*a, **k):
+        t = real(*a, **k)
+        (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
+        return t
+    monkeypatch.setattr(aq, "empty", poisoned)
+    x = (torch.randn(5, K, device=device) * torch.logspace(-2, 2, 5, device=device)[:, None]).bfloat16()[:, ::1]
+    xt = torch.randn(K, 5, device=device).bfloat16().t()  # a transposed view: strided rows
+    for inp in (x, xt):
+        q, s = aq.act_quant(inp, fp8=fmt != "int8", rows=32)
+        rq, rs = quantize_activation(inp, fmt)
+        assert q.shape == (32, K) and s.shape == (5,)
+        assert torch.equal(q[:5].float(), rq.float()) and torch.equal(s, rs[:, 0])
+        assert torch.all(q[5:].view(torch.uint8) == 0)
+    with pytest.raises(ValueError, match="below"):
+        aq.act_quant(x, fp8=fmt != "int8", rows=4)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("K", [300, 20000])  # one pass, two passes
+def test_act_quant_padded_rows(fmt, K, monkeypatch):
+    _act_quant_padded(fmt, K, "cpu", monkeypatch)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_act_quant_padded_rows_cuda(fmt, monkeypatch):
+    for K in (300, 14336, 20000):
+        _act_quant_padded(fmt, K, "cuda", monkeypatch)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("K", [300, 4096, 14336, 20000])

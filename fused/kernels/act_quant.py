@@ -84,34 +84,44 @@ def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexp
 
 
 @triton.jit
-def _act_quant_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm,
+def _act_quant_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
                       ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_K)
-    x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
-    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
-    # NaN must survive (NaN in -> NaN out, as in the unquantized layer)
-    scale = tl.where(bad, float("nan"), tl.maximum(amax / QMAX, MIN_S))
-    tl.store(s_ptr + row, scale)
-    if ONE_PASS:
-        tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8, HAND_ROUND), mask=offs < K)
-    else:
+    if row >= M:  # a padding row the caller asked for: zeros (a branch, so real rows pay no select)
         for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            tl.store(q_row + k0 + offs, _quantize(xk, scale, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
+            tl.store(q_row + k0 + offs, tl.zeros((BLOCK_K,), dtype=q_ptr.dtype.element_ty), mask=k0 + offs < K)
+    else:
+        x_row = x_ptr + row * stride_xm
+        x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
+        # NaN must survive (NaN in -> NaN out, as in the unquantized layer)
+        scale = tl.where(bad, float("nan"), tl.maximum(amax / QMAX, MIN_S))
+        tl.store(s_ptr + row, scale)
+        if ONE_PASS:
+            tl.store(q_row + offs, _quantize(x, scale, QMAX, FP8, HAND_ROUND), mask=offs < K)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+                tl.store(q_row + k0 + offs, _quantize(xk, scale, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
 
 
-def act_quant(x: torch.Tensor, fp8: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def act_quant(x: torch.Tensor, fp8: bool, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] -> (q [rows, K], scale [M]); ``rows`` >= M (default M): q's rows past M are zeros (padding
+    for a GEMM that wants a row multiple, written here instead of by a separate copy)."""
     M, K = x.shape
-    q = empty((M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    rows = M if rows is None else rows
+    if rows < M:
+        raise ValueError(f"act_quant: rows={rows} is below the {M} rows of x")
+    q = empty((rows, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
     s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
+        (q.view(torch.uint8) if fp8 else q).zero_()
         return q, s
     block = min(next_pow2(K), MAX_ONE_PASS)
     qv = q.view(torch.uint8) if fp8 else q
-    launch_kernel(_act_quant_kernel, (M,), x, qv, s, K, x.stride(0), x.stride(1), qv.stride(0),
+    launch_kernel(_act_quant_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), qv.stride(0),
                   QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, BLOCK_K=block,
                   ONE_PASS=K <= block, HAND_ROUND=INTERPRET, num_warps=8 if block >= 4096 else 4)
     return q, s
