@@ -161,7 +161,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
             if fmt != "bfloat16":
                 why += ("; per shape, the first call also times unpacking to dense (transient) + the dense kernels "
-                        "and keeps the faster (SPARSE_ROUTE)")
+                        "and, on CUDA, cuSPARSELt's 2:4 tensor cores (W8A8 at any M, W8A16 above "
+                        f"M={GEMV_MAX_M}, on a kept compressed copy), and keeps the fastest for eager calls and for "
+                        "CUDA-graph capture (SPARSE_ROUTE; the picks: sparse_route_picks)")
             if dynamic:
                 why += " with per-token activation quantization (W8A8)"
         elif "|" in kernel:
@@ -584,6 +586,13 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=out_dtype, transpose_result=True, alg_id=_cslt_alg(c, b, out_dtype))
     return cslt_epilogue(y[:M], xs, wscale, bias, act, gated, x2.dtype)
+
+
+def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
+    """The routes measured so far for a 2:4 layer's shape: {(M bucket, x dtype, bias None, act): (eager pick,
+    CUDA-graph pick)} ("packed", "unpacked" or "cslt"; what `explain` lists)."""
+    return {(k[1], k[4], k[6], k[7]): v for k, v in _sparse_routes.items()
+            if k[0] == op and k[2] == tuple(values.shape) and k[3] == values.dtype and k[5] == dynamic}
 
 
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):

@@ -37,6 +37,11 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         block_path = block_why = None
         if parent in blocks and blocks[parent].block_fusable():
             block_path, block_why = dispatch.plan("mlp_block", mod.fmt, mod.dynamic, dev)
+        routes = None
+        if not dense and hasattr(mod, "values"):  # a 2:4 layer: the routes its shape took so far, per M bucket
+            picks = dispatch.sparse_route_picks(mod.op_name, mod.values, mod.dynamic)
+            routes = ", ".join(f"M~{m}: {e}" + ("" if g == e else f" (graph: {g})")
+                               for (m, *_), (e, g) in sorted(picks.items(), key=lambda kv: kv[0][0])) or None
         rows.append({
             "module": name,
             "block": parent if parent in blocks else None,
@@ -47,6 +52,7 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "device": str(dev),
             "path": path,
             "why": why,
+            "routes": routes,
             "block_path": block_path,
             "block_why": block_why,
             "bytes_before": mod.source_bytes,
@@ -73,7 +79,8 @@ def format_table(rows: list[dict]) -> str:
         if r.get("block_path") is not None and r["block"] not in shown:  # the block's line, above its layers
             shown.add(r["block"])
             lines.append([r["block"], "mlp_block", "", "", "", f'{r["block_path"]} ({r["block_why"]})', "", ""])
-        lines.append([r["module"], r["op"], r["format"], r["mode"], r["act"], f'{r["path"]} ({r["why"]})',
+        routes = f' [routes so far: {r["routes"]}]' if r.get("routes") else ""
+        lines.append([r["module"], r["op"], r["format"], r["mode"], r["act"], f'{r["path"]} ({r["why"]}){routes}',
                       f'{r["bytes_before"] / 1024:.1f}', f'{r["bytes_after"] / 1024:.1f}'])
     before = sum(r["bytes_before"] for r in rows)
     after = sum(r["bytes_after"] for r in rows)

@@ -314,3 +314,29 @@ def test_cslt_copy_counted_in_explain_and_bench(monkeypatch):
     del model, mod
     gc.collect()
     assert dispatch.cslt_cached_bytes() == total - copy  # kept only while the layer's values live
+
+
+def test_explain_lists_sparse_routes(monkeypatch):
+    """explain shows the routes a 2:4 layer's shape has taken, per M bucket (eager pick, and the graph pick
+    where it differs)."""
+    from fused import dispatch, explain
+    from fused.kernels.tuning import m_bucket
+    from fused.sparse_modules import FusedSparseLinear
+
+    torch.manual_seed(0)
+    mod = FusedSparseLinear.from_float(torch.randn(64, 96), fmt="int8")
+    model = torch.nn.Sequential(mod)
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
+    monkeypatch.setattr(dispatch, "_sparse_routes", {})
+    assert explain(model, print_table=False)[0]["routes"] is None
+    with dispatch.force_path("triton"):
+        dispatch.sparse24_linear(torch.randn(20, 96, dtype=torch.bfloat16), mod.values, mod.meta, mod.scale,
+                                 mod.bias, "none")
+    assert explain(model, print_table=False)[0]["routes"] == f"M~{m_bucket(20)}: packed"
+    key = next(iter(dispatch._sparse_routes))
+    dispatch._sparse_routes[key] = ("unpacked", "cslt")
+    rows = explain(model, print_table=False)
+    assert rows[0]["routes"] == f"M~{m_bucket(20)}: unpacked (graph: cslt)"
+    from fused.explain import format_table
+
+    assert "routes so far: M~" in format_table(rows)
