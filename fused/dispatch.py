@@ -30,11 +30,11 @@ import warnings
 from collections import Counter
 
 import torch
-import torch.nn.functional as F
 
 from fused import cpu, reference
 from fused.kernels import launch
 from fused.kernels.tuning import m_bucket
+from lowbit.quant import FP8_SPLIT_LO
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
@@ -161,8 +161,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
             if fmt != "bfloat16":
                 why += ("; per shape, the first call also times unpacking to dense (transient) + the dense kernels "
-                        "and, on CUDA, cuSPARSELt's 2:4 tensor cores (W8A8 at any M, W8A16 above "
-                        f"M={GEMV_MAX_M}, on a kept compressed copy), and keeps the fastest for eager calls and for "
+                        "and, on CUDA, cuSPARSELt's 2:4 tensor cores (8-bit operands: W8A8 per-token, W8A16 split "
+                        "planes; on a kept compressed copy), and keeps the fastest for eager calls and for "
                         "CUDA-graph capture (SPARSE_ROUTE; the picks: sparse_route_picks)")
             if dynamic:
                 why += " with per-token activation quantization (W8A8)"
@@ -498,12 +498,12 @@ def _cslt_shape_ok(N: int, K: int) -> bool:
 
 # cuSPARSELt's compressed copy of each packed 2:4 weight the cslt route runs on, made on the layer's first cslt
 # call and kept while its packed ``values`` tensor lives: compressing costs ~1.5 ms per Llama gate/up weight,
-# more than the GEMM it serves. Memory: 0.625 B per weight for 8-bit values, 1.125 for the 16-bit copy of a
-# W8A16 layer, on top of the packed weight (see cslt_cached_bytes; explain and the bench count it). A copy
-# made only to time the route is dropped when cslt loses. FUSED_CSLT_CACHE=0: no copies kept, each call
-# compresses again (the route is then timed that way, and at these costs cslt does not win).
+# more than the GEMM it serves. Memory: 0.625 B per weight (8-bit values, W8A8 and W8A16 alike), on top of
+# the packed weight (see cslt_cached_bytes; explain and the bench count it). A copy made only to time the
+# route is dropped when cslt loses. FUSED_CSLT_CACHE=0: no copies kept, each call compresses again (the route
+# is then timed that way, and at these costs cslt does not win).
 CSLT_CACHE = os.environ.get("FUSED_CSLT_CACHE", "1") != "0"
-_cslt_weights = None  # WeakIdKeyDictionary: values -> {dtype: ((values, meta) versions, compressed)}
+_cslt_weights = None  # WeakIdKeyDictionary: values -> ((values, meta) versions, compressed)
 _cslt_algs: dict = {}  # (compressed shape, dtypes, m bucket) -> cuSPARSELt algorithm id found by its search
 
 
@@ -518,12 +518,13 @@ def cslt_cached_bytes(values: torch.Tensor | None = None) -> int:
     """Bytes of the cuSPARSELt copies held for ``values`` (None: for every layer)."""
     if _cslt_weights is None:
         return 0
-    held = [_cslt_weights.get(values, {})] if values is not None else list(_cslt_weights.values())
-    return sum(c.numel() * c.element_size() for d in held for _, c in d.values())
+    held = ([_cslt_weights[values]] if values in _cslt_weights else []) if values is not None \
+        else list(_cslt_weights.values())
+    return sum(c.numel() * c.element_size() for _, c in held)
 
 
-def _cslt_weight(values, meta, dtype):
-    """The weight compressed for cuSPARSELt, in ``dtype`` (the values' own 8-bit dtype, or x's 16-bit one)."""
+def _cslt_weight(values, meta):
+    """The packed 8-bit weight compressed for cuSPARSELt (kept while ``values`` lives, see CSLT_CACHE)."""
     global _cslt_weights
     from fused.kernels.unpack24 import unpack24
 
@@ -532,19 +533,18 @@ def _cslt_weight(values, meta, dtype):
 
         _cslt_weights = WeakIdKeyDictionary()
     version = (_version(values), _version(meta))
-    hit = _cslt_weights.get(values, {}).get(dtype)
+    hit = _cslt_weights.get(values)
     if hit is not None and hit[0] == version:
         return hit[1]
-    w = unpack24(values, meta)
-    c = torch._cslt_compress(w if dtype == values.dtype else w.to(dtype))
+    c = torch._cslt_compress(unpack24(values, meta))
     if CSLT_CACHE:
-        _cslt_weights.setdefault(values, {})[dtype] = (version, c)
+        _cslt_weights[values] = (version, c)
     return c
 
 
-def _drop_cslt_weight(values, dtype):
+def _drop_cslt_weight(values):
     if _cslt_weights is not None and values in _cslt_weights:
-        _cslt_weights[values].pop(dtype, None)
+        del _cslt_weights[values]
 
 
 def _cslt_alg(c, b, out_dtype) -> int:
@@ -561,31 +561,41 @@ def _cslt_alg(c, b, out_dtype) -> int:
     return _cslt_algs[key]
 
 
+def _cslt_w8a16_ok(values_dtype, x_dtype) -> bool:
+    """Split planes carry int8: 15 bits, e4m3: ~8 (as the dense split path): no finer than fp32 x, and e4m3
+    planes no finer than fp16's 11 bits either; such inputs keep the other routes."""
+    return x_dtype == torch.bfloat16 or (x_dtype == torch.float16 and values_dtype == torch.int8)
+
+
 def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
-    """2:4 on the sparse tensor cores (cuSPARSELt), for large M, on the layer's compressed copy (_cslt_weight).
-    W8A8 (``dynamic``): x quantized per token (act_quant) and the 8-bit weight as is. W8A16: the 8-bit
-    weight widened to x's 16-bit dtype (exact) and x as is, so the numerics stay weight-only. Then
-    y = x · W_qᵀ in x's dtype by torch._cslt_sparse_mm, and the per-token and per-channel scales, bias,
-    activation and gate in one pass (cslt_epilogue). The weight scale is not cuSPARSELt's alpha vector:
-    on the H200 only int8 takes one."""
+    """2:4 on the sparse tensor cores (cuSPARSELt) with 8-bit operands, on the layer's compressed copy
+    (_cslt_weight). W8A8 (``dynamic``): x quantized per token (act_quant). W8A16: x split per token into two
+    8-bit planes (act_split: int8 x ≈ s·(256·hi + lo), 15 bits; e4m3 x ≈ s·(hi + lo/16)), stacked as twice
+    the rows, so one product gives both and the numerics stay weight-only. Then y = x_q · W_qᵀ in bf16 by
+    torch._cslt_sparse_mm, and the planes' sum, per-token and per-channel scales, bias, activation and gate
+    in one pass (cslt_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
+    takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products."""
     from fused.kernels.cslt_epilogue import cslt_epilogue
 
     M = x2.shape[0]
-    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows,
-    # sliced off after
-    rows = max(-(-M // 16) * 16, 32 if dynamic and values.dtype == torch.int8 else 16)
-    if dynamic:  # act_quant writes the zero rows itself
-        xq, xs = _triton_kernels().act_quant(x2, fp8=values.dtype == torch.float8_e4m3fn, rows=rows)
-        out_dtype = x2.dtype  # int8 / fp8 inputs: cuSPARSELt writes 16 bits
-        c = _cslt_weight(values, meta, values.dtype)
+    fp8 = values.dtype == torch.float8_e4m3fn
+    k = _triton_kernels()
+    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows
+    # (written by act_quant / act_split), sliced off after
+    if dynamic:
+        rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
+        xq, xs = k.act_quant(x2, fp8=fp8, rows=rows)
+        planes = None
     else:
-        # 16-bit inputs: it writes their dtype. Contiguous x: torch passes x.t() on as "transposed" on the
-        # strength of is_contiguous() alone, so any other strides would be read wrongly (F.pad's output is)
-        xq, xs, out_dtype = (x2.contiguous() if rows == M else F.pad(x2, (0, 0, 0, rows - M))), None, None
-        c = _cslt_weight(values, meta, x2.dtype)
+        rows = -(-M // 16) * 16  # per plane: the two make at least 32
+        xq, xs = k.act_split(x2, fp8=fp8, rows=rows)
+        xq = xq.view(2 * rows, x2.shape[1])
+        planes = (rows, 1.0, 1.0 / FP8_SPLIT_LO) if fp8 else (rows, 256.0, 1.0)
+    c = _cslt_weight(values, meta)
     b = xq.t()
-    y = torch._cslt_sparse_mm(c, b, out_dtype=out_dtype, transpose_result=True, alg_id=_cslt_alg(c, b, out_dtype))
-    return cslt_epilogue(y[:M], xs, wscale, bias, act, gated, x2.dtype)
+    y = torch._cslt_sparse_mm(c, b, out_dtype=torch.bfloat16, transpose_result=True,
+                              alg_id=_cslt_alg(c, b, torch.bfloat16))
+    return cslt_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M, planes=planes)
 
 
 def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
@@ -638,9 +648,9 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             routes = _sparse_routes.get(key)
             if routes is None and not capturing:
                 cands = {"packed": packed, "unpacked": unpacked}
-                # cuSPARSELt: W8A8 at any M (its 8-bit operands; at M <= 16 instead of the weight-only GEMV), W8A16
-                # above the GEMV range only (a 16-bit copy of the weight, never ahead at decode sizes)
-                if (x.is_cuda and (dynamic or (M > GEMV_MAX_M and x.dtype in (torch.bfloat16, torch.float16)))
+                # cuSPARSELt, at any M: W8A8 on per-token 8-bit x (in graphs at M <= 16 too, instead of the
+                # weight-only GEMV), W8A16 on split planes
+                if (x.is_cuda and (dynamic or _cslt_w8a16_ok(values.dtype, x.dtype))
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
                     try:
                         cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
@@ -651,8 +661,8 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
                                       stacklevel=3)
                 r = measure_route("sparse24_route", key, cands, graph=x.is_cuda)
                 routes = _sparse_routes[key] = r if x.is_cuda else (r, r)
-                if "cslt" in cands and "cslt" not in routes:  # the copy was made for the timing only
-                    _drop_cslt_weight(values, values.dtype if dynamic else x.dtype)
+                if "cslt" in cands and not any("cslt" in v for v in sparse_route_picks(op, values, dynamic).values()):
+                    _drop_cslt_weight(values)  # made for the timing only (no route of this shape takes it)
             # eager calls take the route fastest per call; a CUDA graph being captured, the one fastest on the
             # GPU (cuSPARSELt costs ~0.3 ms of host time per call, which a graph replay does not pay). First
             # met under capture (no timing possible there): packed, and measured at the next eager call

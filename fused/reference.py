@@ -82,11 +82,16 @@ def gated_pair_ref(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     return gated_ref(x, torch.cat([wg, wu]), torch.cat([sg, su]), b, act, dynamic)
 
 
-def cslt_epilogue_ref(y, x_scale, w_scale, bias, act, gated, out_dtype):
-    """Reference of fused.kernels.cslt_epilogue: act(y·s_x·s_w + b) (gated: ⊙ the up half, likewise scaled);
+def cslt_epilogue_ref(y, x_scale, w_scale, bias, act, gated, out_dtype, m=None, planes=None):
+    """Reference of fused.kernels.cslt_epilogue: act(z·s_x·s_w + b) (gated: ⊙ the up half, likewise scaled)
+    over y's first m rows, z = y, or with planes (lo_row, hi_w, lo_w) hi_w·y[:m] + lo_w·y[lo_row:lo_row + m];
     x_scale / w_scale None: 1."""
     N = y.shape[1] // 2 if gated else y.shape[1]
-    z = y.float() if x_scale is None else y.float() * x_scale.float()[:, None]
+    m = y.shape[0] if m is None else m
+    z = y[:m].float()
+    if planes is not None:
+        z = z * planes[1] + y[planes[0]:planes[0] + m].float() * planes[2]
+    z = z if x_scale is None else z * x_scale.float()[:, None]
     if w_scale is not None:
         z = z * w_scale.float()
     if bias is not None:

@@ -152,6 +152,31 @@ def test_act_quant_padded_rows(fmt, K, monkeypatch):
     _act_quant_padded(fmt, K, "cpu", monkeypatch)
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("K", [300, 20000])
+def test_act_split_padded_rows(fp8, K, monkeypatch):
+    """rows > M: both planes' first M rows as without padding, the rest zeros (over a poisoned buffer)."""
+    from fused.kernels import act_split as sp
+
+    real = sp.empty
+
+    def poisoned(*a, **k):
+        t = real(*a, **k)
+        (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
+        return t
+    monkeypatch.setattr(sp, "empty", poisoned)
+    x = (torch.randn(5, K) * torch.logspace(-2, 2, 5)[:, None]).bfloat16()
+    x[3, 1] = float("inf")
+    q0, s0 = sp.act_split(x, fp8=fp8)
+    q, s = sp.act_split(x, fp8=fp8, rows=16)
+    assert q.shape == (2, 16, K) and s.shape == (5,)
+    assert torch.equal(q[:, :5].view(torch.uint8), q0.view(torch.uint8))
+    torch.testing.assert_close(s, s0, rtol=0, atol=0, equal_nan=True)  # row 3 (an Inf): NaN in both
+    assert torch.all(q[:, 5:].view(torch.uint8) == 0)
+    with pytest.raises(ValueError, match="below"):
+        sp.act_split(x, fp8=fp8, rows=4)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_act_quant_padded_rows_cuda(fmt, monkeypatch):

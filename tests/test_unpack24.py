@@ -120,18 +120,29 @@ def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
         xs = torch.rand(M) + 0.1 if bias else None  # with and without a token scale
         ws = torch.rand(N2) + 0.5 if M % 2 else None  # and a channel scale
         b = torch.randn(N2) if bias else None
+        # split planes: the hi product in rows [0, M), the lo one from row lo (padding rows between)
+        lo = M + 3
+        yp = torch.randn(N2 + 3, 2 * lo + 2, dtype=torch.bfloat16)[1:N2 + 1].t()
         # fp32 out: the math alone; bf16 out: near-ties may round one ulp apart (~43 dB at worst)
         for out_dtype, floor in ((torch.float32, 90), (torch.bfloat16, 38)):
-            with monkeypatch.context() as mp:
-                mp.setattr(torch, "empty", poisoned)
-                got = cslt_epilogue(y, xs, ws, b, act, gated, out_dtype)
-            want = cslt_epilogue_ref(y, xs, ws, b, act, gated, out_dtype)
-            assert got.shape == (M, N) and got.dtype == out_dtype
-            assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype)
+            for yy, m, planes in ((y, None, None), (yp, M, (lo, 256.0, 1.0)), (yp, M, (lo + 1, 1.0, 1 / 16))):
+                with monkeypatch.context() as mp:
+                    mp.setattr(torch, "empty", poisoned)
+                    got = cslt_epilogue(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
+                want = cslt_epilogue_ref(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
+                assert got.shape == (M, N) and got.dtype == out_dtype
+                assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype, planes)
     with pytest.raises(ValueError, match="even column count"):
         cslt_epilogue(torch.randn(2, 5), torch.ones(2), None, None, "silu", True, torch.float32)
     with pytest.raises(ValueError, match="w_scale must be"):
         cslt_epilogue(torch.randn(2, 6), None, torch.ones(3), None, "silu", True, torch.float32)
+    with pytest.raises(ValueError, match="do not fit"):  # the lo plane would pass y's rows
+        cslt_epilogue(torch.randn(8, 6), None, None, None, "none", False, torch.float32, m=3, planes=(6, 1.0, 1.0))
+    from fused.dispatch import _cslt_w8a16_ok  # split planes only where they are as fine as x
+
+    assert _cslt_w8a16_ok(torch.int8, torch.bfloat16) and _cslt_w8a16_ok(torch.float8_e4m3fn, torch.bfloat16)
+    assert _cslt_w8a16_ok(torch.int8, torch.float16) and not _cslt_w8a16_ok(torch.float8_e4m3fn, torch.float16)
+    assert not _cslt_w8a16_ok(torch.int8, torch.float32)
 
 
 def _fake_cslt(monkeypatch):
@@ -155,7 +166,7 @@ def _fake_cslt(monkeypatch):
 @pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
 @pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
 def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
-    """The route's own steps (act_quant for W8A8, the widened weight for W8A16, unpack24, transposes,
+    """The route's own steps (act_quant for W8A8, split planes for W8A16, padding, unpack24, transposes,
     epilogue) on the CPU with an emulated cuSPARSELt: same result as the reference to bf16 rounding,
     counted under its path; the compressed copy made once, counted, and made again when the weight changes."""
     from fused import dispatch
@@ -179,7 +190,7 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
         got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
         assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
         assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
-        assert len(made) == 1 and made[0].dtype == (values.dtype if dynamic else x.dtype)
+        assert len(made) == 1 and made[0].dtype == values.dtype  # one 8-bit copy, W8A8 and W8A16 alike
         assert dispatch.cslt_cached_bytes(values) == made[0].numel() * made[0].element_size()
         assert torch.equal(getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic), got)
         assert len(made) == 1  # the kept copy served the second call
@@ -193,9 +204,8 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
 @pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
 @pytest.mark.parametrize("op", ["sparse24_linear", "sparse24_gated"])
 def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
-    """The real cuSPARSELt route against the reference: W8A16 (bf16 operands) and int8 W8A8 must run; fp8
-    W8A8 needs torch's cuSPARSELt to take float8_e4m3fn with a 16-bit output: if it does not, the error is
-    what the route records."""
+    """The real cuSPARSELt route against the reference: W8A8 (per-token 8-bit x) and W8A16 (split planes,
+    held to a tighter SQNR: its numerics are weight-only), at decode and prefill sizes, bf16 and fp16 x."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
     from lowbit import quantize_weight, sqnr
@@ -207,16 +217,14 @@ def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
     q, s = quantize_weight(w, fmt)
     values, meta = pack_24(q)
     b = torch.randn(R, device="cuda")
-    x = torch.randn(300, 512, device="cuda", dtype=torch.bfloat16)  # not a multiple of 16: padded
-    ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu",
-                                                                                   dynamic)
-    try:
+    reference = sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref
+    dtypes = [torch.bfloat16] + ([torch.float16] if fmt == "int8" or dynamic else [])
+    for M, dtype in [(1, torch.bfloat16), (300, torch.bfloat16)] + [(17, d) for d in dtypes]:
+        # M not a multiple of 16: padded; fp16 x: the bf16 product must not overflow on the way
+        x = torch.randn(M, 512, device="cuda", dtype=dtype) * 4
+        ref = reference(x, values, meta, s, b, "silu", dynamic)
         got = dispatch._cslt(x, values, meta, s, b, "silu", op == "sparse24_gated", dynamic)
-    except RuntimeError as e:
-        if fmt == "int8" or not dynamic:
-            raise
-        pytest.skip(f"cuSPARSELt fp8 route unavailable: {str(e).splitlines()[0]}")
-    assert sqnr(ref.float(), got.float()) > 35
+        assert got.dtype == dtype and sqnr(ref.float(), got.float()) > (35 if dynamic else 40), (M, dtype)
     assert dispatch.cslt_cached_bytes(values) > 0
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
     dispatch._sparse_routes.clear()

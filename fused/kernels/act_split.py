@@ -55,36 +55,47 @@ def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr, FP8: tl.
 
 
 @triton.jit
-def _act_split_kernel(x_ptr, q_ptr, s_ptr, K, stride_xm, stride_xk, stride_qm, lo_off,
+def _act_split_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, lo_off,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr,
                       FP8: tl.constexpr = False, HAND_ROUND: tl.constexpr = False):
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_K)
-    x_row = x_ptr + row * stride_xm
     q_row = q_ptr + row * stride_qm
-    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
-    scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
-    if ONE_PASS:
-        _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX, FP8, HAND_ROUND)
-    else:
+    if row >= M:  # a padding row the caller asked for: zeros in both planes (a branch: real rows pay nothing)
+        zero = tl.zeros((BLOCK_K,), dtype=q_ptr.dtype.element_ty)
         for k0 in range(0, K, BLOCK_K):
-            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-            _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX, FP8, HAND_ROUND)
-    tl.store(s_ptr + row, tl.where(bad, float("nan"), scale))
+            tl.store(q_row + k0 + offs, zero, mask=k0 + offs < K)
+            tl.store(q_row + lo_off + k0 + offs, zero, mask=k0 + offs < K)
+    else:
+        x_row = x_ptr + row * stride_xm
+        x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
+        scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
+        if ONE_PASS:
+            _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX, FP8, HAND_ROUND)
+        else:
+            for k0 in range(0, K, BLOCK_K):
+                xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+                _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX, FP8, HAND_ROUND)
+        tl.store(s_ptr + row, tl.where(bad, float("nan"), scale))
 
 
-def act_split(x: torch.Tensor, fp8: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [M, K] float -> (planes [2, M, K] int8 (or float8_e4m3fn with ``fp8``): hi then lo, scale [M] fp32).
+def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [M, K] float -> (planes [2, rows, K] int8 (or float8_e4m3fn with ``fp8``): hi then lo, scale [M] fp32).
     A row holding NaN/Inf gets a NaN scale (its outputs are NaN, as in the unquantized layer) and zero
-    planes."""
+    planes. ``rows`` >= M (default M): each plane's rows past M are zeros (padding for a GEMM that wants a
+    row multiple; [2, rows, K] then views as one [2·rows, K] operand)."""
     M, K = x.shape
-    q = empty((2, M, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    rows = M if rows is None else rows
+    if rows < M:
+        raise ValueError(f"act_split: rows={rows} is below the {M} rows of x")
+    q = empty((2, rows, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
     s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
+        (q.view(torch.uint8) if fp8 else q).zero_()
         return q, s
     block = min(next_pow2(K), MAX_ONE_PASS)
     qv = q.view(torch.uint8) if fp8 else q
-    launch_kernel(_act_split_kernel, (M,), x, qv, s, K, x.stride(0), x.stride(1), qv.stride(1), qv.stride(0),
+    launch_kernel(_act_split_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), qv.stride(1), qv.stride(0),
                   QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block,
                   ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4)
     return q, s

@@ -1,14 +1,16 @@
 """The epilogue of the cuSPARSELt route for 2:4 layers (see fused.dispatch, "cslt").
 
-cuSPARSELt's 2:4 tensor-core GEMM (torch._cslt_sparse_mm) takes the activations (8-bit for W8A8, 16-bit
-for W8A16) and the compressed weight and gives the raw product y [M, N] = x · W_qᵀ in 16 bits. Its alpha
-vector could apply the per-channel weight scale, but on the H200 (torch 2.11) only int8 accepts it, and it
-cannot apply a W8A8 per-token scale or a SwiGLU-style gate. This kernel finishes the layer in one pass over y:
+cuSPARSELt's 2:4 tensor-core GEMM (torch._cslt_sparse_mm) takes 8-bit activations (W8A8: per-token
+quantized; W8A16: the two split planes of each token, hi and lo, as extra rows) and the compressed 8-bit
+weight, and gives the raw product y = x_q · W_qᵀ in bf16. Its alpha vector could apply the per-channel
+weight scale, but on the H200 (torch 2.11) only int8 accepts it, and it cannot apply a per-token scale or
+a SwiGLU-style gate. This kernel finishes the layer in one pass over y:
 
-  linear:  out[m, n] = act(y[m, n] · s_x[m] · s_w[n] + b[n])
-  gated:   out[m, h] = act(y[m, h] · s_x[m] · s_w[h] + b[h]) · (y[m, H + h] · s_x[m] · s_w[H + h] + b[H + h])
+  linear:  out[m, n] = act(z[m, n] · s_x[m] · s_w[n] + b[n])
+  gated:   out[m, h] = act(z[m, h] · s_x[m] · s_w[h] + b[h]) · (z[m, H + h] · s_x[m] · s_w[H + h] + b[H + h])
 
-(gated: y [M, 2H]) with s_x = 1 when there is no activation scale (W8A16), s_w = 1 when there is none.
+(gated: y [M, 2H]) with z = y, or with split planes z = HI_W · y[m] + LO_W · y[lo_row + m] (int8 planes:
+256 and 1, e4m3 planes: 1 and 1/16, see lowbit.split_activation); s_x = 1 / s_w = 1 when absent.
 fp32 math, output in out's dtype. Reference: fused.reference.cslt_epilogue_ref.
 """
 from __future__ import annotations
@@ -23,15 +25,25 @@ from fused.kernels.launch import empty, launch_kernel
 
 
 @triton.jit
-def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, stride_ym, stride_yn, stride_om, stride_on,
-                          HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr,
-                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # N: output columns (H when gated: the up half of y starts at column N)
+def _combined(yp, lo_off, ok, PLANES: tl.constexpr, HI_W: tl.constexpr, LO_W: tl.constexpr):
+    z = tl.load(yp, mask=ok, other=0.0).to(tl.float32)
+    if PLANES:
+        z = z * HI_W + tl.load(yp + lo_off, mask=ok, other=0.0).to(tl.float32) * LO_W
+    return z
+
+
+@triton.jit
+def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, stride_ym, stride_yn, stride_om,
+                          stride_on, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          GATED: tl.constexpr, ACT: tl.constexpr, PLANES: tl.constexpr, HI_W: tl.constexpr,
+                          LO_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # N: output columns (H when gated: the up half of y starts at column N); lo_off: where the lo plane's
+    # rows start, in elements of y
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     ok = (rows < M)[:, None] & (cols < N)[None, :]
     yp = y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn
-    g = tl.load(yp, mask=ok, other=0.0).to(tl.float32)
+    g = _combined(yp, lo_off, ok, PLANES, HI_W, LO_W)
     if HAS_XS:
         xs = tl.load(xs_ptr + rows, mask=rows < M, other=0.0)[:, None]
         g = g * xs
@@ -41,7 +53,7 @@ def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, stride_ym
         g += tl.load(b_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
     g = activation(g, ACT)
     if GATED:
-        u = tl.load(yp + N * stride_yn, mask=ok, other=0.0).to(tl.float32)
+        u = _combined(yp + N * stride_yn, lo_off, ok, PLANES, HI_W, LO_W)
         if HAS_XS:
             u = u * xs
         if HAS_WS:
@@ -54,10 +66,16 @@ def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, stride_ym
 
 
 def cslt_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.Tensor | None,
-                  bias: torch.Tensor | None, act: str, gated: bool, out_dtype: torch.dtype) -> torch.Tensor:
-    """y [M, N] (or [M, 2H] gated, any strides), x_scale [M] and w_scale [N] (or [2H]) fp32 (None: 1) ->
-    [M, N] (or [M, H]) in ``out_dtype``."""
-    M, N2 = y.shape
+                  bias: torch.Tensor | None, act: str, gated: bool, out_dtype: torch.dtype, m: int | None = None,
+                  planes: tuple[int, float, float] | None = None) -> torch.Tensor:
+    """y [R, N] (or [R, 2H] gated, any strides), x_scale [m] and w_scale [N] (or [2H]) fp32 (None: 1) ->
+    [m, N] (or [m, H]) in ``out_dtype``, from y's first m rows (default R). ``planes`` (lo_row, hi_w, lo_w):
+    y's rows [0, m) hold the hi plane's product and [lo_row, lo_row + m) the lo plane's, combined as
+    hi_w·hi + lo_w·lo."""
+    R, N2 = y.shape
+    M = R if m is None else m
+    if M > R or (planes is not None and not M <= planes[0] <= R - M):
+        raise ValueError(f"cslt_epilogue: {M} rows (lo plane from row {planes and planes[0]}) do not fit y's {R}")
     if gated and N2 % 2:
         raise ValueError(f"cslt_epilogue: a gated y needs an even column count, got {N2}")
     N = N2 // 2 if gated else N2
@@ -70,8 +88,11 @@ def cslt_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.
         return out
     bm, bn = 16, 256  # one row segment per warp: wide loads along N, where y is contiguous
     launch_kernel(_cslt_epilogue_kernel, (cdiv(M, bm), cdiv(N, bn)),
-                  y, x_scale if x_scale is not None else y, w_scale if w_scale is not None else y, bias if bias is not None else y, out, M, N,
+                  y, x_scale if x_scale is not None else y, w_scale if w_scale is not None else y,
+                  bias if bias is not None else y, out, M, N, planes[0] * y.stride(0) if planes else 0,
                   y.stride(0), y.stride(1), out.stride(0), out.stride(1),
-                  HAS_XS=x_scale is not None, HAS_WS=w_scale is not None, HAS_BIAS=bias is not None, GATED=gated, ACT=act,
+                  HAS_XS=x_scale is not None, HAS_WS=w_scale is not None, HAS_BIAS=bias is not None, GATED=gated,
+                  ACT=act, PLANES=planes is not None, HI_W=float(planes[1]) if planes else 1.0,
+                  LO_W=float(planes[2]) if planes else 1.0,
                   BLOCK_M=bm, BLOCK_N=bn, num_warps=4)
     return out
