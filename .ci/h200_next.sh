@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
 # together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
 # bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
@@ -48,6 +48,19 @@ for k, v in j['timings'].items():
     if 'sparse24_route' in k:
         print(k[:150], sorted(v, key=lambda r: r[0]))" > "$OUT/routes.txt"
     tail -12 "$OUT/s24tests.log" 2>/dev/null; grep "^|" "$OUT/s24graph.log" | head -18 ;;
+  s24split)  # 2:4 W8A16 on cuSPARSELt through split planes (new, sixth session): the cslt / padding cuda tests, then
+             # int8 2:4 W8A16 and fp8 2:4 W8A8 at M = 1..8192 (~200 s)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_unpack24.py tests/test_kernels_w8.py \
+      -k "cslt or graph or padded" 2>&1 | filt | tail -8
+    timeout 150 python3 -m fused bench --blocks llama --m "${S24_MS:-1,16,128,1024,8192}" --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24split" > "$OUT/s24split.log" 2>&1
+    python3 -c "
+import json
+j = json.load(open('$OUT/s24split/bench.json'))
+for k, v in j['timings'].items():
+    if 'sparse24_route' in k:
+        print(k[:150], sorted(v, key=lambda r: r[0]))" > "$OUT/routes.txt"
+    grep "^|" "$OUT/s24split.log" | head -14 ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process
