@@ -43,16 +43,9 @@ for dt, od in ((torch.int8, torch.bfloat16), (torch.int8, None), (torch.int8, to
 
 # timing at the Llama shapes in CUDA graphs (no host cost): compress once, matmul per M with the searched alg
 def graph_us(fn, n=20):
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(n):
-            fn()
-    g.replay(); torch.cuda.synchronize()
+    from fused.dispatch import _graph_replay
+
+    g = _graph_replay(lambda: [fn() for _ in range(n)])
     return do_bench(g.replay, warmup=3, rep=50) * 1e3 / n
 
 

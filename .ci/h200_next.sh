@@ -11,6 +11,13 @@ S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .wh
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-out}; mkdir -p "$OUT"
 filt() { grep -v "Failed to load\|Enum subclass"; }
+routes() {  # the 2:4 route timings (eager and CUDA graph) of a bench.json, fastest first
+  python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if 'sparse24_route' in k:
+        print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
+}
 case "${1:-}" in
   tests)  # the cuda suite but the files of tests2 (~470 s on 2026-12-01); run tests2 (~190 s) as well
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests --ignore=tests/test_narrow_mlp.py \
@@ -28,12 +35,7 @@ case "${1:-}" in
     timeout 150 python3 .ci/cslt_probe.py 2>&1 | filt | grep "graph us\|FAIL"
     timeout 400 python3 -m fused bench --blocks llama --m 128,1024,8192 --no-baselines --sparse-baselines \
       --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8,ours int8 W8A8,ours int8 W8A16" --out "$OUT/s24cslt" 2>&1 | filt | grep "^|" | head -12
-    python3 -c "
-import json
-j = json.load(open('$OUT/s24cslt/bench.json'))
-for k, v in j['timings'].items():
-    if 'sparse24_route' in k:
-        print(k, sorted(v, key=lambda r: r[0]))" ;;
+    routes "$OUT/s24cslt/bench.json" ;;
   s24graph)  # 2:4 routes picked per mode (eager / CUDA graph), cuSPARSELt for W8A8 at every M: the sparse cuda tests,
              # then the 2:4 configs at M = 1..8192 beside dense fp8 W8A8 and torchao fp8 2:4 (S24_TESTS=0: bench only)
     [ "${S24_TESTS:-1}" = 1 ] && timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_unpack24.py \
@@ -41,12 +43,7 @@ for k, v in j['timings'].items():
       tests/test_save_load.py 2>&1 | filt > "$OUT/s24tests.log"
     timeout 380 python3 -m fused bench --blocks llama --m 1,16,128,1024,8192 --no-baselines --sparse-baselines \
       --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8" --out "$OUT/s24graph" > "$OUT/s24graph.log" 2>&1
-    python3 -c "
-import json
-j = json.load(open('$OUT/s24graph/bench.json'))
-for k, v in j['timings'].items():
-    if 'sparse24_route' in k:
-        print(k[:150], sorted(v, key=lambda r: r[0]))" > "$OUT/routes.txt"
+    routes "$OUT/s24graph/bench.json" > "$OUT/routes.txt"
     tail -12 "$OUT/s24tests.log" 2>/dev/null; grep "^|" "$OUT/s24graph.log" | head -18 ;;
   s24split)  # 2:4 W8A16 on cuSPARSELt through split planes (new, sixth session): the cslt / padding cuda tests, then
              # int8 2:4 W8A16 and fp8 2:4 W8A8 at M = 1..8192 (~200 s)
@@ -54,12 +51,7 @@ for k, v in j['timings'].items():
       -k "cslt or graph or padded" 2>&1 | filt | tail -8
     timeout 150 python3 -m fused bench --blocks llama --m "${S24_MS:-1,16,128,1024,8192}" --no-baselines \
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24split" > "$OUT/s24split.log" 2>&1
-    python3 -c "
-import json
-j = json.load(open('$OUT/s24split/bench.json'))
-for k, v in j['timings'].items():
-    if 'sparse24_route' in k:
-        print(k[:150], sorted(v, key=lambda r: r[0]))" > "$OUT/routes.txt"
+    routes "$OUT/s24split/bench.json" > "$OUT/routes.txt"
     grep "^|" "$OUT/s24split.log" | head -14 ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;

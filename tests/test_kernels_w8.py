@@ -123,17 +123,23 @@ def test_act_quant_bit_exact(fmt):
     assert torch.all(q[2].float() == 0)
 
 
-def _act_quant_padded(fmt, K, device, monkeypatch):
-    """rows > M: the first M rows as without padding, the rest zeros (over a poisoned buffer)."""
-    from fused.kernels import act_quant as aq
-
-    real = aq.empty
+def _poison_empty(monkeypatch, module):
+    """``module.empty`` (the kernels' output allocator) fills what it makes with junk: an element the kernel
+    does not write fails the test."""
+    real = module.empty
 
     def poisoned(*a, **k):
         t = real(*a, **k)
         (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
         return t
-    monkeypatch.setattr(aq, "empty", poisoned)
+    monkeypatch.setattr(module, "empty", poisoned)
+
+
+def _act_quant_padded(fmt, K, device, monkeypatch):
+    """rows > M: the first M rows as without padding, the rest zeros (over a poisoned buffer)."""
+    from fused.kernels import act_quant as aq
+
+    _poison_empty(monkeypatch, aq)
     x = (torch.randn(5, K, device=device) * torch.logspace(-2, 2, 5, device=device)[:, None]).bfloat16()[:, ::1]
     xt = torch.randn(K, 5, device=device).bfloat16().t()  # a transposed view: strided rows
     for inp in (x, xt):
@@ -158,13 +164,7 @@ def test_act_split_padded_rows(fp8, K, monkeypatch):
     """rows > M: both planes' first M rows as without padding, the rest zeros (over a poisoned buffer)."""
     from fused.kernels import act_split as sp
 
-    real = sp.empty
-
-    def poisoned(*a, **k):
-        t = real(*a, **k)
-        (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
-        return t
-    monkeypatch.setattr(sp, "empty", poisoned)
+    _poison_empty(monkeypatch, sp)
     x = (torch.randn(5, K) * torch.logspace(-2, 2, 5)[:, None]).bfloat16()
     x[3, 1] = float("inf")
     q0, s0 = sp.act_split(x, fp8=fp8)
