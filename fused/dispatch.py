@@ -554,10 +554,9 @@ def _cslt_alg(c, b, out_dtype) -> int:
     key = (tuple(c.shape), c.dtype, b.dtype, out_dtype, m_bucket(b.shape[1]))
     if key in _cslt_algs or not b.is_cuda or torch.cuda.is_current_stream_capturing():
         return _cslt_algs.get(key, 0)
-    if key not in _cslt_algs:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # deprecated in favour of torch._C._cusparselt.mm_search (torch 2.11)
-            _cslt_algs[key] = int(torch._cslt_sparse_mm_search(c, b, out_dtype=out_dtype, transpose_result=True))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated in favour of torch._C._cusparselt.mm_search (torch 2.11)
+        _cslt_algs[key] = int(torch._cslt_sparse_mm_search(c, b, out_dtype=out_dtype, transpose_result=True))
     return _cslt_algs[key]
 
 
@@ -664,7 +663,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
                 if "cslt" in cands and not any("cslt" in v for v in sparse_route_picks(op, values, dynamic).values()):
                     _drop_cslt_weight(values)  # made for the timing only (no route of this shape takes it)
             # eager calls take the route fastest per call; a CUDA graph being captured, the one fastest on the
-            # GPU (cuSPARSELt costs ~0.3 ms of host time per call, which a graph replay does not pay). First
+            # GPU (cuSPARSELt costs 0.3-0.9 ms of host time per call, which a graph replay does not pay). First
             # met under capture (no timing possible there): packed, and measured at the next eager call
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:cslt_epilogue"}.get(route, path)
