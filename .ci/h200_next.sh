@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
 # together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
 # bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
 # 16-bit expansion and the cuSPARSELt route; footnotes 4-8 hold the focused reruns); s24graph (S24_TESTS=0: ~200 s)
-# after any change to the 2:4 routes. See examples/results/h200/NOTES.md, "sixth".
+# after any change to the 2:4 routes; s24eager (~150 s, the prepared eager graphs for cuSPARSELt at M <= 16).
+# See examples/results/h200/NOTES.md, "sixth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -53,6 +54,14 @@ case "${1:-}" in
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24split" > "$OUT/s24split.log" 2>&1
     routes "$OUT/s24split/bench.json" > "$OUT/routes.txt"
     grep "^|" "$OUT/s24split.log" | head -14 ;;
+  s24eager)  # eager (plain-call) 2:4 at M <= 16 with the cslt steps replayed from per-layer CUDA graphs (prepared
+             # 2026-12-01, off by default: FUSED_CSLT_EAGER_GRAPH=16), A/B in one call (~150 s)
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short -s tests/test_unpack24.py -k "eager_graph" 2>&1 | filt | grep "passed\|failed\|host µs\|Error" | tail -8
+    for g in 0 16; do
+      FUSED_CSLT_EAGER_GRAPH=$g timeout 120 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+        --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24eager$g" > "$OUT/s24eager$g.log" 2>&1
+      echo "FUSED_CSLT_EAGER_GRAPH=$g"; grep "^|" "$OUT/s24eager$g.log" | head -12
+    done ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

@@ -597,6 +597,45 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
     return cslt_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M, planes=planes)
 
 
+# Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
+# and padded row count (x copied into the graph's static rows, the output cloned out): cuSPARSELt's 0.3-0.9 ms
+# of host time per call becomes one graph launch, for two extra small copies. Prepared 2026-12-01 and not yet
+# run on a GPU: off (0) by default; FUSED_CSLT_EAGER_GRAPH=16 turns it on up to M=16. Each graph holds its own
+# memory (at M <= 16 on a Llama gate/up layer: ~2 MB).
+CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "0"))
+_cslt_graphs = None  # WeakIdKeyDictionary: values -> {signature: (versions, (meta, wscale, bias), graph, x, out)}
+
+
+def _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic):
+    """_cslt for an eager call, replayed from the layer's graph for x's padded row count (captured on first
+    use and again when a weight, scale or bias tensor is replaced or changed in place). Rows past M of the
+    static input hold an earlier call's data: every step is per row, so they only fill output rows that are
+    sliced off. None if the capture fails (the caller then runs _cslt and says so)."""
+    global _cslt_graphs
+    if _cslt_graphs is None:
+        from torch.utils.weak import WeakIdKeyDictionary
+
+        _cslt_graphs = WeakIdKeyDictionary()
+    M, K = x2.shape
+    rows = -(-M // 16) * 16
+    sig = (rows, K, x2.dtype, x2.device, gated, dynamic, act)
+    deps = (meta, wscale, bias)
+    versions = tuple(None if t is None else _version(t) for t in (values,) + deps)
+    held = _cslt_graphs.setdefault(values, {})
+    e = held.get(sig)
+    if e is None or e[0] != versions or any(a is not b for a, b in zip(e[1], deps)):
+        xs = torch.zeros((rows, K), device=x2.device, dtype=x2.dtype)
+        outs = []
+        g = _graph_replay(lambda: outs.append(_cslt(xs, values, meta, wscale, bias, act, gated, dynamic)))
+        e = held[sig] = (versions, deps, g, xs, outs[-1] if g is not None else None)
+    g, xs, out = e[2:]
+    if g is None:
+        return None
+    xs[:M].copy_(x2)
+    g.replay()
+    return out[:M].clone()
+
+
 def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
     """The routes measured so far for a 2:4 layer's shape: {(M bucket, x dtype, bias None, act): (eager pick,
     CUDA-graph pick)} ("packed", "unpacked" or "cslt"; what `explain` lists)."""
@@ -638,10 +677,18 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
     def cslt():
         return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
 
+    def cslt_eager():  # an eager call: from the layer's graph where CSLT_EAGER_GRAPH_MAX_M allows
+        if x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M and not torch.cuda.is_current_stream_capturing():
+            y = _cslt_graphed(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
+            if y is not None:
+                return y
+            stats[(op, "cslt eager graph: capture failed, plain call")] += 1
+        return cslt()
+
     route = "packed"
+    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
     if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
         route = SPARSE_ROUTE
-        capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
         if route is None:
             key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)
             routes = _sparse_routes.get(key)
@@ -653,12 +700,13 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
                     try:
                         cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
-                        cands["cslt"] = cslt
+                        cands["cslt"] = cslt_eager
                     except RuntimeError as e:
                         cslt_errors[key] = str(e).splitlines()[0][:200]
                         warnings.warn(f"{op}: the cuSPARSELt route is left out for this shape: {cslt_errors[key]}",
                                       stacklevel=3)
-                r = measure_route("sparse24_route", key, cands, graph=x.is_cuda)
+                r = measure_route("sparse24_route", key, cands, graph=x.is_cuda,
+                                  graph_candidates=dict(cands, cslt=cslt) if "cslt" in cands else None)
                 routes = _sparse_routes[key] = r if x.is_cuda else (r, r)
                 if "cslt" in cands and not any("cslt" in v for v in sparse_route_picks(op, values, dynamic).values()):
                     _drop_cslt_weight(values)  # made for the timing only (no route of this shape takes it)
@@ -667,8 +715,10 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             # met under capture (no timing possible there): packed, and measured at the next eager call
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:cslt_epilogue"}.get(route, path)
+    if route == "cslt" and not capturing and x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M:
+        label += " (eager graph)"
     stats[(op, label)] += 1
-    y = {"unpacked": unpacked, "cslt": cslt}.get(route, packed)()
+    y = {"unpacked": unpacked, "cslt": cslt if capturing else cslt_eager}.get(route, packed)()
     return y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -730,12 +780,14 @@ def _graph_replay(fn):
     return g
 
 
-def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False):
+def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False,
+                  graph_candidates: dict | None = None):
     """The name of the fastest of ``candidates`` {name: fn} for a shape, timed interleaved, best of 3 rounds
     each (one do_bench per candidate proved noisy: a 68 µs path once measured 103); another candidate must
     beat the first (the incumbent) by 3%. With FUSED_TUNE=0 or under the interpreter: ``untimed`` (default:
     the first). ``graph``: a pair (the fastest per eager call, the fastest replayed from a CUDA graph, i.e.
-    GPU time alone). The timings and the picks are kept in fused.kernels.tuning (bench.json shows them)."""
+    GPU time alone), the latter timed on ``graph_candidates`` where given (same names: the form each takes
+    under capture). The timings and the picks are kept in fused.kernels.tuning (bench.json shows them)."""
     from fused.kernels import INTERPRET, tuning
 
     names = list(candidates)
@@ -755,7 +807,7 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, 
         saved = Counter(stats)  # the timing runs are not calls of the model: keep them out of `stats`
         for fn in candidates.values():
             fn()  # each tunes its own configs first
-        graphs = {n: _graph_replay(fn) for n, fn in candidates.items()} if graph else {}
+        graphs = {n: _graph_replay(fn) for n, fn in (graph_candidates or candidates).items()} if graph else {}
         best = dict.fromkeys(names, float("inf"))
         gbest = dict.fromkeys(names, float("inf"))
         for _ in range(3):
