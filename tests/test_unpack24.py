@@ -138,7 +138,9 @@ def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
         cslt_epilogue(torch.randn(2, 6), None, torch.ones(3), None, "silu", True, torch.float32)
     with pytest.raises(ValueError, match="do not fit"):  # the lo plane would pass y's rows
         cslt_epilogue(torch.randn(8, 6), None, None, None, "none", False, torch.float32, m=3, planes=(6, 1.0, 1.0))
-    from fused.dispatch import _cslt_w8a16_ok  # split planes only where they are as fine as x
+    from fused.dispatch import _cslt_shape_ok, _cslt_w8a16_ok  # split planes only where they are as fine as x
+
+    assert _cslt_shape_ok(64, 96) and not _cslt_shape_ok(64, 100) and not _cslt_shape_ok(48, 96)  # 32-multiples
 
     assert _cslt_w8a16_ok(torch.int8, torch.bfloat16) and _cslt_w8a16_ok(torch.float8_e4m3fn, torch.bfloat16)
     assert _cslt_w8a16_ok(torch.int8, torch.float16) and not _cslt_w8a16_ok(torch.float8_e4m3fn, torch.float16)
@@ -181,7 +183,8 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
     q, s = quantize_weight(w, fmt)
     values, meta = pack_24(q)
     b = torch.randn(R)
-    x = torch.randn(3, 7, 96, dtype=torch.bfloat16)  # M = 21: padded to 32 rows for cuSPARSELt
+    # M = 21 (padded to 32 rows for cuSPARSELt), 3-D and not contiguous (every other feature of a wider x)
+    x = torch.randn(3, 7, 192, dtype=torch.bfloat16)[..., ::2]
     ref = (sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref)(x, values, meta, s, b, "silu",
                                                                                    dynamic)
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
