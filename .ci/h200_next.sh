@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
 # together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
 # bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
 # 16-bit expansion and the cuSPARSELt route; footnotes 4-8 hold the focused reruns); s24graph (S24_TESTS=0: ~200 s)
-# after any change to the 2:4 routes; s24eager (~150 s, the prepared eager graphs for cuSPARSELt at M <= 16).
+# after any change to the 2:4 routes; s24eager (~150 s, the prepared eager graphs for cuSPARSELt at M <= 16);
+# cublas (~250 s, the prepared cuBLAS GEMM route for dense W8A8).
 # See examples/results/h200/NOTES.md, "sixth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -62,6 +63,18 @@ case "${1:-}" in
         --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24eager$g" > "$OUT/s24eager$g.log" 2>&1
       echo "FUSED_CSLT_EAGER_GRAPH=$g"; grep "^|" "$OUT/s24eager$g.log" | head -12
     done ;;
+  cublas)  # dense W8A8 with the GEMM on cuBLAS (prepared 2026-12-01, off by default: FUSED_CUBLAS_W8A8=1), A/B in one
+           # call (~250 s): the cuda tests, then fp8 / int8 W8A8 at M = 32..8192 with the route off and on
+    timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k cublas 2>&1 | filt | tail -4
+    for c in 0 1; do
+      FUSED_CUBLAS_W8A8=$c timeout 150 python3 -m fused bench --blocks llama --m 32,128,1024,8192 --no-baselines \
+        --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/cublas$c" > "$OUT/cublas$c.log" 2>&1
+      echo "FUSED_CUBLAS_W8A8=$c"; grep "^|" "$OUT/cublas$c.log" | head -10
+    done
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/cublas1/bench.json'))['timings'].items():
+    if 'dense_w8a8_route' in k: print(k[:120], sorted(v, key=lambda r: r[0]))" ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

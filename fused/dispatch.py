@@ -313,6 +313,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         if path is None:
             path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
                 op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
+        if CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(qweight):
+            path = _cublas_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -324,25 +326,91 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.linear_ref if op == "linear" else reference.gated_ref
         return ref(x, qweight, wscale, bias, act, dynamic)
-    gated = op == "gated"
+    if path == CUBLAS_PATH:
+        y = _cublas_w8a8(x2, qweight, wscale, bias, act, op == "gated")
+    else:
+        y = _triton_dense(path, x2, qweight, wscale, bias, act, op == "gated", dynamic)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
+    """The Triton launches of a dense 8-bit CUDA path (triton_kernel_for) on 2-D x."""
+    M = x2.shape[0]
     k = _triton_kernels()
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True, x_split=True)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
-        y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype, x_split=True)
+        y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
     elif path.endswith("_qx"):
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
-        y = k.w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x.dtype)
-    elif M >= WIDEN_MIN_M and x.dtype != torch.float32:  # see WIDEN_MIN_M
-        y = k.w8_gemm(x2, k.widen(qweight, x.dtype), wscale, bias, act, gated)
+        y = k.w8_gemm(xq, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype)
+    elif M >= WIDEN_MIN_M and x2.dtype != torch.float32:  # see WIDEN_MIN_M
+        y = k.w8_gemm(x2, k.widen(qweight, x2.dtype), wscale, bias, act, gated)
     else:
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated)
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+    return y
+
+
+# Dense W8A8 above the GEMV range can also run its GEMM on cuBLAS(Lt) (torch._scaled_mm for fp8 with unit
+# scales, torch._int_mm for int8) with the scales, bias, activation and gate in one Triton pass after it
+# (cslt_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
+# M=128, 206.0 at 1024, 1696.6 at 8192; down [4096, 14336] 22.6 / 95.0 / 776.0, against our Triton gate/up
+# 45.5 µs at M=128. Each shape's first call times both (eager and CUDA-graph picks, as the 2:4 routes).
+# Prepared 2026-12-01 and not yet run on a GPU: off unless FUSED_CUBLAS_W8A8=1.
+CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "0") == "1"
+CUBLAS_PATH = "cublas+triton:cslt_epilogue"
+_dense_routes: dict = {}
+_unit_scales: dict = {}
+
+
+def _cublas_ok(qweight) -> bool:
+    # _scaled_mm: K and N multiples of 16; _int_mm: of 8; both read W_qᵀ as a column-major view of W_q
+    return qweight.is_contiguous() and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
+
+
+def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
+    """x quantized per token (act_quant; rows padded with zeros to a multiple of 16, and past 16 for
+    _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then cslt_epilogue."""
+    from fused.kernels.cslt_epilogue import cslt_epilogue
+
+    M = x2.shape[0]
+    fp8 = qweight.dtype == torch.float8_e4m3fn
+    rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
+    xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=rows)
+    if fp8:
+        one = _unit_scales.get(x2.device)
+        if one is None:
+            one = _unit_scales[x2.device] = torch.ones((), device=x2.device)
+        y = torch._scaled_mm(xq, qweight.t(), one, one, out_dtype=torch.bfloat16)
+    else:
+        y = torch._int_mm(xq, qweight.t())
+    return cslt_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M)
+
+
+def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape: timed on its first eager call
+    (eager and CUDA-graph picks); under capture, the graph pick (Triton if the shape was never timed)."""
+    gated = op == "gated"
+    capturing = torch.cuda.is_current_stream_capturing()
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
+    routes = _dense_routes.get(key)
+    if routes is None and not capturing:
+        cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
+        try:
+            cands["cublas"] = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)
+            cands["cublas"]()
+        except RuntimeError as e:
+            del cands["cublas"]
+            warnings.warn(f"{op}: the cuBLAS W8A8 route is left out for this shape: {str(e).splitlines()[0][:200]}",
+                          stacklevel=4)
+        routes = _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
+    route = "triton" if routes is None else routes[1] if capturing else routes[0]
+    return CUBLAS_PATH if route == "cublas" else path
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of

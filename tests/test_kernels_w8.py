@@ -702,3 +702,67 @@ def test_dispatch_fp8_split_awkward_inputs_interpreted(monkeypatch):
             torch.testing.assert_close(y[ok, 5].float(), want, rtol=8e-3, atol=0)
         assert dispatch.linear(x[:0], q, s, b).shape == (0, N)
     assert dispatch.stats[("linear", "triton:act_split+w8_gemm_split")] == 2
+
+
+# ----------------------------------------------------------------------------- the cuBLAS W8A8 route
+
+def _fake_cublas(monkeypatch):
+    """torch._scaled_mm / torch._int_mm emulated on the CPU with the semantics the route relies on (the real
+    ones run in test_cublas_w8a8_cuda): [M, K] · [K, N] with a column-major second operand, unit scales."""
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, **kw):
+        assert b.stride(0) == 1 and float(scale_a) == 1.0 and float(scale_b) == 1.0
+        return (a.float() @ b.float()).to(out_dtype)
+
+    def int_mm(a, b):
+        assert a.dtype == b.dtype == torch.int8 and a.shape[0] > 16 and b.stride(0) == 1
+        return (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32)
+    monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
+    monkeypatch.setattr(torch, "_int_mm", int_mm)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_cublas_w8a8_glue_emulated(fmt, gated, monkeypatch):
+    """The cuBLAS route's own steps (act_quant with padding rows, the GEMM's operand layout, the epilogue's
+    scales, bias, activation, gate) against the W8A8 reference, on odd M and a 3-D non-contiguous x."""
+    from fused import dispatch
+
+    _fake_cublas(monkeypatch)
+    torch.manual_seed(0)
+    N = 2 * 48 if gated else 48
+    q, s = quantize_weight(torch.randn(N, 64), fmt)
+    b = torch.randn(N)
+    for M in (1, 17, 40):
+        x = torch.randn(M, 128, dtype=torch.bfloat16)[:, ::2]
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=True)
+        got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+        assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 35, (M, fmt)
+    assert dispatch._cublas_ok(q) and not dispatch._cublas_ok(q[:, :40]) and not dispatch._cublas_ok(q[:40])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
+    """The real cuBLAS route against the W8A8 reference, and offered to the route timing when enabled."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    N = 2 * 256 if gated else 256
+    q, s = quantize_weight(torch.randn(N, 512, device="cuda"), fmt)
+    b = torch.randn(N, device="cuda")
+    for M in (17, 300):
+        x = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=True)
+        got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+        assert sqnr(ref.float(), got.float()) > 35, M
+    monkeypatch.setattr(dispatch, "CUBLAS_W8A8", True)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    offered = []
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
+                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
+    dispatch.stats.clear()
+    op = dispatch.gated if gated else dispatch.linear
+    got = op(x, q, s, b, "silu", dynamic=True)
+    assert offered == ["triton", "cublas"] and dispatch.stats[("gated" if gated else "linear", dispatch.CUBLAS_PATH)] == 1
+    assert sqnr(ref.float(), got.float()) > 35
