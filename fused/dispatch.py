@@ -8,12 +8,16 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
     (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x (FP8_SPLIT, on by
     default: e4m3 planes, two fp8 MMAs); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
+  * dense W8A8 above the GEMV range, with CUBLAS_W8A8: a route timed per shape, the Triton GEMM or
+    cuBLAS's (torch._scaled_mm / _int_mm) + scale_epilogue
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
-per shape on the first call (SPARSE_ROUTE): the packed kernels, by M like the dense ops
+per shape on the first call (SPARSE_ROUTE), one pick for eager calls and one for CUDA-graph capture:
+the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
-or unpack24 to a transient dense copy + the dense path above, whichever is faster.
+or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
+compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "mlp_block" (a whole FusedGatedMLP / FusedMLP with dense 8-bit weights):
   * CUDA, M <= DECODE_BLOCK_MAX_M (default 0: off) -> decode_block: both layers in ONE launch, weight-only,
@@ -358,12 +362,12 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 
 # Dense W8A8 above the GEMV range can also run its GEMM on cuBLAS(Lt) (torch._scaled_mm for fp8 with unit
 # scales, torch._int_mm for int8) with the scales, bias, activation and gate in one Triton pass after it
-# (cslt_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
+# (scale_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
 # M=128, 206.0 at 1024, 1696.6 at 8192; down [4096, 14336] 22.6 / 95.0 / 776.0, against our Triton gate/up
 # 45.5 µs at M=128. Each shape's first call times both (eager and CUDA-graph picks, as the 2:4 routes).
 # Prepared 2026-12-01 and not yet run on a GPU: off unless FUSED_CUBLAS_W8A8=1.
 CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "0") == "1"
-CUBLAS_PATH = "cublas+triton:cslt_epilogue"
+CUBLAS_PATH = "cublas+triton:scale_epilogue"
 _dense_routes: dict = {}
 _unit_scales: dict = {}
 
@@ -375,8 +379,8 @@ def _cublas_ok(qweight) -> bool:
 
 def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
     """x quantized per token (act_quant; rows padded with zeros to a multiple of 16, and past 16 for
-    _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then cslt_epilogue."""
-    from fused.kernels.cslt_epilogue import cslt_epilogue
+    _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then scale_epilogue."""
+    from fused.kernels.scale_epilogue import scale_epilogue
 
     M = x2.shape[0]
     fp8 = qweight.dtype == torch.float8_e4m3fn
@@ -389,7 +393,7 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
         y = torch._scaled_mm(xq, qweight.t(), one, one, out_dtype=torch.bfloat16)
     else:
         y = torch._int_mm(xq, qweight.t())
-    return cslt_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M)
+    return scale_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M)
 
 
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
@@ -640,9 +644,9 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
     8-bit planes (act_split: int8 x ≈ s·(256·hi + lo), 15 bits; e4m3 x ≈ s·(hi + lo/16)), stacked as twice
     the rows, so one product gives both and the numerics stay weight-only. Then y = x_q · W_qᵀ in bf16 by
     torch._cslt_sparse_mm, and the planes' sum, per-token and per-channel scales, bias, activation and gate
-    in one pass (cslt_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
+    in one pass (scale_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
     takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products."""
-    from fused.kernels.cslt_epilogue import cslt_epilogue
+    from fused.kernels.scale_epilogue import scale_epilogue
 
     M = x2.shape[0]
     fp8 = values.dtype == torch.float8_e4m3fn
@@ -662,7 +666,7 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=torch.bfloat16, transpose_result=True,
                               alg_id=_cslt_alg(c, b, torch.bfloat16))
-    return cslt_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M, planes=planes)
+    return scale_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M, planes=planes)
 
 
 # Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
@@ -782,7 +786,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
             # GPU (cuSPARSELt costs 0.3-0.9 ms of host time per call, which a graph replay does not pay). First
             # met under capture (no timing possible there): packed, and measured at the next eager call
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
-    label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:cslt_epilogue"}.get(route, path)
+    label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue"}.get(route, path)
     if route == "cslt" and not capturing and x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M:
         label += " (eager graph)"
     stats[(op, label)] += 1

@@ -101,9 +101,9 @@ def test_unpack24_and_routes_cuda(fmt, monkeypatch):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("act", ["none", "silu", "gelu_tanh"])
-def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
-    from fused.kernels.cslt_epilogue import cslt_epilogue
-    from fused.reference import cslt_epilogue_ref
+def test_scale_epilogue_kernel(gated, bias, act, monkeypatch):
+    from fused.kernels.scale_epilogue import scale_epilogue
+    from fused.reference import scale_epilogue_ref
     from lowbit import sqnr
 
     torch.manual_seed(0)
@@ -128,16 +128,16 @@ def test_cslt_epilogue_kernel(gated, bias, act, monkeypatch):
             for yy, m, planes in ((y, None, None), (yp, M, (lo, 256.0, 1.0)), (yp, M, (lo + 1, 1.0, 1 / 16))):
                 with monkeypatch.context() as mp:
                     mp.setattr(torch, "empty", poisoned)
-                    got = cslt_epilogue(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
-                want = cslt_epilogue_ref(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
+                    got = scale_epilogue(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
+                want = scale_epilogue_ref(yy, xs, ws, b, act, gated, out_dtype, m=m, planes=planes)
                 assert got.shape == (M, N) and got.dtype == out_dtype
                 assert sqnr(want.float(), got.float()) > floor, (M, N, out_dtype, planes)
     with pytest.raises(ValueError, match="even column count"):
-        cslt_epilogue(torch.randn(2, 5), torch.ones(2), None, None, "silu", True, torch.float32)
+        scale_epilogue(torch.randn(2, 5), torch.ones(2), None, None, "silu", True, torch.float32)
     with pytest.raises(ValueError, match="w_scale must be"):
-        cslt_epilogue(torch.randn(2, 6), None, torch.ones(3), None, "silu", True, torch.float32)
+        scale_epilogue(torch.randn(2, 6), None, torch.ones(3), None, "silu", True, torch.float32)
     with pytest.raises(ValueError, match="do not fit"):  # the lo plane would pass y's rows
-        cslt_epilogue(torch.randn(8, 6), None, None, None, "none", False, torch.float32, m=3, planes=(6, 1.0, 1.0))
+        scale_epilogue(torch.randn(8, 6), None, None, None, "none", False, torch.float32, m=3, planes=(6, 1.0, 1.0))
     from fused.dispatch import _cslt_shape_ok, _cslt_w8a16_ok  # split planes only where they are as fine as x
 
     assert _cslt_shape_ok(64, 96) and not _cslt_shape_ok(64, 100) and not _cslt_shape_ok(48, 96)  # 32-multiples
@@ -192,7 +192,7 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
     with dispatch.force_path("triton"):
         got = getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
         assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 40
-        assert dispatch.stats[(op, "cusparselt+triton:cslt_epilogue")] == 1
+        assert dispatch.stats[(op, "cusparselt+triton:scale_epilogue")] == 1
         assert len(made) == 1 and made[0].dtype == values.dtype  # one 8-bit copy, W8A8 and W8A16 alike
         assert dispatch.cslt_cached_bytes(values) == made[0].numel() * made[0].element_size()
         assert torch.equal(getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic), got)
@@ -288,7 +288,7 @@ def test_sparse_route_under_graph_capture(fmt, monkeypatch):
         dispatch.stats.clear()
         g = dispatch._graph_replay(lambda: dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True))
         assert g is not None
-        assert dispatch.stats[("sparse24_gated", "cusparselt+triton:cslt_epilogue")] >= 1
+        assert dispatch.stats[("sparse24_gated", "cusparselt+triton:scale_epilogue")] >= 1
         out = dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=True)  # eager: packed
         assert sqnr(ref_eager.float(), out.float()) > 35
         with torch.cuda.graph(g2 := torch.cuda.CUDAGraph()):
@@ -373,7 +373,7 @@ def test_cslt_eager_graph_cuda(fmt, dynamic, monkeypatch):
     b = torch.randn(512, device="cuda")
     monkeypatch.setattr(dispatch, "CSLT_EAGER_GRAPH_MAX_M", 16)
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
-    label = ("sparse24_gated", "cusparselt+triton:cslt_epilogue (eager graph)")
+    label = ("sparse24_gated", "cusparselt+triton:scale_epilogue (eager graph)")
 
     def call(x):
         return dispatch.sparse24_gated(x, values, meta, s, b, "silu", dynamic=dynamic)

@@ -1,17 +1,18 @@
-"""The epilogue of the cuSPARSELt route for 2:4 layers (see fused.dispatch, "cslt").
+"""The epilogue after a library GEMM on 8-bit operands: the 2:4 cuSPARSELt route and the dense cuBLAS W8A8
+route (see fused.dispatch, "cslt" and CUBLAS_W8A8).
 
 cuSPARSELt's 2:4 tensor-core GEMM (torch._cslt_sparse_mm) takes 8-bit activations (W8A8: per-token
 quantized; W8A16: the two split planes of each token, hi and lo, as extra rows) and the compressed 8-bit
-weight, and gives the raw product y = x_q · W_qᵀ in bf16. Its alpha vector could apply the per-channel
-weight scale, but on the H200 (torch 2.11) only int8 accepts it, and it cannot apply a per-token scale or
-a SwiGLU-style gate. This kernel finishes the layer in one pass over y:
+weight, and gives the raw product y = x_q · W_qᵀ in bf16 (cuBLAS: bf16 for fp8, int32 for int8). Its alpha
+vector could apply the per-channel weight scale, but on the H200 (torch 2.11) only int8 accepts it, and it
+cannot apply a per-token scale or a SwiGLU-style gate. This kernel finishes the layer in one pass over y:
 
   linear:  out[m, n] = act(z[m, n] · s_x[m] · s_w[n] + b[n])
   gated:   out[m, h] = act(z[m, h] · s_x[m] · s_w[h] + b[h]) · (z[m, H + h] · s_x[m] · s_w[H + h] + b[H + h])
 
 (gated: y [M, 2H]) with z = y, or with split planes z = HI_W · y[m] + LO_W · y[lo_row + m] (int8 planes:
 256 and 1, e4m3 planes: 1 and 1/16, see lowbit.split_activation); s_x = 1 / s_w = 1 when absent.
-fp32 math, output in out's dtype. Reference: fused.reference.cslt_epilogue_ref.
+fp32 math, output in out's dtype. Reference: fused.reference.scale_epilogue_ref.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def _combined(yp, lo_off, ok, PLANES: tl.constexpr, HI_W: tl.constexpr, LO_W: tl
 
 
 @triton.jit
-def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, stride_ym, stride_yn, stride_om,
+def _scale_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, stride_ym, stride_yn, stride_om,
                           stride_on, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr,
                           GATED: tl.constexpr, ACT: tl.constexpr, PLANES: tl.constexpr, HI_W: tl.constexpr,
                           LO_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -65,7 +66,7 @@ def _cslt_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, s
              mask=ok)
 
 
-def cslt_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.Tensor | None,
+def scale_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.Tensor | None,
                   bias: torch.Tensor | None, act: str, gated: bool, out_dtype: torch.dtype, m: int | None = None,
                   planes: tuple[int, float, float] | None = None) -> torch.Tensor:
     """y [R, N] (or [R, 2H] gated, any strides), x_scale [m] and w_scale [N] (or [2H]) fp32 (None: 1) ->
@@ -75,19 +76,19 @@ def cslt_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.
     R, N2 = y.shape
     M = R if m is None else m
     if M > R or (planes is not None and not M <= planes[0] <= R - M):
-        raise ValueError(f"cslt_epilogue: {M} rows (lo plane from row {planes and planes[0]}) do not fit y's {R}")
+        raise ValueError(f"scale_epilogue: {M} rows (lo plane from row {planes and planes[0]}) do not fit y's {R}")
     if gated and N2 % 2:
-        raise ValueError(f"cslt_epilogue: a gated y needs an even column count, got {N2}")
+        raise ValueError(f"scale_epilogue: a gated y needs an even column count, got {N2}")
     N = N2 // 2 if gated else N2
     if x_scale is not None and x_scale.shape != (M,):
-        raise ValueError(f"cslt_epilogue: x_scale must be [{M}], got {tuple(x_scale.shape)}")
+        raise ValueError(f"scale_epilogue: x_scale must be [{M}], got {tuple(x_scale.shape)}")
     if w_scale is not None and w_scale.shape != (N2,):
-        raise ValueError(f"cslt_epilogue: w_scale must be [{N2}], got {tuple(w_scale.shape)}")
+        raise ValueError(f"scale_epilogue: w_scale must be [{N2}], got {tuple(w_scale.shape)}")
     out = empty((M, N), device=y.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return out
     bm, bn = 16, 256  # one row segment per warp: wide loads along N, where y is contiguous
-    launch_kernel(_cslt_epilogue_kernel, (cdiv(M, bm), cdiv(N, bn)),
+    launch_kernel(_scale_epilogue_kernel, (cdiv(M, bm), cdiv(N, bn)),
                   y, x_scale if x_scale is not None else y, w_scale if w_scale is not None else y,
                   bias if bias is not None else y, out, M, N, planes[0] * y.stride(0) if planes else 0,
                   y.stride(0), y.stride(1), out.stride(0), out.stride(1),
