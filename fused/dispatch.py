@@ -174,6 +174,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             why = f"fused Triton: split-K GEMV at M<={GEMV_MAX_M} (weight-only), tiled GEMM above"
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
+                if CUBLAS_W8A8:
+                    why += ("; per shape the first call also times cuBLAS's GEMM + scale_epilogue and keeps the "
+                            "faster for eager calls and for CUDA-graph capture (CUBLAS_W8A8)")
             else:
                 if fmt in ("int8", "any") and SPLIT_MIN_M <= SPLIT_MAX_M:
                     why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
