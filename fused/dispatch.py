@@ -762,7 +762,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
 
     route = "packed"
     capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
-    if values.dtype != torch.bfloat16:  # bf16 values: no dense bf16 kernel here
+    if values.dtype != torch.bfloat16 and M > 0:  # bf16 values: no dense bf16 kernel here; M = 0: nothing to time
         route = SPARSE_ROUTE
         if route is None:
             key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)

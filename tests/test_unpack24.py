@@ -400,3 +400,32 @@ def test_cslt_eager_graph_cuda(fmt, dynamic, monkeypatch):
     plain = host_us(lambda: call(x))
     print(f"cslt eager host µs per call, M=3: graphed {graphed:.1f}, plain {plain:.1f}")
     assert graphed < plain
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_cslt_route_awkward_inputs_emulated(dynamic, monkeypatch):
+    """The cuSPARSELt route (emulated) on an empty batch, a NaN token and fp32 / fp16 activations: empty
+    output of the right shape; NaN stays in its own row; the other dtypes give the reference's result."""
+    from fused import dispatch
+    from fused.reference import sparse24_gated_ref
+    from lowbit import quantize_weight, sqnr
+
+    _fake_cslt(monkeypatch)
+    torch.manual_seed(0)
+    w = torch.randn(64, 96)
+    q, s = quantize_weight(w * magnitude_mask_24(w.abs()), "int8")
+    values, meta = pack_24(q)
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
+    with dispatch.force_path("triton"):
+        y = dispatch.sparse24_gated(torch.randn(2, 0, 96, dtype=torch.bfloat16), values, meta, s, None, "silu",
+                                    dynamic=dynamic)
+        assert y.shape == (2, 0, 32)  # (M = 0 takes the packed kernels: nothing to time)
+        x = torch.randn(5, 96, dtype=torch.bfloat16)
+        x[2, 7] = float("nan")
+        y = dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=dynamic)
+        assert torch.isnan(y[2]).all() and not torch.isnan(y[[0, 1, 3, 4]]).any()
+        for dtype in (torch.float16, torch.float32):
+            x = torch.randn(5, 96, dtype=dtype)
+            ref = sparse24_gated_ref(x, values, meta, s, None, "silu", dynamic)
+            y = dispatch.sparse24_gated(x, values, meta, s, None, "silu", dynamic=dynamic)
+            assert y.dtype == dtype and sqnr(ref.float(), y.float()) > 35, dtype
