@@ -840,17 +840,19 @@ _block_routes: dict = {}
 
 
 def _graph_replay(fn):
-    """``fn`` captured in a CUDA graph (after a warm-up call on a side stream), or None if it cannot be."""
+    """``fn`` captured in a CUDA graph (after a warm-up call on a side stream), or None if it cannot be
+    (an op that cannot be captured, or out of memory: each graph keeps its own outputs and temporaries)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-    torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     try:
+        with torch.cuda.stream(s):
+            fn()
+        torch.cuda.current_stream().wait_stream(s)
         with torch.cuda.graph(g):
             fn()
     except RuntimeError:
+        torch.cuda.current_stream().wait_stream(s)
         return None
     return g
 
