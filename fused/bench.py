@@ -143,15 +143,10 @@ def _time(fn, device) -> tuple[float | None, float | None]:
 
 
 def _weight_mib(model) -> float:
-    """Parameters and buffers, plus the compressed copies the 2:4 cuSPARSELt route keeps (fused.dispatch)."""
-    total = 0
-    for m in model.modules():
-        for t in list(m._parameters.values()) + list(m._buffers.values()):
-            if t is not None:
-                total += t.numel() * t.element_size()
-        if isinstance(m._buffers.get("values"), torch.Tensor):
-            total += dispatch.cslt_cached_bytes(m._buffers["values"])
-    return total / 2**20
+    """Parameters and buffers, plus the compressed copies the 2:4 cuSPARSELt route keeps (fused.sweep)."""
+    from fused.sweep import param_bytes
+
+    return param_bytes(model) / 2**20
 
 
 def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, baselines=True,

@@ -151,7 +151,10 @@ def layer_fqns(model: nn.Module, blocks: bool = True) -> list[str]:
 
 
 def param_bytes(module: nn.Module) -> int:
-    """Bytes of all parameters and buffers, each storage counted once."""
+    """Bytes of all parameters and buffers, each storage counted once, plus the compressed copies the 2:4
+    cuSPARSELt route keeps for the layers it runs (fused.dispatch.cslt_cached_bytes)."""
+    from fused import dispatch
+
     seen, total = set(), 0
     for t in list(module.parameters()) + list(module.buffers()):
         key = (t.untyped_storage().data_ptr(), t.device)
@@ -159,6 +162,9 @@ def param_bytes(module: nn.Module) -> int:
             continue
         seen.add(key)
         total += t.numel() * t.element_size()
+    for m in module.modules():
+        if isinstance(m._buffers.get("values"), torch.Tensor):
+            total += dispatch.cslt_cached_bytes(m._buffers["values"])
     return total
 
 
