@@ -375,6 +375,19 @@ _dense_routes: dict = {}
 _unit_scales: dict = {}
 
 
+def _offer(cands: dict, name: str, trial, use, op: str, what: str) -> str | None:
+    """Adds ``use`` to a route's candidates as ``name`` if ``trial()`` runs (a library may refuse a dtype
+    or shape); else warns and returns why."""
+    try:
+        trial()
+    except RuntimeError as e:
+        why = str(e).splitlines()[0][:200]
+        warnings.warn(f"{op}: the {what} route is left out for this shape: {why}", stacklevel=5)
+        return why
+    cands[name] = use
+    return None
+
+
 def _cublas_ok(qweight) -> bool:
     # _scaled_mm: K and N multiples of 16; _int_mm: of 8; both read W_qᵀ as a column-major view of W_q
     return qweight.is_contiguous() and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
@@ -408,13 +421,8 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
     routes = _dense_routes.get(key)
     if routes is None and not capturing:
         cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
-        try:
-            cands["cublas"] = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)
-            cands["cublas"]()
-        except RuntimeError as e:
-            del cands["cublas"]
-            warnings.warn(f"{op}: the cuBLAS W8A8 route is left out for this shape: {str(e).splitlines()[0][:200]}",
-                          stacklevel=4)
+        cublas = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+        _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
         routes = _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
     route = "triton" if routes is None else routes[1] if capturing else routes[0]
     return CUBLAS_PATH if route == "cublas" else path
@@ -556,8 +564,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
-# to a transient dense copy, then the dense path), "cslt" (M > GEMV_MAX_M: 2:4 sparse tensor cores through
-# cuSPARSELt, see _cslt), or None: the first call of each shape times them and keeps the fastest
+# to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
+# _cslt), or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
 SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
 _sparse_routes: dict = {}
@@ -567,7 +575,7 @@ cslt_errors: dict = {}
 
 def _cslt_shape_ok(N: int, K: int) -> bool:
     # torch's cuSPARSELt constraints for 8-bit: the sparse matrix [N, K] in multiples of 32 (the dense one's
-    # rows, M, are padded to 16 in _cslt)
+    # rows, M, are padded in _cslt)
     return N % 32 == 0 and K % 32 == 0
 
 
@@ -753,7 +761,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
         return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
 
     def cslt_eager():  # an eager call: from the layer's graph where CSLT_EAGER_GRAPH_MAX_M allows
-        if x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M and not torch.cuda.is_current_stream_capturing():
+        if x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M:
             y = _cslt_graphed(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
             if y is not None:
                 return y
@@ -773,13 +781,9 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
                 # weight-only GEMV), W8A16 on split planes
                 if (x.is_cuda and (dynamic or _cslt_w8a16_ok(values.dtype, x.dtype))
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
-                    try:
-                        cslt()  # cuSPARSELt may lack this dtype / shape: then the route says why, once
-                        cands["cslt"] = cslt_eager
-                    except RuntimeError as e:
-                        cslt_errors[key] = str(e).splitlines()[0][:200]
-                        warnings.warn(f"{op}: the cuSPARSELt route is left out for this shape: {cslt_errors[key]}",
-                                      stacklevel=3)
+                    why = _offer(cands, "cslt", cslt, cslt_eager, op, "cuSPARSELt")
+                    if why is not None:
+                        cslt_errors[key] = why
                 r = measure_route("sparse24_route", key, cands, graph=x.is_cuda,
                                   graph_candidates=dict(cands, cslt=cslt) if "cslt" in cands else None)
                 routes = _sparse_routes[key] = r if x.is_cuda else (r, r)

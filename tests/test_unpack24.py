@@ -7,6 +7,15 @@ from sparsity.masks import magnitude_mask_24
 from sparsity.packing import pack_24, unpack_24
 
 
+def _packed(R, K, fmt, device="cpu"):
+    """A random [R, K] weight, magnitude-pruned to 2:4, quantized per row and packed: (values, meta, scale)."""
+    from lowbit import quantize_weight
+
+    w = torch.randn(R, K, device=device)
+    q, s = quantize_weight(w * magnitude_mask_24(w.abs()), fmt)
+    return (*pack_24(q), s)
+
+
 @pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn, torch.bfloat16])
 @pytest.mark.parametrize("N,K", [(1, 8), (19, 36), (33, 520)])
 def test_unpack24_bit_exact(dtype, N, K, monkeypatch):
@@ -49,14 +58,11 @@ def test_sparse_ops_unpacked_route_interpreted(fmt, op, monkeypatch):
     """SPARSE_ROUTE="unpacked": the 2:4 ops unpack to dense and take the dense kernels; same weights, so the
     result matches the packed route to fp32 rounding, and the call is counted under its real path."""
     from fused import dispatch
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
     torch.manual_seed(0)
     R = 2 * 12 if op == "sparse24_gated" else 12
-    w = torch.randn(R, 40)
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(R, 40, fmt)
     b = torch.randn(R)
     run = getattr(dispatch, op)
     for M in (3, 20):  # the GEMV and the tiled kernel on both routes
@@ -76,12 +82,9 @@ def test_sparse_ops_unpacked_route_interpreted(fmt, op, monkeypatch):
 def test_unpack24_and_routes_cuda(fmt, monkeypatch):
     from fused import dispatch
     from fused.kernels.unpack24 import unpack24
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
-    w = torch.randn(2 * 176, 264, device="cuda")
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(2 * 176, 264, fmt, "cuda")
     assert torch.equal(unpack24(values, meta).view(torch.uint8), unpack_24(values, meta).view(torch.uint8))
     for M in (1, 300):
         x = torch.randn(M, 264, device="cuda", dtype=torch.bfloat16)
@@ -173,15 +176,12 @@ def test_cslt_route_glue_emulated(fmt, op, dynamic, monkeypatch):
     counted under its path; the compressed copy made once, counted, and made again when the weight changes."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
     made = _fake_cslt(monkeypatch)
     torch.manual_seed(0)
     R = 2 * 32 if op == "sparse24_gated" else 64
-    w = torch.randn(R, 96)
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(R, 96, fmt)
     b = torch.randn(R)
     # M = 21 (padded to 32 rows for cuSPARSELt), 3-D and not contiguous (every other feature of a wider x)
     x = torch.randn(3, 7, 192, dtype=torch.bfloat16)[..., ::2]
@@ -211,14 +211,11 @@ def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
     held to a tighter SQNR: its numerics are weight-only), at decode and prefill sizes, bf16 and fp16 x."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref, sparse24_linear_ref
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
     torch.manual_seed(0)
     R = 2 * 256 if op == "sparse24_gated" else 256
-    w = torch.randn(R, 512, device="cuda")
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(R, 512, fmt, "cuda")
     b = torch.randn(R, device="cuda")
     reference = sparse24_gated_ref if op == "sparse24_gated" else sparse24_linear_ref
     dtypes = [torch.bfloat16] + ([torch.float16] if fmt == "int8" or dynamic else [])
@@ -267,13 +264,10 @@ def test_sparse_route_under_graph_capture(fmt, monkeypatch):
     matches the W8A8 reference, at decode sizes (M = 3, where eager calls run weight-only) too."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
     torch.manual_seed(0)
-    w = torch.randn(512, 256, device="cuda")
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(512, 256, fmt, "cuda")
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
     for M in (3, 40):
         x = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
@@ -363,13 +357,9 @@ def test_cslt_eager_graph_cuda(fmt, dynamic, monkeypatch):
     import time
 
     from fused import dispatch
-    from lowbit import quantize_weight
 
     torch.manual_seed(0)
-    w = torch.randn(512, 512, device="cuda")
-    w = w * magnitude_mask_24(w.abs())
-    q, s = quantize_weight(w, fmt)
-    values, meta = pack_24(q)
+    values, meta, s = _packed(512, 512, fmt, "cuda")
     b = torch.randn(512, device="cuda")
     monkeypatch.setattr(dispatch, "CSLT_EAGER_GRAPH_MAX_M", 16)
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
@@ -408,13 +398,11 @@ def test_cslt_route_awkward_inputs_emulated(dynamic, monkeypatch):
     output of the right shape; NaN stays in its own row; the other dtypes give the reference's result."""
     from fused import dispatch
     from fused.reference import sparse24_gated_ref
-    from lowbit import quantize_weight, sqnr
+    from lowbit import sqnr
 
     _fake_cslt(monkeypatch)
     torch.manual_seed(0)
-    w = torch.randn(64, 96)
-    q, s = quantize_weight(w * magnitude_mask_24(w.abs()), "int8")
-    values, meta = pack_24(q)
+    values, meta, s = _packed(64, 96, "int8")
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
     with dispatch.force_path("triton"):
         y = dispatch.sparse24_gated(torch.randn(2, 0, 96, dtype=torch.bfloat16), values, meta, s, None, "silu",
