@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
 # together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
 # bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
@@ -75,6 +75,18 @@ case "${1:-}" in
 import json
 for k, v in json.load(open('$OUT/cublas1/bench.json'))['timings'].items():
     if 'dense_w8a8_route' in k: print(k[:120], sorted(v, key=lambda r: r[0]))" ;;
+  seventh)  # the replay / dropped-copy fixes (2026-12-01, seventh): their cuda tests, then plain calls of the 2:4 blocks
+            # at M = 1, 16 (eager graphs now on by default) and of dense W8A8 at M = 32, 128 with cuBLAS off / on (~300 s)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short -s tests/test_launch.py tests/test_unpack24.py \
+      tests/test_kernels_w8.py -k "launch or replay or library or eager_graph or cslt or cublas" 2>&1 | filt | grep "passed\|failed\|host µs\|Error" | tail -12
+    timeout 100 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24eager" > "$OUT/s24eager.log" 2>&1
+    grep "M=" "$OUT/s24eager.log" | head -8
+    for c in 0 1; do
+      FUSED_CUBLAS_W8A8=$c timeout 90 python3 -m fused bench --blocks llama --m 32,128 --no-baselines \
+        --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/cublas$c" > "$OUT/cublas$c.log" 2>&1
+      echo "FUSED_CUBLAS_W8A8=$c"; grep "M=" "$OUT/cublas$c.log" | head -8
+    done ;;
   host)   # host time per replayed eager call (one buffer for the intermediates since 2026-12-01)
     timeout 200 python3 .ci/diag.py host 2>&1 | filt | grep "us/call\|replay_status" ;;
   bench)  # the README table (GPU + plain-call), one process

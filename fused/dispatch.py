@@ -368,8 +368,10 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # (scale_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
 # M=128, 206.0 at 1024, 1696.6 at 8192; down [4096, 14336] 22.6 / 95.0 / 776.0, against our Triton gate/up
 # 45.5 µs at M=128. Each shape's first call times both (eager and CUDA-graph picks, as the 2:4 routes).
-# Prepared 2026-12-01 and not yet run on a GPU: off unless FUSED_CUBLAS_W8A8=1.
-CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "0") == "1"
+# First H200 A/B (2026-12-01, seventh session; Llama block, graph): fp8 W8A8 M=128 84.4 -> 79.5 µs (cuBLAS
+# takes the down projection), even at 32, 1024 and 8192; int8's cuBLAS GEMM (int32 out) lost every shape.
+# An eager call on this route is not replayed (the product is no kernel's output). FUSED_CUBLAS_W8A8=0: off.
+CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "1") == "1"
 CUBLAS_PATH = "cublas+triton:scale_epilogue"
 _dense_routes: dict = {}
 _unit_scales: dict = {}
@@ -628,6 +630,8 @@ def _cslt_weight(values, meta):
 def _drop_cslt_weight(values):
     if _cslt_weights is not None and values in _cslt_weights:
         del _cslt_weights[values]
+    if _cslt_graphs is not None and values in _cslt_graphs:
+        del _cslt_graphs[values]  # their graphs read that copy (each entry holds it: freed only here)
 
 
 def _cslt_alg(c, b, out_dtype) -> int:
@@ -649,14 +653,15 @@ def _cslt_w8a16_ok(values_dtype, x_dtype) -> bool:
     return x_dtype == torch.bfloat16 or (x_dtype == torch.float16 and values_dtype == torch.int8)
 
 
-def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
+def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None):
     """2:4 on the sparse tensor cores (cuSPARSELt) with 8-bit operands, on the layer's compressed copy
     (_cslt_weight). W8A8 (``dynamic``): x quantized per token (act_quant). W8A16: x split per token into two
     8-bit planes (act_split: int8 x ≈ s·(256·hi + lo), 15 bits; e4m3 x ≈ s·(hi + lo/16)), stacked as twice
     the rows, so one product gives both and the numerics stay weight-only. Then y = x_q · W_qᵀ in bf16 by
     torch._cslt_sparse_mm, and the planes' sum, per-token and per-channel scales, bias, activation and gate
     in one pass (scale_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
-    takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products."""
+    takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products. ``c``: the
+    compressed copy to use (default: the layer's, _cslt_weight)."""
     from fused.kernels.scale_epilogue import scale_epilogue
 
     M = x2.shape[0]
@@ -673,7 +678,8 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
         xq, xs = k.act_split(x2, fp8=fp8, rows=rows)
         xq = xq.view(2 * rows, x2.shape[1])
         planes = (rows, 1.0, 1.0 / FP8_SPLIT_LO) if fp8 else (rows, 256.0, 1.0)
-    c = _cslt_weight(values, meta)
+    if c is None:
+        c = _cslt_weight(values, meta)
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=torch.bfloat16, transpose_result=True,
                               alg_id=_cslt_alg(c, b, torch.bfloat16))
@@ -682,11 +688,14 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic):
 
 # Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
 # and padded row count (x copied into the graph's static rows, the output cloned out): cuSPARSELt's 0.3-0.9 ms
-# of host time per call becomes one graph launch, for two extra small copies. Prepared 2026-12-01 and not yet
-# run on a GPU: off (0) by default; FUSED_CSLT_EAGER_GRAPH=16 turns it on up to M=16. Each graph holds its own
-# memory (at M <= 16 on a Llama gate/up layer: ~2 MB).
-CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "0"))
-_cslt_graphs = None  # WeakIdKeyDictionary: values -> {signature: (versions, (meta, wscale, bias), graph, x, out)}
+# of host time per call becomes one graph launch, for two extra small copies. H200, 2026-12-01 (seventh session):
+# plain call of the int8 2:4 W8A16 Llama block at M=16 146.7 -> 85.2 µs (that run also showed a graph reading a
+# dropped copy, fixed below). FUSED_CSLT_EAGER_GRAPH=0: off. Each graph holds its own memory (at M <= 16 on a
+# Llama gate/up layer: ~2 MB).
+CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "16"))
+# A graph reads the compressed copy it was captured with: its entry holds that copy, so a copy dropped from the
+# cache (or never cached, FUSED_CSLT_CACHE=0) stays valid for it; _drop_cslt_weight drops the graphs too.
+_cslt_graphs = None  # WeakIdKeyDictionary: values -> {signature: (versions, (meta, wscale, bias), graph, x, out, c)}
 
 
 def _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic):
@@ -709,9 +718,10 @@ def _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic):
     if e is None or e[0] != versions or any(a is not b for a, b in zip(e[1], deps)):
         xs = torch.zeros((rows, K), device=x2.device, dtype=x2.dtype)
         outs = []
-        g = _graph_replay(lambda: outs.append(_cslt(xs, values, meta, wscale, bias, act, gated, dynamic)))
-        e = held[sig] = (versions, deps, g, xs, outs[-1] if g is not None else None)
-    g, xs, out = e[2:]
+        c = _cslt_weight(values, meta)
+        g = _graph_replay(lambda: outs.append(_cslt(xs, values, meta, wscale, bias, act, gated, dynamic, c=c)))
+        e = held[sig] = (versions, deps, g, xs, outs[-1] if g is not None else None, c)
+    g, xs, out = e[2:5]
     if g is None:
         return None
     xs[:M].copy_(x2)

@@ -90,6 +90,25 @@ def test_recording_places_every_tensor_or_refuses():
     assert not rec.ok
 
 
+def test_recording_keeps_its_outputs_alive_so_no_foreign_tensor_takes_their_address():
+    # an intermediate freed during the recording call must not lend its address to a tensor made by a torch
+    # op (a cuBLAS product, a graph's output): that tensor would pass for the intermediate, and a replay would
+    # skip the op and read stale memory
+    x = torch.randn(4, 8)
+    rec = launch.start_recording(x, [])
+    try:
+        for _ in range(8):
+            t = launch.empty((4096,), device="cpu", dtype=torch.float32)
+            ptr = t.data_ptr()
+            del t
+            u = torch.empty(4096)  # made outside the kernels
+            assert u.data_ptr() != ptr
+            rec.add(_FakeCompiled(), (), (1,), (u,))
+    finally:
+        launch.stop_recording()
+    assert not rec.ok
+
+
 def test_replay_carves_intermediates_from_one_buffer():
     # outputs of a 3-launch call: two intermediates and the call's output (index 1); the intermediates share
     # one allocation at 512-byte offsets (16-byte alignment as specialised), the output gets its own
@@ -144,6 +163,44 @@ def test_eager_replay_matches_the_python_path(cfg, blocks):
         with dispatch.force_path("triton"):
             want = other(v)
     assert torch.equal(got, want)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("route", ["cublas", "cslt"])
+def test_eager_calls_through_library_routes_match_the_python_path(route, monkeypatch):
+    """Eager calls whose route runs a library product (cuBLAS; cuSPARSELt replayed from the layer's eager
+    graph) are not replayable (the product is no kernel's output): every call gives what the Python path
+    gives. On the H200 (2026-12-01) such calls were recorded as replayable once the product took a freed
+    intermediate's address, and later calls read stale memory (bench: -1.8 dB and NaN against the reference)."""
+    import copy
+
+    import fused
+    from fused import dispatch
+    from fused.bench import make_block
+
+    if route == "cublas":
+        config = fused.FusedFloat8MLP(weight_only=False)
+        monkeypatch.setattr(dispatch, "CUBLAS_W8A8", True)
+        monkeypatch.setattr(dispatch, "_dense_routes", {})
+        real = dispatch.measure_route
+        monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, **kw:
+                            ("cublas", "cublas") if "cublas" in cands else real(kind, key, cands, **kw))
+    else:
+        config = fused.FusedInt8MLP(sparsity="2:4")
+        monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "cslt")
+        monkeypatch.setattr(dispatch, "CSLT_EAGER_GRAPH_MAX_M", 16)
+    base = make_block("llama", 64, 192, "cuda")
+    for blocks in (True, False):
+        model = fused.quantize(copy.deepcopy(base), config, blocks=blocks)
+        for shape in ((1, 64), (3, 64), (2, 17, 64), (300, 64)):
+            xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(5)]
+            with torch.no_grad():
+                outs = [model(x) for x in xs]  # tune, record (or refuse), replay, replay
+                monkeypatch.setattr(launch, "ENABLED", False)  # the Python path, never replayed
+                refs = [model(x) for x in xs]
+                monkeypatch.setattr(launch, "ENABLED", True)
+            for i, (o, r) in enumerate(zip(outs, refs)):
+                assert o.shape == r.shape and torch.equal(o, r), (blocks, shape, i)
 
 
 def test_replay_status_reports_recorded_and_refused_signatures():

@@ -108,8 +108,11 @@ def _hooked() -> bool:
 # recorded launch takes must be classified, else the call is not replayable: the call's input x, an output
 # made by `empty` during the call (allocated afresh on replay), or a constant (the module's buffers, the
 # `persistent` workspaces).
-# A tensor made any other way (a torch op on the way, e.g. smoothing or a copying reshape) aborts the
-# recording, so nothing that a replay would skip can go missing. Outputs from `empty` must be written only
+# A tensor made any other way (a torch op on the way, e.g. smoothing, a copying reshape, a cuBLAS or
+# cuSPARSELt product, a CUDA graph's output) aborts the recording, so nothing that a replay would skip can go
+# missing. The recording keeps every `empty` output alive until it stops: otherwise the caching allocator
+# could hand a freed intermediate's address to such a tensor, which would then pass for that intermediate
+# (a replay would skip the op that made it and read stale memory). Outputs from `empty` must be written only
 # by kernels launched through `launch_kernel` (no torch op writes into them in place).
 _rec = None
 _persistent: set = set()
@@ -136,6 +139,7 @@ class Recording:
         self.x_ptr, self.x_dtype = x.data_ptr(), x.dtype
         self.constants = {t.data_ptr() for t in constants} | _persistent
         self.allocs: list = []  # (shape, dtype) per output made by `empty`
+        self.keep: list = []  # those outputs, alive while recording: no other tensor can take their addresses
         self.live: dict = {}  # data_ptr -> index into allocs (the latest allocation at that address)
         self.launches: list = []
         self.ok = True
@@ -145,6 +149,7 @@ class Recording:
             self.ok = False  # no address to tell it by
         self.live[t.data_ptr()] = len(self.allocs)
         self.allocs.append((tuple(t.shape), t.dtype))
+        self.keep.append(t)
 
     def add(self, compiled, tail: tuple, grid: tuple, args: tuple) -> None:
         template, subs = [], []
