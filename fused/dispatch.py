@@ -368,9 +368,11 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # (scale_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
 # M=128, 206.0 at 1024, 1696.6 at 8192; down [4096, 14336] 22.6 / 95.0 / 776.0, against our Triton gate/up
 # 45.5 µs at M=128. Each shape's first call times both (eager and CUDA-graph picks, as the 2:4 routes).
-# First H200 A/B (2026-12-01, seventh session; Llama block, graph): fp8 W8A8 M=128 84.4 -> 79.5 µs (cuBLAS
+# H200 A/B (2026-12-01, seventh session; Llama block, graph): fp8 W8A8 M=128 84.4 -> 79.5 µs (cuBLAS
 # takes the down projection), even at 32, 1024 and 8192; int8's cuBLAS GEMM (int32 out) lost every shape.
-# An eager call on this route is not replayed (the product is no kernel's output). FUSED_CUBLAS_W8A8=0: off.
+# Only CUDA graphs take it: an eager call on it cannot be replayed (the product is no kernel's output), and
+# the per-candidate eager timing cannot see that: with eager picks, plain calls at M=32 went 78 -> 390 µs.
+# FUSED_CUBLAS_W8A8=0: off.
 CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "1") == "1"
 CUBLAS_PATH = "cublas+triton:scale_epilogue"
 _dense_routes: dict = {}
@@ -415,19 +417,20 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
 
 
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape: timed on its first eager call
-    (eager and CUDA-graph picks); under capture, the graph pick (Triton if the shape was never timed)."""
+    """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape under CUDA-graph capture: the
+    graph pick, timed on the shape's first eager call (Triton if the shape was never timed). Eager calls keep
+    ``path``, which dispatch.eager can replay."""
     gated = op == "gated"
-    capturing = torch.cuda.is_current_stream_capturing()
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
     routes = _dense_routes.get(key)
-    if routes is None and not capturing:
-        cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
-        cublas = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)  # noqa: E731
-        _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
-        routes = _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
-    route = "triton" if routes is None else routes[1] if capturing else routes[0]
-    return CUBLAS_PATH if route == "cublas" else path
+    if not torch.cuda.is_current_stream_capturing():
+        if routes is None:
+            cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
+            cublas = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+            _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
+            _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
+        return path
+    return CUBLAS_PATH if routes is not None and routes[1] == "cublas" else path
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of
@@ -688,11 +691,12 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None):
 
 # Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
 # and padded row count (x copied into the graph's static rows, the output cloned out): cuSPARSELt's 0.3-0.9 ms
-# of host time per call becomes one graph launch, for two extra small copies. H200, 2026-12-01 (seventh session):
-# plain call of the int8 2:4 W8A16 Llama block at M=16 146.7 -> 85.2 µs (that run also showed a graph reading a
-# dropped copy, fixed below). FUSED_CSLT_EAGER_GRAPH=0: off. Each graph holds its own memory (at M <= 16 on a
-# Llama gate/up layer: ~2 MB).
-CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "16"))
+# of host time per call becomes one graph launch, for two extra small copies. H200, 2026-12-01 (seventh session),
+# plain calls of the Llama block, off -> FUSED_CSLT_EAGER_GRAPH=16: int8 2:4 W8A16 M=1 73.7 -> 95.6 µs, M=16
+# 146.7 -> 114.2; fp8 2:4 W8A8 M=1 71.3 -> 73.7, M=16 137.3 -> 247.8. The per-candidate eager timing picks it,
+# but a block call with it is no longer replayed by dispatch.eager (the graph's output is no kernel's). So off
+# (0) by default. Each graph holds its own memory (at M <= 16 on a Llama gate/up layer: ~2 MB).
+CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "0"))
 # A graph reads the compressed copy it was captured with: its entry holds that copy, so a copy dropped from the
 # cache (or never cached, FUSED_CSLT_CACHE=0) stays valid for it; _drop_cslt_weight drops the graphs too.
 _cslt_graphs = None  # WeakIdKeyDictionary: values -> {signature: (versions, (meta, wscale, bias), graph, x, out, c)}

@@ -763,6 +763,14 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
                         graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
     dispatch.stats.clear()
     op = dispatch.gated if gated else dispatch.linear
-    got = op(x, q, s, b, "silu", dynamic=True)
-    assert offered == ["triton", "cublas"] and dispatch.stats[("gated" if gated else "linear", dispatch.CUBLAS_PATH)] == 1
+    name = "gated" if gated else "linear"
+    got = op(x, q, s, b, "silu", dynamic=True)  # eager: timed, but the (replayable) Triton path runs
+    assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 0
     assert sqnr(ref.float(), got.float()) > 35
+    g = torch.cuda.CUDAGraph()  # a capture takes the graph pick
+    with torch.cuda.graph(g):
+        out = op(x, q, s, b, "silu", dynamic=True)
+    g.replay()
+    torch.cuda.synchronize()
+    assert dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 1 and offered == ["triton", "cublas"]
+    assert sqnr(ref.float(), out.float()) > 35

@@ -229,7 +229,7 @@ def test_cslt_route_cuda(fmt, op, dynamic, monkeypatch):
     monkeypatch.setattr(dispatch, "SPARSE_ROUTE", None)
     dispatch._sparse_routes.clear()
     offered = []
-    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False, **kw:
                         offered.extend(cands) or ("packed", "packed"))
     getattr(dispatch, op)(x, values, meta, s, b, "silu", dynamic=dynamic)
     assert "cslt" in offered  # among the routes timed
