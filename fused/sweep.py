@@ -156,8 +156,12 @@ def param_bytes(module: nn.Module) -> int:
     from fused import dispatch
 
     seen, total = set(), 0
-    for t in list(module.parameters()) + list(module.buffers()):
-        key = (t.untyped_storage().data_ptr(), t.device)
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        try:
+            key = (t.untyped_storage().data_ptr(), t.device)
+        except RuntimeError as e:  # a storage with no data (a tensor subclass, or memory taken away): say which
+            warnings.warn(f"param_bytes: {name} ({type(t).__name__}, {tuple(t.shape)}, {t.dtype}): {e}")
+            key = (id(t), t.device)
         if key in seen:
             continue
         seen.add(key)
