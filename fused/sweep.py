@@ -150,22 +150,32 @@ def layer_fqns(model: nn.Module, blocks: bool = True) -> list[str]:
     return out
 
 
+def _leaves(t: torch.Tensor):
+    """The plain tensors holding ``t``'s data: a tensor subclass (torchao's quantized weights) has no storage
+    of its own; its inner tensors (``__tensor_flatten__``) do."""
+    if not hasattr(t, "__tensor_flatten__"):
+        yield t
+        return
+    for name in t.__tensor_flatten__()[0]:
+        inner = getattr(t, name)
+        if isinstance(inner, torch.Tensor):
+            yield from _leaves(inner)
+
+
 def param_bytes(module: nn.Module) -> int:
-    """Bytes of all parameters and buffers, each storage counted once, plus the compressed copies the 2:4
-    cuSPARSELt route keeps for the layers it runs (fused.dispatch.cslt_cached_bytes)."""
+    """Bytes of all parameters and buffers (the inner tensors of tensor subclasses), each storage counted
+    once, plus the compressed copies the 2:4 cuSPARSELt route keeps for the layers it runs
+    (fused.dispatch.cslt_cached_bytes)."""
     from fused import dispatch
 
     seen, total = set(), 0
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-        try:
-            key = (t.untyped_storage().data_ptr(), t.device)
-        except RuntimeError as e:  # a storage with no data (a tensor subclass, or memory taken away): say which
-            warnings.warn(f"param_bytes: {name} ({type(t).__name__}, {tuple(t.shape)}, {t.dtype}): {e}")
-            key = (id(t), t.device)
-        if key in seen:
-            continue
-        seen.add(key)
-        total += t.numel() * t.element_size()
+    for t in list(module.parameters()) + list(module.buffers()):
+        for leaf in _leaves(t):
+            key = (leaf.untyped_storage().data_ptr(), leaf.device)
+            if key in seen:
+                continue
+            seen.add(key)
+            total += leaf.numel() * leaf.element_size()
     for m in module.modules():
         if isinstance(m._buffers.get("values"), torch.Tensor):
             total += dispatch.cslt_cached_bytes(m._buffers["values"])

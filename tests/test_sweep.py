@@ -153,3 +153,17 @@ def test_minilm_sweep_small():
     assert r.metrics["cosine_mean"] > 0.999
     assert 0.0 <= r.metrics["top1_agreement"] <= 1.0
     assert sum(r.paths.values()) == 37 and all(" -> cpu:" in k for k in r.paths)
+
+
+def test_param_bytes_counts_tensor_subclasses_by_their_inner_tensors():
+    """A tensor subclass (torchao's quantized weights) has no storage of its own: its inner tensors are
+    counted (the bench crashed on torchao's Int8Tensor, and would otherwise count the outer dtype's bytes)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from fused.sweep import param_bytes
+
+    a, b = torch.zeros(8, 4, dtype=torch.int8), torch.zeros(8, 4, dtype=torch.int8)
+    m = torch.nn.Linear(4, 8, bias=False)
+    m.weight = torch.nn.Parameter(TwoTensor(a, b), requires_grad=False)
+    m.register_buffer("shared", a)  # the same storage once
+    assert param_bytes(m) == 2 * 32
