@@ -1,13 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session, in this order (30 device-minutes do not cover all of it): tests (~470 s) and tests2 (~220 s):
-# together the whole cuda suite (test_kernels_w8 and test_narrow_mlp were not re-run on 2026-12-01, sixth);
-# bench (580 s, the README table: not re-run since the fp8 split default, the vsel GEMV, the M=128 tiles, the 2:4
-# 16-bit expansion and the cuSPARSELt route; footnotes 4-8 hold the focused reruns); s24graph (S24_TESTS=0: ~200 s)
-# after any change to the 2:4 routes; s24eager (~150 s, the prepared eager graphs for cuSPARSELt at M <= 16);
-# cublas (~250 s, the prepared cuBLAS GEMM route for dense W8A8).
-# See examples/results/h200/NOTES.md, "sixth".
+# Next session: nothing new is prepared (2026-12-01, seventh: the whole cuda suite passed with `tests` + `tests2`,
+# and `bench` (~270 s with the llama block only) refreshed the README table). After a change to a kernel or a route, run
+# `tests` (~410 s) and `tests2` (~215 s), then the mode that measures it. See examples/results/h200/NOTES.md, "seventh".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1

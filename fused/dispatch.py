@@ -416,6 +416,13 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
     return scale_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M)
 
 
+def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
+    """The CUDA-graph picks measured so far for a dense W8A8 layer's shape (CUBLAS_W8A8): {(M bucket, x dtype,
+    bias None, act): "triton" or "cublas"} (what `explain` lists; eager calls always run Triton)."""
+    return {(k[1], k[4], k[5], k[6]): v[1] for k, v in _dense_routes.items()
+            if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
+
+
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape under CUDA-graph capture: the
     graph pick, timed on the shape's first eager call (Triton if the shape was never timed). Eager calls keep

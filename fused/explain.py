@@ -42,6 +42,10 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             picks = dispatch.sparse_route_picks(mod.op_name, mod.values, mod.dynamic)
             routes = ", ".join(f"M~{m}: {e}" + ("" if g == e else f" (graph: {g})")
                                for (m, *_), (e, g) in sorted(picks.items(), key=lambda kv: kv[0][0])) or None
+        elif dense and mod.dynamic:  # dense W8A8: cuBLAS or Triton under CUDA-graph capture (eager: Triton)
+            picks = dispatch.dense_route_picks(mod.op_name, mod.qweight)
+            routes = ", ".join(f"M~{m}: graph {g}" for (m, *_), g in sorted(picks.items(), key=lambda kv: kv[0][0])) \
+                or None
         rows.append({
             "module": name,
             "block": parent if parent in blocks else None,

@@ -774,3 +774,24 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
     torch.cuda.synchronize()
     assert dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 1 and offered == ["triton", "cublas"]
     assert sqnr(ref.float(), out.float()) > 35
+
+
+def test_explain_lists_dense_graph_routes(monkeypatch):
+    """explain shows, per M bucket, which GEMM a dense W8A8 layer's shape takes under CUDA-graph capture
+    (cuBLAS or Triton, CUBLAS_W8A8); weight-only layers list none."""
+    from fused import dispatch, explain
+    from fused.explain import format_table
+    from fused.modules import FusedLinear
+
+    torch.manual_seed(0)
+    mod = FusedLinear.from_float(torch.randn(64, 96), fmt="int8", dynamic=True)
+    wo = FusedLinear.from_float(torch.randn(64, 96), fmt="int8")
+    model = torch.nn.Sequential(mod, torch.nn.Linear(64, 96), wo)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    assert [r["routes"] for r in explain(model, print_table=False)] == [None, None]
+    for m, pick in ((128, "cublas"), (32, "triton")):
+        dispatch._dense_routes[("linear", m, (64, 96), torch.int8, torch.bfloat16, True, "none")] = ("triton", pick)
+    dispatch._dense_routes[("linear", 64, (32, 96), torch.int8, torch.bfloat16, True, "none")] = ("triton", "cublas")
+    rows = explain(model, print_table=False)
+    assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas" and rows[1]["routes"] is None
+    assert "routes so far: M~32: graph triton" in format_table(rows)
