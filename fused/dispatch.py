@@ -8,8 +8,8 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
     (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x (FP8_SPLIT, on by
     default: e4m3 planes, two fp8 MMAs); W8A8 at M <= 16 through the MMA GEMM (A8_GEMV_MAX_M = 0)
-  * dense W8A8 above the GEMV range, with CUBLAS_W8A8: a route timed per shape, the Triton GEMM or
-    cuBLAS's (torch._scaled_mm / _int_mm) + scale_epilogue
+  * dense W8A8 above the GEMV range, with CUBLAS_W8A8, under CUDA-graph capture: a route timed per shape,
+    the Triton GEMM or cuBLAS's (torch._scaled_mm / _int_mm) + scale_epilogue (eager calls: Triton)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
 reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
 per shape on the first call (SPARSE_ROUTE), one pick for eager calls and one for CUDA-graph capture:
@@ -175,8 +175,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             if dynamic:
                 why += " with fused per-token activation quantization (W8A8)"
                 if CUBLAS_W8A8:
-                    why += ("; per shape the first call also times cuBLAS's GEMM + scale_epilogue and keeps the "
-                            "faster for eager calls and for CUDA-graph capture (CUBLAS_W8A8)")
+                    why += ("; per shape the first call also times cuBLAS's GEMM + scale_epilogue, which CUDA-graph "
+                            "capture takes where faster (CUBLAS_W8A8; eager calls keep Triton)")
             else:
                 if fmt in ("int8", "any") and SPLIT_MIN_M <= SPLIT_MAX_M:
                     why += (f"; int8 with bf16/fp16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split "
@@ -367,7 +367,7 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # scales, torch._int_mm for int8) with the scales, bias, activation and gate in one Triton pass after it
 # (scale_epilogue). Its probe on the H200 (graph replays, 2026-12-01): fp8 gate/up [28672, 4096] 35.3 µs at
 # M=128, 206.0 at 1024, 1696.6 at 8192; down [4096, 14336] 22.6 / 95.0 / 776.0, against our Triton gate/up
-# 45.5 µs at M=128. Each shape's first call times both (eager and CUDA-graph picks, as the 2:4 routes).
+# 45.5 µs at M=128. Each shape's first eager call times both, replayed from CUDA graphs.
 # H200 A/B (2026-12-01, seventh session; Llama block, graph): fp8 W8A8 M=128 84.4 -> 79.5 µs (cuBLAS
 # takes the down projection), even at 32, 1024 and 8192; int8's cuBLAS GEMM (int32 out) lost every shape.
 # Only CUDA graphs take it: an eager call on it cannot be replayed (the product is no kernel's output), and
@@ -427,11 +427,11 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape under CUDA-graph capture: the
     graph pick, timed on the shape's first eager call (Triton if the shape was never timed). Eager calls keep
     ``path``, which dispatch.eager can replay."""
-    gated = op == "gated"
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
     routes = _dense_routes.get(key)
     if not torch.cuda.is_current_stream_capturing():
         if routes is None:
+            gated = op == "gated"
             cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
             cublas = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)  # noqa: E731
             _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
