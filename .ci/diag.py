@@ -492,3 +492,73 @@ if "narrow8" in what:
     if dev == "cuda":
         torch.cuda.synchronize()
     p("cfg", wdtype, i, "ok, sqnr", round(sqnr(ref.float(), y.float()), 1))
+
+if "graphprof" in what:
+    # where a block's CUDA-graph time goes (eighth session): per-kernel device µs of graph replays (graph picks:
+    # cuBLAS / cslt routes included), per config and M
+    import copy
+
+    from fused.bench import OURS, SPARSE_FP8
+    cfgs = {**OURS, **SPARSE_FP8}
+    names = os.environ.get("GP_CONFIGS", "ours fp8 W8A8,ours fp8 2:4 W8A8").split(",")
+    Ms = [int(v) for v in os.environ.get("GP_MS", "128,1024,8192").split(",")]
+    base = make_block("llama", 4096, 14336, "cuda")
+    for name in names:
+        m = fused.quantize(copy.deepcopy(base), cfgs[name](), blocks=True)
+        for M in Ms:
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                m(x)
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    m(x)
+                    m(x)
+                torch.cuda.current_stream().wait_stream(s)
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    m(x)
+            from triton.testing import do_bench
+            t = do_bench(g.replay, warmup=25, rep=100, return_mode="median") * 1e3
+            for _ in range(3):
+                g.replay()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as pr:
+                for _ in range(5):
+                    g.replay()
+                torch.cuda.synchronize()
+            rows = sorted(((e.self_device_time_total / 5, e.count / 5, e.key[:80]) for e in pr.key_averages()
+                           if e.self_device_time_total > 0), reverse=True)
+            p(f"== {name} M={M}: graph {t:.1f} us, kernel sum {sum(r[0] for r in rows):.1f}")
+            for tt, c, k in rows[:8]:
+                p(f"   {tt:8.1f} us x{c:.0f} {k}")
+            del g
+        del m
+        torch.cuda.empty_cache()
+
+if "rowwise" in what:
+    # torch._scaled_mm with rowwise scales (scale_a [M, 1], scale_b [1, N]: CUTLASS on sm90) against unit
+    # scales (cuBLAS), graph replays of 10 calls, µs per call
+    from lowbit import quantize_weight
+    for name, N, K in (("gate_up", 28672, 4096), ("down", 4096, 14336)):
+        w, ws = quantize_weight(torch.randn(N, K, device="cuda"), "float8_e4m3")
+        for M in (16, 128, 1024, 8192):
+            xq = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+            xs = torch.rand(M, 1, device="cuda") + 0.5
+            one = torch.ones((), device="cuda")
+            res = {}
+            for mode, f in (("unit", lambda: torch._scaled_mm(xq, w.t(), one, one, out_dtype=torch.bfloat16)),
+                            ("rowwise", lambda: torch._scaled_mm(xq, w.t(), xs, ws.view(1, -1), out_dtype=torch.bfloat16)),
+                            ("rowwise_fast", lambda: torch._scaled_mm(xq, w.t(), xs, ws.view(1, -1), out_dtype=torch.bfloat16,
+                                                                      use_fast_accum=True))):
+                try:
+                    f()
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        for _ in range(10):
+                            f()
+                    from triton.testing import do_bench
+                    res[mode] = do_bench(g.replay, warmup=5, rep=40, return_mode="median") * 1e3 / 10
+                except Exception as e:  # noqa: BLE001
+                    res[mode] = f"{type(e).__name__}: {str(e)[:80]}"
+            p(f"rowwise {name} M={M}: " + "  ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items()))

@@ -17,6 +17,9 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  graphprof)  # where the W8A8 blocks' graph time goes (per-kernel µs of graph replays) + rowwise _scaled_mm probe (eighth)
+    timeout 250 python3 .ci/diag.py rowwise 2>&1 | filt | grep "^rowwise\|Error"
+    timeout 330 python3 .ci/diag.py graphprof 2>&1 | filt | grep "us\|Error" ;;
   tests)  # the cuda suite but the files of tests2 (~470 s on 2026-12-01); run tests2 (~190 s) as well
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests --ignore=tests/test_narrow_mlp.py \
       --ignore=tests/test_profile.py --ignore=tests/test_save_load.py --ignore=tests/test_smoothing.py \
