@@ -25,26 +25,30 @@ def _cast(t: torch.Tensor, fmt: Format) -> torch.Tensor:
     return t.clamp(-fmt.qmax, fmt.qmax).to(fmt.dtype)
 
 
-def quantize_rowwise(t: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, torch.Tensor]:
-    """Quantize the last dim of ``t`` with one scale per row. Returns (qdata, scale[..., 1] fp32)."""
+def quantize_rowwise(t: torch.Tensor, fmt: str | Format, reciprocal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize the last dim of ``t`` with one scale per row. Returns (qdata, scale[..., 1] fp32).
+    ``reciprocal``: t · (1/scale) instead of t / scale (see quantize_activation)."""
     fmt = get_format(fmt)
     t32 = t.float()
     amax = t32.abs().amax(dim=-1, keepdim=True)
     # a Python-number divisor: CUDA torch multiplies by its reciprocal, as act_quant's `amax / QMAX` does
     # (bit-identical on the H200); split_activation below divides in IEEE, as act_split's div_rn
     scale = (amax / fmt.qmax).clamp(min=MIN_SCALE)
-    return _cast(t32 / scale, fmt), scale
+    return _cast(t32 * scale.reciprocal() if reciprocal else t32 / scale, fmt), scale
 
 
 def quantize_activation(x: torch.Tensor, fmt: str | Format) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token dynamic quantization of activations [..., K]: (qdata [..., K], scale [..., 1] fp32).
 
     NaN/Inf in a token make that token's scale non-finite, so the token's output is NaN, as in the
-    unquantized layer."""
+    unquantized layer.
+
+    q = x · (1/scale), the reciprocal rounded once per token (IEEE), then one fp32 multiply per element:
+    what the kernels compute (an IEEE divide per element was most of act_quant's instructions)."""
     if x.numel() == 0:
         fmt = get_format(fmt)
         return x.to(fmt.dtype), x.new_empty(*x.shape[:-1], 1, dtype=torch.float32)
-    return quantize_rowwise(x, fmt)
+    return quantize_rowwise(x, fmt, reciprocal=True)
 
 
 SPLIT_QMAX = 127 * 256 + 127  # 32639: v = 256·hi + lo with hi, lo both in int8
@@ -52,14 +56,15 @@ SPLIT_QMAX = 127 * 256 + 127  # 32639: v = 256·hi + lo with hi, lo both in int8
 
 def split_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token 16-bit activations as two int8 planes: (hi, lo [..., K] int8, scale [..., 1] fp32) with
-    x ≈ scale·(256·hi + lo), scale = max(absmax / 32639, MIN_SCALE), v = round(x / scale) ties to even,
+    x ≈ scale·(256·hi + lo), scale = max(absmax / 32639, MIN_SCALE), v = round(x · (1/scale)) ties to even
+    (the reciprocal rounded once per token, as quantize_activation),
     hi = (v + 128) >> 8, lo = v - 256·hi. Two int8 tensor-core dots then give x·Wᵀ for int8 W to 15 bits
     per token (finer than bf16's 8-bit mantissa for values within 2⁻⁷ of the row's absmax)."""
     xf = x.float()
     amax = xf.abs().amax(dim=-1, keepdim=True)
     scale = (amax / torch.full_like(amax, SPLIT_QMAX)).clamp_min(MIN_SCALE)  # IEEE on CUDA too (see above)
     scale = torch.where(torch.isfinite(xf).all(dim=-1, keepdim=True), scale, torch.full_like(scale, float("nan")))
-    v = torch.round(torch.nan_to_num(xf / scale).clamp(-SPLIT_QMAX, SPLIT_QMAX)).to(torch.int32)
+    v = torch.round(torch.nan_to_num(xf * scale.reciprocal()).clamp(-SPLIT_QMAX, SPLIT_QMAX)).to(torch.int32)
     hi = (v + 128) >> 8
     return hi.to(torch.int8), (v - 256 * hi).to(torch.int8), scale
 
@@ -70,7 +75,7 @@ FP8_SPLIT_LO = 16.0  # lo = e4m3(16·(v − hi)): |v − hi| <= 16 (half an e4m3
 
 def split_activation_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-token 16-bit activations as two e4m3 planes: (hi, lo [..., K] float8_e4m3fn, scale [..., 1] fp32)
-    with x ≈ scale·(hi + lo/16), scale = max(absmax / 448, MIN_SCALE) (IEEE division), v = x / scale,
+    with x ≈ scale·(hi + lo/16), scale = max(absmax / 448, MIN_SCALE) (IEEE division), v = x · (1/scale),
     hi = e4m3(v), lo = e4m3(16·(v − hi)), both rounded to nearest, ties to even (v − hi is exact in fp32).
     About 8 significant bits per element, bf16's precision, for two fp8 tensor-core dots per weight tile
     with fp8 weights. NaN/Inf in a token: NaN scale, zero planes (its outputs are NaN, as unquantized)."""
@@ -78,7 +83,7 @@ def split_activation_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, t
     amax = xf.abs().amax(dim=-1, keepdim=True)
     scale = (amax / torch.full_like(amax, FP8_SPLIT_QMAX)).clamp_min(MIN_SCALE)
     scale = torch.where(torch.isfinite(xf).all(dim=-1, keepdim=True), scale, torch.full_like(scale, float("nan")))
-    v = torch.nan_to_num(xf / scale, nan=0.0, posinf=0.0, neginf=0.0).clamp(-FP8_SPLIT_QMAX, FP8_SPLIT_QMAX)
+    v = torch.nan_to_num(xf * scale.reciprocal(), nan=0.0, posinf=0.0, neginf=0.0).clamp(-FP8_SPLIT_QMAX, FP8_SPLIT_QMAX)
     hi = v.to(torch.float8_e4m3fn)
     lo = ((v - hi.float()) * FP8_SPLIT_LO).to(torch.float8_e4m3fn)
     return hi, lo, scale

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, e4m3_bits, row_absmax
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, e4m3_bits, reciprocal, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
@@ -24,19 +24,20 @@ FP8_LO: tl.constexpr = tl.constexpr(FP8_SPLIT_LO)
 
 
 @triton.jit
-def split_planes(xf, scale, QMAX: tl.constexpr):
-    """fp32 x and its per-row scale (broadcastable) -> (hi, lo) int8 with round(x / scale) = 256·hi + lo
-    (ties to even, IEEE division): the one definition used by act_split and the kernels that split inside."""
-    v = _rint(tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)).to(tl.int32)
+def split_planes(xf, inv, QMAX: tl.constexpr):
+    """fp32 x and its per-row inv = reciprocal(scale) (broadcastable) -> (hi, lo) int8 with
+    round(x · inv) = 256·hi + lo (ties to even): the one definition used by act_split and the kernels that
+    split inside."""
+    v = _rint(tl.minimum(tl.maximum(xf * inv, -QMAX), QMAX)).to(tl.int32)
     hi = (v + 128) >> 8
     return hi.to(tl.int8), (v - hi * 256).to(tl.int8)
 
 
 @triton.jit
-def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND: tl.constexpr):
-    """fp32 x and its per-row scale -> (hi, lo) e4m3 bits with x / scale = hi + lo / LO + (rounding of lo),
-    as lowbit.split_activation_fp8."""
-    v = tl.minimum(tl.maximum(tl.math.div_rn(xf, scale), -QMAX), QMAX)
+def split_planes_fp8(xf, inv, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND: tl.constexpr):
+    """fp32 x and its per-row inv = reciprocal(scale) -> (hi, lo) e4m3 bits with x · inv = hi + lo / LO
+    + (rounding of lo), as lowbit.split_activation_fp8."""
+    v = tl.minimum(tl.maximum(xf * inv, -QMAX), QMAX)
     # hi's value rounded in fp32, not read back through its e4m3 bits: on the H200 (triton 3.6) the
     # fp32 -> e4m3 -> fp32 round trip in registers gave wrong values in two lanes of every four.
     hv = _round_e4m3(v)
@@ -45,11 +46,11 @@ def split_planes_fp8(xf, scale, QMAX: tl.constexpr, LO: tl.constexpr, HAND_ROUND
 
 
 @triton.jit
-def _split_store(q_row, lo_off, xk, offs, K, scale, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
+def _split_store(q_row, lo_off, xk, offs, K, inv, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
     if FP8:
-        hi, lo = split_planes_fp8(xk, scale, QMAX, FP8_LO, HAND_ROUND)
+        hi, lo = split_planes_fp8(xk, inv, QMAX, FP8_LO, HAND_ROUND)
     else:
-        hi, lo = split_planes(xk, scale, QMAX)
+        hi, lo = split_planes(xk, inv, QMAX)
     tl.store(q_row + offs, hi, mask=offs < K)
     tl.store(q_row + lo_off + offs, lo, mask=offs < K)
 
@@ -70,12 +71,13 @@ def _act_split_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm
         x_row = x_ptr + row * stride_xm
         x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
         scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
+        inv = reciprocal(scale)
         if ONE_PASS:
-            _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, scale, QMAX, FP8, HAND_ROUND)
+            _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, inv, QMAX, FP8, HAND_ROUND)
         else:
             for k0 in range(0, K, BLOCK_K):
                 xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-                _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, scale, QMAX, FP8, HAND_ROUND)
+                _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, inv, QMAX, FP8, HAND_ROUND)
         tl.store(s_ptr + row, tl.where(bad, float("nan"), scale))
 
 

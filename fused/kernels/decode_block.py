@@ -39,6 +39,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode
+from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
@@ -93,6 +94,7 @@ def _decode_block_kernel(
             bad += tl.sum(tl.where(tl.abs(xt) < float("inf"), 0.0, 1.0), axis=1)
         x_bad = bad > 0
         xscale = tl.where(x_bad, float("nan"), tl.maximum(tl.math.div_rn(amax, QS), MIN_S))
+        xinv = reciprocal(xscale)
         acc_gh = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
         acc_gl = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
         acc_uh = tl.zeros((BLOCK_M, BLOCK_H), dtype=tl.int32)
@@ -111,7 +113,7 @@ def _decode_block_kernel(
         w_mask = h_ok[:, None] & k_ok[None, :]
         wg = tl.load(w1_ptr + offs_h[:, None] * stride_w1r + offs_k[None, :] * stride_w1k, mask=w_mask, other=0)
         if SPLIT:
-            xh, xl = split_planes(tl.where(x_bad[:, None], 0.0, x.to(tl.float32)), xscale[:, None], QS)
+            xh, xl = split_planes(tl.where(x_bad[:, None], 0.0, x.to(tl.float32)), xinv[:, None], QS)
             acc_gh = tl.dot(xh, tl.trans(wg), acc_gh, out_dtype=tl.int32)
             acc_gl = tl.dot(xl, tl.trans(wg), acc_gl, out_dtype=tl.int32)
         else:
@@ -147,7 +149,7 @@ def _decode_block_kernel(
         hf = h.to(tl.float32)
         h_bad = tl.sum(tl.where(tl.abs(hf) < float("inf"), 0.0, 1.0), axis=1) > 0
         hscale = tl.where(h_bad, float("nan"), tl.maximum(tl.math.div_rn(tl.max(tl.abs(hf), axis=1), QS), MIN_S))
-        hh, hl = split_planes(tl.where(h_bad[:, None], 0.0, hf), hscale[:, None], QS)
+        hh, hl = split_planes(tl.where(h_bad[:, None], 0.0, hf), reciprocal(hscale)[:, None], QS)
 
     # ---- down: the unscaled partial h_slice · W_2[:, slice]ᵀ, BLOCK_D outputs at a time. Program p starts
     # at chunk p: the programs' atomics then land on different addresses (L2 slices) at any moment, and

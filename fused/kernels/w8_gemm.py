@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
-from fused.kernels.act_quant import _quantize
+from fused.kernels.act_quant import _quantize, reciprocal
 from fused.kernels.act_split import FP8_LO, split_planes
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
@@ -108,6 +108,7 @@ def _w8_gemm_kernel(
             qscale = tl.maximum(amax / QMAX, MIN_S)
         bad = nans > 0
         qscale = tl.where(bad, float("nan"), qscale)
+        qinv = reciprocal(qscale)
     ACC: tl.constexpr = tl.int32 if (A8 and not FP8) else tl.float32
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     acc_u = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
@@ -125,9 +126,9 @@ def _w8_gemm_kernel(
             w_mask = n_ok[:, None] & k_ok[None, :]
         x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8 and not QX, FP8_AS_U8)
         if QX and X_LO:  # x = s·(256·hi + lo), as act_split
-            x, x_lo = split_planes(tl.where(bad[:, None], 0.0, x.to(tl.float32)), qscale[:, None], QMAX)
+            x, x_lo = split_planes(tl.where(bad[:, None], 0.0, x.to(tl.float32)), qinv[:, None], QMAX)
         elif QX:
-            x = _quantize(x.to(tl.float32), qscale[:, None], QMAX, FP8, HAND_ROUND)
+            x = _quantize(x.to(tl.float32), qinv[:, None], QMAX, FP8, HAND_ROUND)
             if FP8:
                 x = x.to(tl.float8e4nv, bitcast=True)
         acc = _mma(x, w, acc, A8, FP8, DOT)
