@@ -562,3 +562,30 @@ if "rowwise" in what:
                 except Exception as e:  # noqa: BLE001
                     res[mode] = f"{type(e).__name__}: {str(e)[:80]}"
             p(f"rowwise {name} M={M}: " + "  ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in res.items()))
+
+if "actq2" in what:
+    # act_quant / act_split throughput after the reciprocal change (eighth session), and num_warps variants
+    from triton.testing import do_bench
+
+    from fused.kernels import next_pow2
+    from fused.kernels.act_split import act_split
+    from fused.kernels.launch import launch_kernel
+    for K in (4096, 14336):
+        for M in (128, 1024, 8192):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            for fp8 in (False, True):
+                t = do_bench(lambda: aq.act_quant(x, fp8), warmup=10, rep=50, return_mode="median")
+                gb = x.numel() * 3 / 1e9
+                res = [f"default {t*1e3:.1f} us ({gb / (t * 1e-3) / 1e3:.2f} TB/s)"]
+                q = torch.empty((M, K), device="cuda", dtype=torch.uint8 if fp8 else torch.int8)
+                s = torch.empty(M, device="cuda", dtype=torch.float32)
+                block = min(next_pow2(K), aq.MAX_ONE_PASS)
+                for warps in (4, 8, 16, 32):
+                    def f():
+                        launch_kernel(aq._act_quant_kernel, (M,), x, q, s, M, K, x.stride(0), x.stride(1), q.stride(0),
+                                      QMAX=448.0 if fp8 else 127.0, MIN_S=1e-12, FP8=fp8, BLOCK_K=block,
+                                      ONE_PASS=K <= block, HAND_ROUND=False, num_warps=warps)
+                    res.append(f"w{warps} {do_bench(f, warmup=10, rep=50, return_mode='median')*1e3:.1f}")
+                ts = do_bench(lambda: act_split(x, fp8=fp8), warmup=10, rep=50, return_mode="median")
+                res.append(f"act_split {ts*1e3:.1f}")
+                p(f"actq M={M} K={K} fp8={fp8}: " + "  ".join(res))

@@ -32,6 +32,7 @@ import contextlib
 import os
 import warnings
 from collections import Counter
+from typing import NamedTuple
 
 import torch
 
@@ -397,47 +398,139 @@ def _cublas_ok(qweight) -> bool:
     return qweight.is_contiguous() and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
 
 
-def _cublas_w8a8(x2, qweight, wscale, bias, act, gated):
+def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
     """x quantized per token (act_quant; rows padded with zeros to a multiple of 16, and past 16 for
-    _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then scale_epilogue."""
+    _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then scale_epilogue. ``q_in``: x
+    already quantized (a QuantizedAct); ``q_rows``: return the output quantized (epilogue_quant, a
+    QuantizedAct with that many rows) instead of in x's dtype."""
     from fused.kernels.scale_epilogue import scale_epilogue
 
-    M = x2.shape[0]
     fp8 = qweight.dtype == torch.float8_e4m3fn
-    rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
-    xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=rows)
+    if q_in is not None:
+        xq, xs, M, dtype = q_in
+    else:
+        M, dtype = x2.shape[0], x2.dtype
+        rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
+        xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=rows)
     if fp8:
-        one = _unit_scales.get(x2.device)
+        one = _unit_scales.get(xq.device)
         if one is None:
-            one = _unit_scales[x2.device] = torch.ones((), device=x2.device)
+            one = _unit_scales[xq.device] = torch.ones((), device=xq.device)
         y = torch._scaled_mm(xq, qweight.t(), one, one, out_dtype=torch.bfloat16)
     else:
         y = torch._int_mm(xq, qweight.t())
-    return scale_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M)
+    if q_rows is not None:
+        from fused.kernels.epilogue_quant import epilogue_quant
+
+        return QuantizedAct(*epilogue_quant(y, xs, wscale, bias, act, gated, dtype, fp8, M, rows=q_rows), M, dtype)
+    return scale_epilogue(y, xs, wscale, bias, act, gated, dtype, m=M)
 
 
 def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
     """The CUDA-graph picks measured so far for a dense W8A8 layer's shape (CUBLAS_W8A8): {(M bucket, x dtype,
-    bias None, act): "triton" or "cublas"} (what `explain` lists; eager calls always run Triton)."""
-    return {(k[1], k[4], k[5], k[6]): v[1] for k, v in _dense_routes.items()
+    bias None, act, hand-off): "triton" or "cublas"} (what `explain` lists; eager calls always run Triton).
+    hand-off: "" for a plain call, "h out" / "h in" for a block's layers passing h quantized (QuantizedAct)."""
+    return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 
 
-def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape under CUDA-graph capture: the
-    graph pick, timed on the shape's first eager call (Triton if the shape was never timed). Eager calls keep
-    ``path``, which dispatch.eager can replay."""
-    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
+def _graph_pick(key, triton, cublas, op) -> str:
+    """"triton" or "cublas" for a dense W8A8 shape: eager calls always "triton" (replayable by `eager`); under
+    CUDA-graph capture the graph pick, timed on the shape's first eager call (Triton if never timed)."""
     routes = _dense_routes.get(key)
     if not torch.cuda.is_current_stream_capturing():
         if routes is None:
-            gated = op == "gated"
-            cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True)}
-            cublas = lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+            cands = {"triton": triton}
             _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
             _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
-        return path
-    return CUBLAS_PATH if routes is not None and routes[1] == "cublas" else path
+        return "triton"
+    return "cublas" if routes is not None and routes[1] == "cublas" else "triton"
+
+
+def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (the Triton one) or CUBLAS_PATH for this dense W8A8 shape under CUDA-graph capture (_graph_pick)."""
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
+    gated = op == "gated"
+    pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True),
+                       lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated), op)
+    return CUBLAS_PATH if pick == "cublas" else path
+
+
+# The quantized hand-off: in a block whose layers are both W8A8, above the GEMV range (where both quantize
+# their input per token anyway), the first layer gives h already quantized (q padded to HANDOFF rows, s) and
+# the second takes it as is. Bit-identical to the two layers called one after the other. Where the first
+# layer's GEMM is a library's (cuBLAS, cuSPARSELt), its epilogue quantizes h as it makes it (epilogue_quant):
+# h is never written in 16 bits nor read back (Llama block, M=8192: 470 MB less traffic); after a Triton GEMM,
+# act_quant runs as before. Each layer's route is timed in that form. FUSED_HANDOFF=0: off.
+HANDOFF = os.environ.get("FUSED_HANDOFF", "1") == "1"
+HANDOFF_MIN_M = max(GEMV_MAX_M, A8_GEMV_MAX_M) + 1
+
+
+class QuantizedAct(NamedTuple):
+    """h quantized per token for a W8A8 layer: q [rows, K] int8 / float8_e4m3fn (rows >= m, padding rows
+    zero), s [m] fp32, m tokens, and h's own dtype (the output dtype of the layer that takes it)."""
+    q: torch.Tensor
+    s: torch.Tensor
+    m: int
+    dtype: torch.dtype
+
+
+def _handoff_rows(m: int) -> int:
+    # what every library route wants of its 8-bit rows: a multiple of 16, and more than 16 for int8
+    return max(-(-m // 16) * 16, 32)
+
+
+def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
+    M = h2.shape[0]
+    return QuantizedAct(*_triton_kernels().act_quant(h2, fp8=fp8, rows=_handoff_rows(M)), M, h2.dtype)
+
+
+def _dense_path(op: str, M: int, wdtype, xdtype) -> str:
+    size = _size_class(M, True, wdtype, xdtype)
+    path = _cuda_paths.get((op, True, size))
+    if path is None:
+        path = _cuda_paths[(op, True, size)] = "triton:" + triton_kernel_for(op, "any", True, _class_m(size, True))
+    return path
+
+
+def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
+    """A dense W8A8 first layer (``op`` "gated" or "linear", M > 16) giving h quantized."""
+    gated, fp8, M = op == "gated", qweight.dtype == torch.float8_e4m3fn, x2.shape[0]
+    path = _dense_path(op, M, qweight.dtype, x2.dtype)
+
+    def triton():
+        return _quantized(_triton_dense(path, x2, qweight, wscale, bias, act, gated, True), fp8)
+
+    def cublas():
+        return _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_rows=_handoff_rows(M))
+
+    pick = "triton"
+    if x2.is_cuda and _forced is None and CUBLAS_W8A8 and _cublas_ok(qweight):
+        key = (op, m_bucket(M), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "h out")
+        pick = _graph_pick(key, triton, cublas, op)
+    stats[(op, ("cublas+triton:epilogue_quant" if pick == "cublas" else path + "+act_quant") + " (h out)")] += 1
+    return cublas() if pick == "cublas" else triton()
+
+
+def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
+    """A dense W8A8 second layer ("linear") on h handed over quantized: no act_quant."""
+    op = "linear"
+    if qa.q.dtype != qweight.dtype:
+        raise TypeError(f"{op}: h quantized to {qa.q.dtype} for {qweight.dtype} weights")
+
+    def triton():
+        return _triton_kernels().w8_gemm(qa.q[:qa.m], qweight, wscale, bias, act, False, x_scale=qa.s,
+                                         out_dtype=qa.dtype)
+
+    def cublas():
+        return _cublas_w8a8(None, qweight, wscale, bias, act, False, q_in=qa)
+
+    pick = "triton"
+    if qa.q.is_cuda and _forced is None and CUBLAS_W8A8 and _cublas_ok(qweight):
+        key = (op, m_bucket(qa.m), tuple(qweight.shape), qweight.dtype, qa.dtype, bias is None, act, "h in")
+        pick = _graph_pick(key, triton, cublas, op)
+    stats[(op, (CUBLAS_PATH if pick == "cublas" else "triton:w8_gemm_w8a8") + " (h in)")] += 1
+    return cublas() if pick == "cublas" else triton()
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of
@@ -663,7 +756,7 @@ def _cslt_w8a16_ok(values_dtype, x_dtype) -> bool:
     return x_dtype == torch.bfloat16 or (x_dtype == torch.float16 and values_dtype == torch.int8)
 
 
-def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None):
+def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None, q_in=None, q_rows=None):
     """2:4 on the sparse tensor cores (cuSPARSELt) with 8-bit operands, on the layer's compressed copy
     (_cslt_weight). W8A8 (``dynamic``): x quantized per token (act_quant). W8A16: x split per token into two
     8-bit planes (act_split: int8 x ≈ s·(256·hi + lo), 15 bits; e4m3 x ≈ s·(hi + lo/16)), stacked as twice
@@ -671,18 +764,21 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None):
     torch._cslt_sparse_mm, and the planes' sum, per-token and per-channel scales, bias, activation and gate
     in one pass (scale_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
     takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products. ``c``: the
-    compressed copy to use (default: the layer's, _cslt_weight)."""
+    compressed copy to use (default: the layer's, _cslt_weight). W8A8 only: ``q_in`` x already quantized (a
+    QuantizedAct), ``q_rows`` the output quantized (epilogue_quant, a QuantizedAct with that many rows)."""
     from fused.kernels.scale_epilogue import scale_epilogue
 
-    M = x2.shape[0]
     fp8 = values.dtype == torch.float8_e4m3fn
     k = _triton_kernels()
+    M, dtype = (q_in.m, q_in.dtype) if q_in is not None else (x2.shape[0], x2.dtype)
+    planes = None
     # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows
     # (written by act_quant / act_split), sliced off after
-    if dynamic:
+    if q_in is not None:
+        xq, xs = q_in.q, q_in.s
+    elif dynamic:
         rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
         xq, xs = k.act_quant(x2, fp8=fp8, rows=rows)
-        planes = None
     else:
         rows = -(-M // 16) * 16  # per plane: the two make at least 32
         xq, xs = k.act_split(x2, fp8=fp8, rows=rows)
@@ -693,7 +789,12 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None):
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=torch.bfloat16, transpose_result=True,
                               alg_id=_cslt_alg(c, b, torch.bfloat16))
-    return scale_epilogue(y, xs, wscale, bias, act, gated, x2.dtype, m=M, planes=planes)
+    if q_rows is not None:
+        from fused.kernels.epilogue_quant import epilogue_quant
+
+        return QuantizedAct(*epilogue_quant(y, xs, wscale, bias, act, gated, dtype, fp8, M, rows=q_rows,
+                                            planes=planes), M, dtype)
+    return scale_epilogue(y, xs, wscale, bias, act, gated, dtype, m=M, planes=planes)
 
 
 # Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
@@ -741,85 +842,147 @@ def _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic):
 
 
 def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
-    """The routes measured so far for a 2:4 layer's shape: {(M bucket, x dtype, bias None, act): (eager pick,
-    CUDA-graph pick)} ("packed", "unpacked" or "cslt"; what `explain` lists)."""
-    return {(k[1], k[4], k[6], k[7]): v for k, v in _sparse_routes.items()
+    """The routes measured so far for a 2:4 layer's shape: {(M bucket, x dtype, bias None, act, hand-off):
+    (eager pick, CUDA-graph pick)} ("packed", "unpacked" or "cslt"; what `explain` lists; hand-off: "", or
+    "h out" / "h in" for a block's layers passing h quantized)."""
+    return {(k[1], k[4], k[6], k[7], k[8] if len(k) > 8 else ""): v for k, v in _sparse_routes.items()
             if k[0] == op and k[2] == tuple(values.shape) and k[3] == values.dtype and k[5] == dynamic}
 
 
-def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic):
-    _check_input(x, values, op)
-    if x.shape[-1] != 2 * values.shape[1]:
-        raise ValueError(f"{op}: input has {x.shape[-1]} features, the packed 2:4 weight expects {2 * values.shape[1]}")
-    x2 = x.reshape(-1, x.shape[-1])
-    M = x2.shape[0]
-    path, why = plan(op, _fmt(values), dynamic, x.device, M)
+def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=False):
+    """A 2:4 op on x, or (the quantized hand-off, see HANDOFF; W8A8, M > 16) on a QuantizedAct x; ``q_out``:
+    the output as a QuantizedAct."""
+    q_in = x if isinstance(x, QuantizedAct) else None
+    if q_in is not None:
+        if q_in.q.shape[1] != 2 * values.shape[1] or q_in.q.dtype != values.dtype or not dynamic:
+            raise ValueError(f"{op}: a quantized {q_in.q.dtype} input of {q_in.q.shape[1]} features does not fit "
+                             f"the packed {values.dtype} weight of {2 * values.shape[1]} (W8A8 only)")
+        x2, M, device, xdtype = None, q_in.m, q_in.q.device, q_in.dtype
+    else:
+        _check_input(x, values, op)
+        if x.shape[-1] != 2 * values.shape[1]:
+            raise ValueError(f"{op}: input has {x.shape[-1]} features, the packed 2:4 weight expects {2 * values.shape[1]}")
+        x2 = x.reshape(-1, x.shape[-1])
+        M, device, xdtype = x2.shape[0], x.device, x.dtype
+    handoff = "h in" if q_in is not None else "h out" if q_out else ""
+    if handoff and not (dynamic and M >= HANDOFF_MIN_M and values.dtype != torch.bfloat16):
+        raise ValueError(f"{op}: the quantized hand-off is for W8A8 8-bit values above M={HANDOFF_MIN_M - 1}")
+    gated = op == "sparse24_gated"
+    path, why = plan(op, _fmt(values), dynamic, device, M)
     if path == "reference":
+        if handoff:
+            raise RuntimeError(f"{op}: the quantized hand-off runs the fused kernels only")
         stats[(op, path)] += 1
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.sparse24_linear_ref if op == "sparse24_linear" else reference.sparse24_gated_ref
         return ref(x, values, meta, wscale, bias, act, dynamic)
 
+    def out(h):  # the h-out form of a route that makes h in x's dtype
+        return _quantized(h, values.dtype == torch.float8_e4m3fn) if q_out else h
+
     def packed():
+        if q_in is not None:
+            from fused.kernels.sparse24_linear import sparse24_linear as kernel
+
+            return kernel(q_in.q[:M], values, meta, wscale, bias, act, True, x_scale=q_in.s, out_dtype=xdtype)
         if M <= GEMV_MAX_M:
             # decode: weight-only even for a W8A8 config (dynamic ignored), as for the dense ops
             from fused.kernels.sparse24_gemv import sparse24_gemv
 
-            return sparse24_gemv(x2, values, meta, wscale, bias, act, gated=op == "sparse24_gated")
+            return sparse24_gemv(x2, values, meta, wscale, bias, act, gated=gated)
         from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
 
         kernel = sparse24_linear if op == "sparse24_linear" else sparse24_gated
-        return kernel(x2, values, meta, wscale, bias, act, dynamic)
+        return out(kernel(x2, values, meta, wscale, bias, act, dynamic))
 
     def unpacked():  # the same weights, dense: exact; the dense path counts its own call in `stats`
         from fused.kernels.unpack24 import unpack24
 
         dense_op = "linear" if op == "sparse24_linear" else "gated"
-        return _run(dense_op, x2, unpack24(values, meta), wscale, bias, act, dynamic)
+        w = unpack24(values, meta)
+        if q_in is not None:
+            return _dense_q_in(q_in, w, wscale, bias, act)
+        if q_out:
+            return _dense_q_out(dense_op, x2, w, wscale, bias, act)
+        return _run(dense_op, x2, w, wscale, bias, act, dynamic)
 
     def cslt():
-        return _cslt(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
+        return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
+                     q_rows=_handoff_rows(M) if q_out else None)
 
     def cslt_eager():  # an eager call: from the layer's graph where CSLT_EAGER_GRAPH_MAX_M allows
-        if x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M:
-            y = _cslt_graphed(x2, values, meta, wscale, bias, act, op == "sparse24_gated", dynamic)
+        if device.type == "cuda" and M <= CSLT_EAGER_GRAPH_MAX_M and not handoff:
+            y = _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic)
             if y is not None:
                 return y
             stats[(op, "cslt eager graph: capture failed, plain call")] += 1
         return cslt()
 
     route = "packed"
-    capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+    is_cuda = device.type == "cuda"
+    capturing = is_cuda and torch.cuda.is_current_stream_capturing()
     if values.dtype != torch.bfloat16 and M > 0:  # bf16 values: no dense bf16 kernel here; M = 0: nothing to time
         route = SPARSE_ROUTE
         if route is None:
-            key = (op, m_bucket(M), tuple(values.shape), values.dtype, x.dtype, dynamic, bias is None, act)
+            key = (op, m_bucket(M), tuple(values.shape), values.dtype, xdtype, dynamic, bias is None, act) + (
+                (handoff,) if handoff else ())
             routes = _sparse_routes.get(key)
             if routes is None and not capturing:
                 cands = {"packed": packed, "unpacked": unpacked}
                 # cuSPARSELt, at any M: W8A8 on per-token 8-bit x (in graphs at M <= 16 too, instead of the
                 # weight-only GEMV), W8A16 on split planes
-                if (x.is_cuda and (dynamic or _cslt_w8a16_ok(values.dtype, x.dtype))
+                if (is_cuda and (dynamic or _cslt_w8a16_ok(values.dtype, xdtype))
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
                     why = _offer(cands, "cslt", cslt, cslt_eager, op, "cuSPARSELt")
                     if why is not None:
                         cslt_errors[key] = why
-                r = measure_route("sparse24_route", key, cands, graph=x.is_cuda,
+                r = measure_route("sparse24_route", key, cands, graph=is_cuda,
                                   graph_candidates=dict(cands, cslt=cslt) if "cslt" in cands else None)
-                routes = _sparse_routes[key] = r if x.is_cuda else (r, r)
-                if "cslt" in cands and not any("cslt" in v for v in sparse_route_picks(op, values, dynamic).values()):
+                routes = _sparse_routes[key] = r if is_cuda else (r, r)
+                if "cslt" in cands and not any("cslt" in v for v in _sparse_picks_all(values).values()):
                     _drop_cslt_weight(values)  # made for the timing only (no route of this shape takes it)
             # eager calls take the route fastest per call; a CUDA graph being captured, the one fastest on the
             # GPU (cuSPARSELt costs 0.3-0.9 ms of host time per call, which a graph replay does not pay). First
             # met under capture (no timing possible there): packed, and measured at the next eager call
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue"}.get(route, path)
-    if route == "cslt" and not capturing and x.is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M:
+    if route == "cslt" and q_out:
+        label = "cusparselt+triton:epilogue_quant"
+    elif route == "cslt" and not capturing and is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M and not handoff:
         label += " (eager graph)"
-    stats[(op, label)] += 1
+    stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1
     y = {"unpacked": unpacked, "cslt": cslt if capturing else cslt_eager}.get(route, packed)()
-    return y.reshape(*x.shape[:-1], y.shape[-1])
+    return y if handoff else y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _sparse_picks_all(values: torch.Tensor) -> dict:
+    """Every route pick of the shapes of ``values`` (any op, mode, hand-off): whether one still takes cslt."""
+    return {k: v for k, v in _sparse_routes.items() if k[2] == tuple(values.shape) and k[3] == values.dtype}
+
+
+def sparse24_mlp_block(x, v1, m1, s1, b1, v2, m2, s2, b2, act="silu", gated=True, dynamic=True):
+    """A 2:4 block (FusedSparseGatedLinear or FusedSparseLinear, then FusedSparseLinear with no activation):
+    both layers through their own routes, with h handed over quantized when both are W8A8 above M=16 (see
+    HANDOFF; bit-identical to the two layers called one after the other)."""
+    op = "sparse24_mlp_block"
+    first = "sparse24_gated" if gated else "sparse24_linear"
+    _check_input(x, v1, op)
+    if v2.device != x.device:
+        raise RuntimeError(f"{op}: device mismatch: activations on {x.device}, down weight on {v2.device}")
+    H = v1.shape[0] // 2 if gated else v1.shape[0]
+    if 2 * v2.shape[1] != H:
+        raise ValueError(f"{op}: the down weight expects {2 * v2.shape[1]} features, the first layer gives {H}")
+    M = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    if (HANDOFF and dynamic and M >= HANDOFF_MIN_M and v1.dtype == v2.dtype and v1.dtype != torch.bfloat16
+            and (x.is_cuda or _forced == "triton") and _forced != "reference"):
+        qa = _run_sparse(first, x, v1, m1, s1, b1, act, dynamic, q_out=True)
+        y = _run_sparse("sparse24_linear", qa, v2, m2, s2, b2, "none", dynamic)
+        stats[(op, "per_layer (h quantized)")] += 1
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+    stats[(op, "per_layer")] += 1
+    h = _run_sparse(first, x, v1, m1, s1, b1, act, dynamic)
+    return _run_sparse("sparse24_linear", h, v2, m2, s2, b2, "none", dynamic)
 
 
 def sparse24_linear(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):
@@ -961,8 +1124,16 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
         raise ValueError(f"{op}: the down weight expects {w2.shape[1]} features, the first layer gives {H}")
     x2 = x.reshape(-1, x.shape[-1])
     M = x2.shape[0]
+    # both layers W8A8 on 8-bit weights of one format (_check below), h not smoothed
+    handoff = (HANDOFF and dynamic and smooth2 is None and M >= HANDOFF_MIN_M and w1.dtype == w2.dtype
+               and (x.is_cuda or _forced == "triton") and _forced != "reference")
 
     def per_layer():
+        if handoff:  # see HANDOFF
+            xs = reference.smooth_input(x, smooth1).reshape(-1, x.shape[-1])
+            qa = _dense_q_out("gated" if gated else "linear", xs, w1, s1, b1, act)
+            y = _dense_q_in(qa, w2, s2, b2, "none")
+            return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
         return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)
 

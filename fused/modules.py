@@ -219,8 +219,23 @@ class _Block(_Replayable):
         return (type(first) is (FusedGatedLinear if gated else FusedLinear) and type(second) is FusedLinear
                 and second.act == "none" and first.dynamic == second.dynamic)
 
+    def sparse_handoff(self) -> bool:
+        """Whether the block is two W8A8 2:4 layers with 8-bit values (FusedSparseGatedLinear or an activated
+        FusedSparseLinear, then FusedSparseLinear with no activation): one ``sparse24_mlp_block`` op, which
+        hands h over quantized (fused.dispatch.HANDOFF)."""
+        first, second, gated = self.layers()
+        return (getattr(first, "sparsity", None) == "2:4" and getattr(second, "sparsity", None) == "2:4"
+                and first.op_name == ("sparse24_gated" if gated else "sparse24_linear")
+                and second.op_name == "sparse24_linear" and second.act == "none" and first.dynamic and second.dynamic
+                and first.values.dtype == second.values.dtype and first.values.dtype != torch.bfloat16)
+
     def _forward(self, x):
         first, second, gated = self.layers()
+        if dispatch.HANDOFF and dispatch.block_applies(x.device) and self.sparse_handoff():
+            x = _input_for(x)
+            run = ops.sparse24_mlp_block if _use_op(x) else dispatch.sparse24_mlp_block
+            return run(x, first.values, first.meta, first.scale, first.bias, second.values, second.meta, second.scale,
+                       second.bias, first.act, gated, True)
         # where the decode block cannot run at any M (the CPU) the block keeps its per-layer forward:
         # the layers' hooks, paths and exported graph stay as they were
         if not (dispatch.block_applies(x.device) and self.block_fusable()):

@@ -94,12 +94,25 @@ def _mlp_block_fake(x, w1, s1, b1, w2, s2, b2, act, gated, dynamic, smooth1, smo
     return x.new_empty(*x.shape[:-1], w2.shape[0])
 
 
+@torch.library.custom_op("fusedmlp::sparse24_mlp_block", mutates_args=())
+def sparse24_mlp_block(x: Tensor, v1: Tensor, m1: Tensor, s1: Optional[Tensor], b1: Optional[Tensor], v2: Tensor,
+                       m2: Tensor, s2: Optional[Tensor], b2: Optional[Tensor], act: str, gated: bool,
+                       dynamic: bool) -> Tensor:
+    """A whole 2:4 W8A8 block (packed layers): the two layers' own routes, h handed over quantized."""
+    return dispatch.sparse24_mlp_block(x, v1, m1, s1, b1, v2, m2, s2, b2, act, gated, dynamic)
+
+
+@sparse24_mlp_block.register_fake
+def _sparse24_mlp_block_fake(x, v1, m1, s1, b1, v2, m2, s2, b2, act, gated, dynamic):
+    return x.new_empty(*x.shape[:-1], v2.shape[0])
+
+
 def _no_backward(ctx, grad):
     raise RuntimeError(
         "fusedmlp ops are inference-only: no backward. Run the converted model under torch.no_grad(), "
         "or train the unconverted model.")
 
 
-for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp, mlp_block):
+for _op in (linear, gated, sparse24_linear, sparse24_gated, narrow_mlp, mlp_block, sparse24_mlp_block):
     _op.register_autograd(_no_backward)
 gated_pair.register_autograd(_no_backward)

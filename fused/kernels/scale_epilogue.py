@@ -34,19 +34,13 @@ def _combined(yp, lo_off, ok, PLANES: tl.constexpr, HI_W: tl.constexpr, LO_W: tl
 
 
 @triton.jit
-def _scale_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, stride_ym, stride_yn, stride_om,
-                          stride_on, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                          GATED: tl.constexpr, ACT: tl.constexpr, PLANES: tl.constexpr, HI_W: tl.constexpr,
-                          LO_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    # N: output columns (H when gated: the up half of y starts at column N); lo_off: where the lo plane's
-    # rows start, in elements of y
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    ok = (rows < M)[:, None] & (cols < N)[None, :]
-    yp = y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn
+def epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, cols, N, stride_yn, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr,
+                  HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, PLANES: tl.constexpr,
+                  HI_W: tl.constexpr, LO_W: tl.constexpr):
+    """The fp32 outputs of a [rows, cols] tile at yp (xs: the rows' x scales, [rows, 1]); shared with
+    epilogue_quant, so both round alike."""
     g = _combined(yp, lo_off, ok, PLANES, HI_W, LO_W)
     if HAS_XS:
-        xs = tl.load(xs_ptr + rows, mask=rows < M, other=0.0)[:, None]
         g = g * xs
     if HAS_WS:
         g = g * tl.load(ws_ptr + cols, mask=cols < N, other=0.0)[None, :]
@@ -62,8 +56,39 @@ def _scale_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, 
         if HAS_BIAS:
             u += tl.load(b_ptr + N + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         g = g * u
+    return g
+
+
+@triton.jit
+def _scale_epilogue_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, out_ptr, M, N, lo_off, stride_ym, stride_yn, stride_om,
+                          stride_on, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                          GATED: tl.constexpr, ACT: tl.constexpr, PLANES: tl.constexpr, HI_W: tl.constexpr,
+                          LO_W: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    # N: output columns (H when gated: the up half of y starts at column N); lo_off: where the lo plane's
+    # rows start, in elements of y
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    ok = (rows < M)[:, None] & (cols < N)[None, :]
+    yp = y_ptr + rows[:, None] * stride_ym + cols[None, :] * stride_yn
+    xs = tl.load(xs_ptr + rows, mask=rows < M, other=0.0)[:, None] if HAS_XS else None
+    g = epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, cols, N, stride_yn, HAS_XS, HAS_WS, HAS_BIAS, GATED, ACT,
+                      PLANES, HI_W, LO_W)
     tl.store(out_ptr + rows[:, None] * stride_om + cols[None, :] * stride_on, g.to(out_ptr.dtype.element_ty),
              mask=ok)
+
+
+def check_epilogue_args(name, y, x_scale, w_scale, gated, m, planes) -> int:
+    """The output column count N for y [R, N] (gated: [R, 2N]) and m rows; a clear error otherwise."""
+    R, N2 = y.shape
+    if m > R or (planes is not None and not m <= planes[0] <= R - m):
+        raise ValueError(f"{name}: {m} rows (lo plane from row {planes and planes[0]}) do not fit y's {R}")
+    if gated and N2 % 2:
+        raise ValueError(f"{name}: a gated y needs an even column count, got {N2}")
+    if x_scale is not None and x_scale.shape != (m,):
+        raise ValueError(f"{name}: x_scale must be [{m}], got {tuple(x_scale.shape)}")
+    if w_scale is not None and w_scale.shape != (N2,):
+        raise ValueError(f"{name}: w_scale must be [{N2}], got {tuple(w_scale.shape)}")
+    return N2 // 2 if gated else N2
 
 
 def scale_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.Tensor | None,
@@ -73,17 +98,8 @@ def scale_epilogue(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch
     [m, N] (or [m, H]) in ``out_dtype``, from y's first m rows (default R). ``planes`` (lo_row, hi_w, lo_w):
     y's rows [0, m) hold the hi plane's product and [lo_row, lo_row + m) the lo plane's, combined as
     hi_w·hi + lo_w·lo."""
-    R, N2 = y.shape
-    M = R if m is None else m
-    if M > R or (planes is not None and not M <= planes[0] <= R - M):
-        raise ValueError(f"scale_epilogue: {M} rows (lo plane from row {planes and planes[0]}) do not fit y's {R}")
-    if gated and N2 % 2:
-        raise ValueError(f"scale_epilogue: a gated y needs an even column count, got {N2}")
-    N = N2 // 2 if gated else N2
-    if x_scale is not None and x_scale.shape != (M,):
-        raise ValueError(f"scale_epilogue: x_scale must be [{M}], got {tuple(x_scale.shape)}")
-    if w_scale is not None and w_scale.shape != (N2,):
-        raise ValueError(f"scale_epilogue: w_scale must be [{N2}], got {tuple(w_scale.shape)}")
+    M = y.shape[0] if m is None else m
+    N = check_epilogue_args("scale_epilogue", y, x_scale, w_scale, gated, M, planes)
     out = empty((M, N), device=y.device, dtype=out_dtype)
     if M == 0 or N == 0:
         return out

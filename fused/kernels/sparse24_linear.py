@@ -215,7 +215,7 @@ def _dot_for(x: torch.Tensor, values: torch.Tensor, dynamic: bool) -> str:
     return mode
 
 
-def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out):
+def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=None, out_dtype=None):
     from lowbit import quantize_activation
 
     assert x.dim() == 2 and values.dim() == 2 and meta.dim() == 2, (x.shape, values.shape, meta.shape)
@@ -227,18 +227,21 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out):
     M, K = x.shape
     rows = values.shape[0]
     N = rows // 2 if gated else rows
+    # x_scale: x already quantized per token (W8A8: int8 / e4m3 as the values), the output in out_dtype
+    assert x_scale is None or (dynamic and x.dtype == values.dtype and out_dtype is not None), (x.dtype, values.dtype)
+    out_dtype = out_dtype or x.dtype
     if out is None:
-        out = empty((M, N), device=x.device, dtype=x.dtype)
-    assert out.shape == (M, N) and out.dtype == x.dtype, (out.shape, out.dtype)
+        out = empty((M, N), device=x.device, dtype=out_dtype)
+    assert out.shape == (M, N) and out.dtype == out_dtype, (out.shape, out.dtype)
     if M == 0 or N == 0:
         return out
     dot = _dot_for(x, values, dynamic)
-    xs = None
-    if dynamic:
+    xs = x_scale
+    if dynamic and xs is None:
         x, xs = quantize_activation(x, "int8" if values.dtype == torch.int8 else "float8_e4m3")
-        if x.dtype == torch.float8_e4m3fn:
-            x = x.view(torch.uint8)
         xs = xs.reshape(M).contiguous()
+    if dynamic and x.dtype == torch.float8_e4m3fn:
+        x = x.view(torch.uint8)
     value = {torch.int8: "int8", torch.float8_e4m3fn: "fp8"}.get(values.dtype, "float")
     v = values.view(torch.uint8) if values.dtype == torch.float8_e4m3fn else values
     dummy = v  # never read when the HAS_* flag is off
@@ -276,9 +279,11 @@ def _candidates(M: int, N: int, K: int) -> list[dict]:
 
 def sparse24_linear(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor | None,
                     bias: torch.Tensor | None = None, act: str = "none", dynamic: bool = False,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
-    """Launch on a 2-D x [M, K] with packed values [N, K/2] / meta [N, ceil(K/8)]; returns y [M, N]."""
-    return _launch(x, values, meta, wscale, bias, act, dynamic, False, out)
+                    out: torch.Tensor | None = None, x_scale: torch.Tensor | None = None,
+                    out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Launch on a 2-D x [M, K] with packed values [N, K/2] / meta [N, ceil(K/8)]; returns y [M, N].
+    ``x_scale`` [M] (dynamic only): x is already quantized per token (act_quant), y in ``out_dtype``."""
+    return _launch(x, values, meta, wscale, bias, act, dynamic, False, out, x_scale, out_dtype)
 
 
 def sparse24_gated(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor | None,

@@ -1,0 +1,176 @@
+"""The quantized hand-off between a W8A8 block's layers (fused.dispatch.HANDOFF): epilogue_quant against
+scale_epilogue + act_quant, bit for bit; dense and 2:4 blocks against their layers called one after the other."""
+import copy
+
+import pytest
+import torch
+
+import fused
+from fused import dispatch
+from fused.demo import LlamaMLP
+from fused.kernels import epilogue_quant as eq
+from fused.kernels.act_quant import act_quant
+from fused.kernels.scale_epilogue import scale_epilogue
+
+FMTS = ["int8", "float8_e4m3"]
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.element_size() == 1 else t
+
+
+def _poisoned(module, monkeypatch):
+    real = module.empty
+
+    def poisoned(*a, **k):
+        t = real(*a, **k)
+        (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
+        return t
+    monkeypatch.setattr(module, "empty", poisoned)
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("gated,act,bias,planes", [(True, "silu", False, False), (True, "gelu_tanh", True, True),
+                                                   (False, "relu", True, False), (False, "none", False, True)])
+@pytest.mark.parametrize("N,one_pass", [(37, True), (300, True), (300, False)])
+def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, planes, N, one_pass, monkeypatch):
+    if not one_pass:  # rows longer than the one-pass block: computed twice
+        monkeypatch.setattr(eq, "MAX_ONE_PASS", 64)
+    _poisoned(eq, monkeypatch)
+    torch.manual_seed(N)
+    M, R = 5, 16
+    cols = 2 * N if gated else N
+    y = (torch.randn(R * (2 if planes else 1), cols) * 50).bfloat16()
+    xs = torch.rand(M) + 0.1
+    ws = torch.rand(cols) * 0.02
+    b = torch.randn(cols) if bias else None
+    y[1] = 0.0  # a zero row: finite scale, zeros out
+    y[3, 2] = float("nan")  # NaN: the token's scale is NaN, as act_quant's
+    pl = (R, 256.0, 1.0) if planes else None
+    h = scale_epilogue(y, xs, ws, b, act, gated, torch.bfloat16, m=M, planes=pl)
+    q0, s0 = act_quant(h, fp8=fp8, rows=32)
+    q, s = eq.epilogue_quant(y, xs, ws, b, act, gated, torch.bfloat16, fp8, M, rows=32, planes=pl)
+    assert q.shape == (32, N) and s.shape == (M,)
+    ok = torch.arange(M) != 3
+    assert torch.equal(_bits(q[:M][ok]), _bits(q0[:M][ok])) and torch.equal(s[ok], s0[ok])
+    assert torch.isnan(s[3]) and torch.isnan(s0[3])
+    assert torch.all(_bits(q[M:]) == 0)  # padding rows over a poisoned buffer
+
+
+def test_epilogue_quant_bad_arguments():
+    y = torch.randn(4, 10).bfloat16()
+    with pytest.raises(ValueError, match="below"):
+        eq.epilogue_quant(y, None, None, None, "none", False, torch.bfloat16, False, 4, rows=3)
+    with pytest.raises(ValueError, match="x_scale"):
+        eq.epilogue_quant(y, torch.ones(3), None, None, "none", False, torch.bfloat16, False, 4)
+    with pytest.raises(ValueError, match="even"):
+        eq.epilogue_quant(torch.randn(4, 9).bfloat16(), None, None, None, "silu", True, torch.bfloat16, False, 4)
+    with pytest.raises(TypeError, match="h_dtype"):
+        eq.epilogue_quant(y, None, None, None, "none", False, torch.int8, False, 4)
+    q, s = eq.epilogue_quant(y, None, None, None, "none", False, torch.bfloat16, True, 0, rows=0)
+    assert q.shape == (0, 10) and s.shape == (0,)
+
+
+def _block(fmt, sparsity=None, d=64, h=96):
+    torch.manual_seed(0)
+    base = LlamaMLP(d, h).eval()
+    cfg = (fused.FusedInt8MLP if fmt == "int8" else fused.FusedFloat8MLP)(weight_only=False, sparsity=sparsity)
+    return fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+
+
+def _inputs(d=64):
+    x3 = torch.randn(2, 9, d).bfloat16()  # 3-D, M=18
+    wide = torch.randn(17, 2 * d).bfloat16()
+    return [torch.randn(17, d).bfloat16(), x3, wide[:, ::2]]  # M=17, 3-D, a strided view
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+def test_dense_block_handoff_matches_the_two_layers(fmt, monkeypatch):
+    m = _block(fmt)
+    assert isinstance(m, fused.FusedGatedMLP)
+    with torch.no_grad(), dispatch.force_path("triton"):
+        for x in _inputs():
+            dispatch.stats.clear()
+            y = m(x)
+            assert dispatch.stats[("gated", "triton:w8_gemm_w8a8+act_quant (h out)")] == 1
+            assert dispatch.stats[("linear", "triton:w8_gemm_w8a8 (h in)")] == 1
+            monkeypatch.setattr(dispatch, "HANDOFF", False)
+            ref = m(x)
+            monkeypatch.setattr(dispatch, "HANDOFF", True)
+            assert y.shape == ref.shape and torch.equal(y, ref)
+        # at M <= 16 both layers run the weight-only GEMV: no hand-off
+        dispatch.stats.clear()
+        m(torch.randn(16, 64).bfloat16())
+        assert not any("h out" in k[1] for k in dispatch.stats)
+
+
+@pytest.mark.parametrize("route", [None, "unpacked"])
+@pytest.mark.parametrize("fmt", FMTS)
+def test_sparse_block_handoff_matches_the_two_layers(fmt, route, monkeypatch):
+    m = _block(fmt, "2:4")
+    assert m.sparse_handoff()
+    monkeypatch.setattr(dispatch, "SPARSE_ROUTE", route)
+    monkeypatch.setattr(dispatch, "_sparse_routes", {})
+    with torch.no_grad(), dispatch.force_path("triton"):
+        for x in _inputs():
+            dispatch.stats.clear()
+            y = m(x)
+            assert dispatch.stats[("sparse24_mlp_block", "per_layer (h quantized)")] == 1
+            assert any(k[0] == "sparse24_gated" and k[1].endswith("(h out)") for k in dispatch.stats)
+            ref = m.down(m.gate_up(x))  # the layers one after the other
+            assert y.shape == ref.shape and torch.equal(y, ref)
+
+
+def test_sparse_block_weight_only_keeps_the_layers():
+    m = _block("int8", "2:4")
+    m.gate_up.dynamic = m.down.dynamic = False
+    assert not m.sparse_handoff()
+
+
+@pytest.mark.parametrize("fmt", ["int8"])  # opcheck's schema test has no float8 CPU kernel (see test_ops)
+def test_sparse_block_opcheck(fmt):
+    m = _block(fmt, "2:4")
+    g, d = m.gate_up, m.down
+    for x in (torch.randn(3, 64), torch.randn(2, 5, 64).bfloat16(), torch.randn(0, 64)):
+        args = (x, g.values, g.meta, g.scale, g.bias, d.values, d.meta, d.scale, d.bias, "silu", True, True)
+        torch.library.opcheck(torch.ops.fusedmlp.sparse24_mlp_block.default, args)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("sparsity", [None, "2:4"])
+def test_handoff_cuda(fmt, sparsity, monkeypatch):
+    """On the GPU, with each layer's route forced in turn (dense: Triton or cuBLAS; 2:4: packed, unpacked or
+    cuSPARSELt): the block with h handed over quantized equals the block without, bit for bit, eager and
+    replayed; a CUDA-graph replay equals the eager call; and the output is close to the reference."""
+    from lowbit import sqnr
+
+    base = LlamaMLP(256, 512).eval().cuda()
+    cfg = (fused.FusedInt8MLP if fmt == "int8" else fused.FusedFloat8MLP)(weight_only=False, sparsity=sparsity)
+    m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+    routes = [None] if sparsity is None else ["packed", "unpacked", "cslt"]
+    with torch.no_grad():
+        for route in routes:
+            monkeypatch.setattr(dispatch, "SPARSE_ROUTE", route)
+            for pick in ("triton", "cublas"):
+                monkeypatch.setattr(dispatch, "_graph_pick", lambda key, t, c, op, pick=pick: pick)
+                for M in (17, 64, 300):
+                    x = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
+                    monkeypatch.setattr(dispatch, "HANDOFF", False)
+                    ref = m(x)
+                    monkeypatch.setattr(dispatch, "HANDOFF", True)
+                    for _ in range(3):  # the first call, then replayed ones
+                        assert torch.equal(m(x), ref), (route, pick, M)
+                    with dispatch.force_path("reference"):
+                        assert sqnr(m(x).float(), ref.float()) > 25, (route, pick, M)
+                    s = torch.cuda.Stream()
+                    s.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(s):
+                        m(x)
+                    torch.cuda.current_stream().wait_stream(s)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        yg = m(x)
+                    x.copy_(torch.randn_like(x))
+                    g.replay()
+                    assert torch.equal(yg, m(x)), (route, pick, M)
