@@ -535,6 +535,10 @@ if "graphprof" in what:
             del g
         del m
         torch.cuda.empty_cache()
+    from fused.kernels import tuning
+    for k, v in tuning.timings.items():
+        if k[0] == "epilogue_quant":
+            p("timings", k, sorted(v, key=lambda t: t[0])[:4])
 
 if "rowwise" in what:
     # torch._scaled_mm with rowwise scales (scale_a [M, 1], scale_b [1, N]: CUTLASS on sm90) against unit
