@@ -17,6 +17,14 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  eighth2)  # epilogue_quant with the unfused candidate: the cuda tests of the touched files, the W8A8 bench rows, a profile
+    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_handoff.py tests/test_unpack24.py \
+      tests/test_kernels_sparse24.py tests/test_sparsity_modules.py tests/test_dispatch.py tests/test_launch.py tests/test_modules.py \
+      tests/test_ops.py 2>&1 | filt | tail -6
+    timeout 170 python3 -m fused bench --blocks llama --m 1,16,128,1024,8192 --no-baselines \
+      --configs "ours fp8 W8A8,ours int8 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/eighth2" > "$OUT/eighth2.log" 2>&1
+    grep "^|" "$OUT/eighth2.log" | head -8
+    GP_CONFIGS="ours fp8 2:4 W8A8" GP_MS=1024,8192 timeout 80 python3 .ci/diag.py graphprof 2>&1 | filt | grep "us\|Error" ;;
   eighth)  # act_quant by reciprocal + the quantized hand-off (eighth session): cuda tests, act_quant throughput,
            # per-kernel graph profile, W8A8 bench rows (~450 s)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_handoff.py tests/test_kernels_w8.py \

@@ -36,7 +36,10 @@ def _poisoned(module, monkeypatch):
 def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, planes, N, one_pass, monkeypatch):
     if not one_pass:  # rows longer than the one-pass block: computed twice
         monkeypatch.setattr(eq, "MAX_ONE_PASS", 64)
+    from fused.kernels import act_quant as aq
+
     _poisoned(eq, monkeypatch)
+    _poisoned(aq, monkeypatch)
     torch.manual_seed(N)
     M, R = 5, 16
     cols = 2 * N if gated else N
@@ -49,12 +52,13 @@ def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, 
     pl = (R, 256.0, 1.0) if planes else None
     h = scale_epilogue(y, xs, ws, b, act, gated, torch.bfloat16, m=M, planes=pl)
     q0, s0 = act_quant(h, fp8=fp8, rows=32)
-    q, s = eq.epilogue_quant(y, xs, ws, b, act, gated, torch.bfloat16, fp8, M, rows=32, planes=pl)
-    assert q.shape == (32, N) and s.shape == (M,)
-    ok = torch.arange(M) != 3
-    assert torch.equal(_bits(q[:M][ok]), _bits(q0[:M][ok])) and torch.equal(s[ok], s0[ok])
-    assert torch.isnan(s[3]) and torch.isnan(s0[3])
-    assert torch.all(_bits(q[M:]) == 0)  # padding rows over a poisoned buffer
+    for cfg in (None, dict(UNFUSED=True)):  # the tuner's pick (the interpreter: the first), the two passes
+        q, s = eq.epilogue_quant(y, xs, ws, b, act, gated, torch.bfloat16, fp8, M, rows=32, planes=pl, config=cfg)
+        assert q.shape == (32, N) and s.shape == (M,)
+        ok = torch.arange(M) != 3
+        assert torch.equal(_bits(q[:M][ok]), _bits(q0[:M][ok])) and torch.equal(s[ok], s0[ok])
+        assert torch.isnan(s[3]) and torch.isnan(s0[3])
+        assert torch.all(_bits(q[M:]) == 0)  # padding rows over a poisoned buffer
 
 
 def test_epilogue_quant_bad_arguments():

@@ -6,7 +6,8 @@ two-step path writes h = scale_epilogue(y) in 16 bits and act_quant reads it bac
 Here one program per token computes its row of h (scales, bias, activation, gate: epilogue_tile), rounded to
 h's dtype as the two-step path stores it, and writes q = round(h · (1/s)) with s = max(absmax / qmax,
 MIN_SCALE) straight away: h never goes to memory (at M=8192 on a Llama block: 470 MB less traffic).
-Bit-identical to scale_epilogue followed by act_quant. Reference: fused.reference.epilogue_quant_ref.
+Bit-identical to scale_epilogue followed by act_quant; where the tuner times those two passes faster (on
+the H200 at large M, see _candidates), it runs them instead.
 
 A row of up to MAX_ONE_PASS outputs can stay in registers, or be computed twice in chunks (absmax, then
 quantize: the second read of y's row mostly hits L2) with more rows in flight per SM: the tuner times both
@@ -19,9 +20,9 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, reciprocal
+from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, act_quant, reciprocal
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.scale_epilogue import check_epilogue_args, epilogue_tile
+from fused.kernels.scale_epilogue import check_epilogue_args, epilogue_tile, scale_epilogue
 from fused.kernels.tuning import m_bucket, pick
 from lowbit.quant import MIN_SCALE
 
@@ -88,22 +89,28 @@ _TL = {torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl
 
 def epilogue_quant(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch.Tensor | None,
                    bias: torch.Tensor | None, act: str, gated: bool, h_dtype: torch.dtype, fp8: bool, m: int,
-                   rows: int | None = None, planes: tuple[int, float, float] | None = None
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+                   rows: int | None = None, planes: tuple[int, float, float] | None = None,
+                   config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """scale_epilogue's arguments (``h_dtype``: its out_dtype, the dtype h is rounded to) -> (q [rows, N]
-    int8 or float8_e4m3fn, s [m] fp32): act_quant(scale_epilogue(...), fp8, rows) in one pass."""
+    int8 or float8_e4m3fn, s [m] fp32): act_quant(scale_epilogue(...), fp8, rows). ``config``: one of
+    _candidates (default: the tuner's pick)."""
     N = check_epilogue_args("epilogue_quant", y, x_scale, w_scale, gated, m, planes)
     rows = m if rows is None else rows
     if rows < m:
         raise ValueError(f"epilogue_quant: rows={rows} is below the {m} rows of h")
     if h_dtype not in _TL:
         raise TypeError(f"epilogue_quant: h_dtype must be bfloat16, float16 or float32, got {h_dtype}")
-    q = empty((rows, N), device=y.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
-    s = empty((m,), device=y.device, dtype=torch.float32)
-    qv = q.view(torch.uint8) if fp8 else q
     if rows == 0 or N == 0:
-        return q, s
+        q = empty((rows, N), device=y.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+        return q, empty((m,), device=y.device, dtype=torch.float32)
+
     def launch(cfg):
+        if cfg.get("UNFUSED"):  # the two passes this kernel replaces, where they are faster
+            h = scale_epilogue(y, x_scale, w_scale, bias, act, gated, h_dtype, m=m, planes=planes)
+            return act_quant(h, fp8, rows=rows)
+        q = empty((rows, N), device=y.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+        s = empty((m,), device=y.device, dtype=torch.float32)
+        qv = q.view(torch.uint8) if fp8 else q
         launch_kernel(_epilogue_quant_kernel, (rows,),
                       y, x_scale if x_scale is not None else y, w_scale if w_scale is not None else y,
                       bias if bias is not None else y, qv, s, m, N, planes[0] * y.stride(0) if planes else 0,
@@ -113,16 +120,19 @@ def epilogue_quant(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch
                       LO_W=float(planes[2]) if planes else 1.0, H_DTYPE=_TL[h_dtype],
                       QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, HAND_ROUND=INTERPRET,
                       BLOCK_N=cfg["BLOCK_N"], ONE_PASS=cfg["ONE_PASS"], num_warps=cfg["num_warps"])
+        return q, s
 
     key = (m_bucket(m), N, gated, planes is not None, fp8, bias is not None, act)
-    launch(pick("epilogue_quant", key, lambda: _candidates(N), launch))
-    return q, s
+    return launch(config or pick("epilogue_quant", key, lambda: _candidates(N), launch))
 
 
 def _candidates(N: int) -> list[dict]:
-    """The whole row in registers (one read of y; the register file then holds ~1 row per SM at 16384
-    outputs: H200, Llama gate/up, M=8192, 16 warps: 392 µs, ~1.5 TB/s), or chunked: the row computed twice,
-    the second read of y's row from L2, with more rows in flight per SM."""
+    """The whole row in registers (one read of y), or chunked (the row computed twice: the second read of
+    y's row from L2 where it is still there, with more rows in flight per SM), or scale_epilogue then
+    act_quant (UNFUSED). H200, Llama gate/up (H=14336), M=8192, tuner µs (2026-12-01, eighth session):
+    fp8 out 300 chunked (1024, 8 warps), 311 whole row (16 warps); int8 out 407 whole row: ~1.5-2 TB/s, where
+    scale_epilogue runs at ~3.8 and act_quant at ~3.5. The register file holds about one 14336-wide fp32 row
+    per SM, and the chunked form reads y twice from HBM: neither beats the two passes there yet."""
     full = next_pow2(N)
     out = []
     if full <= MAX_ONE_PASS:
@@ -131,4 +141,4 @@ def _candidates(N: int) -> list[dict]:
         bn = min(bn, MAX_ONE_PASS)
         if bn < full:
             out += [dict(BLOCK_N=bn, ONE_PASS=False, num_warps=w) for w in (4, 8)]
-    return out or [dict(BLOCK_N=MAX_ONE_PASS, ONE_PASS=False, num_warps=8)]
+    return (out or [dict(BLOCK_N=MAX_ONE_PASS, ONE_PASS=False, num_warps=8)]) + [dict(UNFUSED=True)]
