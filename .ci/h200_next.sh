@@ -17,6 +17,10 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  eighth3)  # the rest of the cuda tests that the eighth session's changes reach (act_quant, hand-off, smoothing, compile)
+    timeout 430 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_smoothing.py tests/test_kernels_w8.py \
+      tests/test_kernels_int8_linear.py tests/test_compile_passes.py tests/test_configs.py tests/test_save_load.py \
+      tests/test_export.py tests/test_cpu_path.py tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -8 ;;
   eighth2)  # epilogue_quant with the unfused candidate: the cuda tests of the touched files, the W8A8 bench rows, a profile
     timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_handoff.py tests/test_unpack24.py \
       tests/test_kernels_sparse24.py tests/test_sparsity_modules.py tests/test_dispatch.py tests/test_launch.py tests/test_modules.py \
