@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: nothing new is prepared (2026-12-01, seventh: the whole cuda suite passed with `tests` + `tests2`,
-# and `bench` (~270 s with the llama block only) refreshed the README table). After a change to a kernel or a route, run
-# `tests` (~410 s) and `tests2` (~215 s), then the mode that measures it. See examples/results/h200/NOTES.md, "seventh".
+# Next session: nothing new is prepared (2026-12-01, eighth: act_quant by reciprocal + the quantized hand-off; the
+# touched cuda tests passed in `eighth`, `eighth2`, `eighth3`; test_narrow_mlp / test_profile not re-run). After a change to
+# a kernel or a route, run `tests` (~410 s) and `tests2` (~215 s), then the mode that measures it. See
+# examples/results/h200/NOTES.md, "eighth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
