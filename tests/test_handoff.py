@@ -11,22 +11,13 @@ from fused.demo import LlamaMLP
 from fused.kernels import epilogue_quant as eq
 from fused.kernels.act_quant import act_quant
 from fused.kernels.scale_epilogue import scale_epilogue
+from test_kernels_w8 import _poison_empty  # the kernels' allocator, filled with junk
 
 FMTS = ["int8", "float8_e4m3"]
 
 
 def _bits(t):
     return t.view(torch.uint8) if t.element_size() == 1 else t
-
-
-def _poisoned(module, monkeypatch):
-    real = module.empty
-
-    def poisoned(*a, **k):
-        t = real(*a, **k)
-        (t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t).fill_(0x55 if t.dtype != torch.float32 else 7)
-        return t
-    monkeypatch.setattr(module, "empty", poisoned)
 
 
 @pytest.mark.parametrize("fp8", [False, True])
@@ -38,8 +29,8 @@ def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, 
         monkeypatch.setattr(eq, "MAX_ONE_PASS", 64)
     from fused.kernels import act_quant as aq
 
-    _poisoned(eq, monkeypatch)
-    _poisoned(aq, monkeypatch)
+    _poison_empty(monkeypatch, eq)
+    _poison_empty(monkeypatch, aq)
     torch.manual_seed(N)
     M, R = 5, 16
     cols = 2 * N if gated else N
