@@ -19,6 +19,8 @@ the packed kernels, by M like the dense ops
 or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
 compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
+"sparse24_mlp_block" / "mlp_block" with both layers W8A8, above M=16: the first layer hands h to the second
+already quantized per token (HANDOFF).
 "mlp_block" (a whole FusedGatedMLP / FusedMLP with dense 8-bit weights):
   * CUDA, M <= DECODE_BLOCK_MAX_M (default 0: off) -> decode_block: both layers in ONE launch, weight-only,
     where the first call of the shape measures it faster than the two launches
@@ -288,6 +290,16 @@ def _class_m(size: int, dynamic: bool) -> int:
     return {0: 1, 2: WIDEN_MIN_M, 3: max(1, SPLIT_MIN_M), 4: QX_MAX_M, 5: max(SPLIT_QX_MAX_M + 1, SPLIT_MIN_M)}[size]
 
 
+def _cuda_path(op: str, M: int, dynamic: bool, wdtype, xdtype) -> str:
+    """plan()'s CUDA path for a dense op, without its strings: the eager hot path (cached per size class)."""
+    size = _size_class(M, dynamic, wdtype, xdtype)
+    path = _cuda_paths.get((op, dynamic, size))
+    if path is None:
+        path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
+            op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
+    return path
+
+
 _kernels = None
 
 
@@ -316,11 +328,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
         # the eager hot path (budget ~10 µs per launch): the same choice as plan(), without its strings
-        size = _size_class(M, dynamic, qweight.dtype, x.dtype)
-        path = _cuda_paths.get((op, dynamic, size))
-        if path is None:
-            path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
+        path = _cuda_path(op, M, dynamic, qweight.dtype, x.dtype)
         if CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(qweight):
             path = _cublas_route(op, x2, qweight, wscale, bias, act, path)
     else:
@@ -457,11 +465,11 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
 
 
 # The quantized hand-off: in a block whose layers are both W8A8, above the GEMV range (where both quantize
-# their input per token anyway), the first layer gives h already quantized (q padded to HANDOFF rows, s) and
-# the second takes it as is. Bit-identical to the two layers called one after the other. Where the first
-# layer's GEMM is a library's (cuBLAS, cuSPARSELt), its epilogue quantizes h as it makes it (epilogue_quant):
-# h is never written in 16 bits nor read back (Llama block, M=8192: 470 MB less traffic); after a Triton GEMM,
-# act_quant runs as before. Each layer's route is timed in that form. FUSED_HANDOFF=0: off.
+# their input per token anyway), the first layer gives h already quantized (q padded to _handoff_rows, s)
+# and the second takes it as is. Bit-identical to the two layers called one after the other. After a library
+# GEMM (cuBLAS, cuSPARSELt) the first layer ends in epilogue_quant, whose tuner picks the fused pass or
+# scale_epilogue + act_quant (the latter won at M >= 1024 on the H200, eighth session); after a Triton GEMM,
+# act_quant. Each layer's route is timed in that form. FUSED_HANDOFF=0: off.
 HANDOFF = os.environ.get("FUSED_HANDOFF", "1") == "1"
 HANDOFF_MIN_M = max(GEMV_MAX_M, A8_GEMV_MAX_M) + 1
 
@@ -485,18 +493,10 @@ def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
     return QuantizedAct(*_triton_kernels().act_quant(h2, fp8=fp8, rows=_handoff_rows(M)), M, h2.dtype)
 
 
-def _dense_path(op: str, M: int, wdtype, xdtype) -> str:
-    size = _size_class(M, True, wdtype, xdtype)
-    path = _cuda_paths.get((op, True, size))
-    if path is None:
-        path = _cuda_paths[(op, True, size)] = "triton:" + triton_kernel_for(op, "any", True, _class_m(size, True))
-    return path
-
-
 def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     """A dense W8A8 first layer (``op`` "gated" or "linear", M > 16) giving h quantized."""
     gated, fp8, M = op == "gated", qweight.dtype == torch.float8_e4m3fn, x2.shape[0]
-    path = _dense_path(op, M, qweight.dtype, x2.dtype)
+    path = _cuda_path(op, M, True, qweight.dtype, x2.dtype)
 
     def triton():
         return _quantized(_triton_dense(path, x2, qweight, wscale, bias, act, gated, True), fp8)
@@ -634,11 +634,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     x2 = x.reshape(-1, K)
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
-        size = _size_class(M, dynamic, wg.dtype, x.dtype)
-        path = _cuda_paths.get((op, dynamic, size))
-        if path is None:
-            path = _cuda_paths[(op, dynamic, size)] = "triton:" + triton_kernel_for(
-                op, "int8" if size in (3, 5) else "any", dynamic, _class_m(size, dynamic))
+        path = _cuda_path(op, M, dynamic, wg.dtype, x.dtype)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -1130,8 +1126,8 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
 
     def per_layer():
         if handoff:  # see HANDOFF
-            xs = reference.smooth_input(x, smooth1).reshape(-1, x.shape[-1])
-            qa = _dense_q_out("gated" if gated else "linear", xs, w1, s1, b1, act)
+            x1 = reference.smooth_input(x, smooth1).reshape(-1, x.shape[-1])
+            qa = _dense_q_out("gated" if gated else "linear", x1, w1, s1, b1, act)
             y = _dense_q_in(qa, w2, s2, b2, "none")
             return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)

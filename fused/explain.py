@@ -40,9 +40,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         routes = None
         if not dense and hasattr(mod, "values"):  # a 2:4 layer: the routes its shape took so far, per M bucket
             picks = dispatch.sparse_route_picks(mod.op_name, mod.values, mod.dynamic)
-            routes = ", ".join(f"M~{m}{f' [{k[-1]}]' if k[-1] else ''}: {e}" + ("" if g == e else f" (graph: {g})")
-                               for (m, *_), (e, g), k in sorted(((k, v, k) for k, v in picks.items()),
-                                                                key=lambda kv: (kv[0][0], kv[0][-1]))) or None
+            routes = ", ".join(f"M~{k[0]}{f' [{k[-1]}]' if k[-1] else ''}: {e}" + ("" if g == e else f" (graph: {g})")
+                               for k, (e, g) in sorted(picks.items(), key=lambda kv: (kv[0][0], kv[0][-1]))) or None
         elif dense and mod.dynamic:  # dense W8A8: cuBLAS or Triton under CUDA-graph capture (eager: Triton)
             picks = dispatch.dense_route_picks(mod.op_name, mod.qweight)
             routes = ", ".join(f"M~{k[0]}{f' [{k[-1]}]' if k[-1] else ''}: graph {g}"

@@ -5,7 +5,8 @@ When a block's first layer ends in a library GEMM (cuBLAS, cuSPARSELt) and its s
 two-step path writes h = scale_epilogue(y) in 16 bits and act_quant reads it back to quantize it per token.
 Here one program per token computes its row of h (scales, bias, activation, gate: epilogue_tile), rounded to
 h's dtype as the two-step path stores it, and writes q = round(h · (1/s)) with s = max(absmax / qmax,
-MIN_SCALE) straight away: h never goes to memory (at M=8192 on a Llama block: 470 MB less traffic).
+MIN_SCALE) straight away: h never goes to memory (at M=8192 on a Llama block, 470 MB less traffic, but see
+_candidates for why that did not pay yet).
 Bit-identical to scale_epilogue followed by act_quant; where the tuner times those two passes faster (on
 the H200 at large M, see _candidates), it runs them instead.
 
