@@ -102,6 +102,15 @@ def scale_epilogue_ref(y, x_scale, w_scale, bias, act, gated, out_dtype, m=None,
     return h.to(out_dtype)
 
 
+def epilogue_quant_ref(y, x_scale, w_scale, bias, act, gated, h_dtype, fp8, m, rows=None, planes=None):
+    """Reference of fused.kernels.epilogue_quant: scale_epilogue_ref's h (rounded to h_dtype) quantized per
+    token (lowbit.quantize_activation) -> (q [rows, N] with zero padding rows, s [m])."""
+    h = scale_epilogue_ref(y, x_scale, w_scale, bias, act, gated, h_dtype, m=m, planes=planes)
+    q, s = quantize_activation(h, "float8_e4m3" if fp8 else "int8")
+    pad = torch.zeros((0 if rows is None else rows - m, q.shape[1]), dtype=q.dtype)
+    return torch.cat([q, pad.to(q.device)]), s[:, 0]
+
+
 def sparse24_linear_ref(x, values, meta, wscale=None, bias=None, act="none", dynamic=False):
     """Reference 2:4 linear: unpack the packed weight to dense, then ``linear_ref``."""
     return linear_ref(x, unpack_24(values, meta), wscale, bias, act, dynamic)

@@ -6,11 +6,12 @@ import pytest
 import torch
 
 import fused
-from fused import dispatch
+from fused import dispatch, reference
 from fused.demo import LlamaMLP
 from fused.kernels import epilogue_quant as eq
 from fused.kernels.act_quant import act_quant
 from fused.kernels.scale_epilogue import scale_epilogue
+from lowbit import sqnr
 from test_kernels_w8 import _poison_empty  # the kernels' allocator, filled with junk
 
 FMTS = ["int8", "float8_e4m3"]
@@ -43,6 +44,13 @@ def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, 
     pl = (R, 256.0, 1.0) if planes else None
     h = scale_epilogue(y, xs, ws, b, act, gated, torch.bfloat16, m=M, planes=pl)
     q0, s0 = act_quant(h, fp8=fp8, rows=32)
+    # the pure-torch reference (its fp32 activation may round differently: close, not bit-equal)
+    rq, rs = reference.epilogue_quant_ref(y, xs, ws, b, act, gated, torch.bfloat16, fp8, M, rows=32, planes=pl)
+    ok = torch.arange(M) != 3
+    assert torch.equal(_bits(rq[M:]), _bits(q0[M:])) and torch.isnan(rs[3])
+    assert torch.allclose(rs[ok], s0[ok], rtol=1e-2)
+    deq = rq[:M][ok].float() * rs[ok, None]
+    assert sqnr(deq, q0[:M][ok].float() * s0[ok, None]) > (25 if fp8 else 35)
     for cfg in (None, dict(UNFUSED=True)):  # the tuner's pick (the interpreter: the first), the two passes
         q, s = eq.epilogue_quant(y, xs, ws, b, act, gated, torch.bfloat16, fp8, M, rows=32, planes=pl, config=cfg)
         assert q.shape == (32, N) and s.shape == (M,)
@@ -138,8 +146,6 @@ def test_handoff_cuda(fmt, sparsity, monkeypatch):
     """On the GPU, with each layer's route forced in turn (dense: Triton or cuBLAS; 2:4: packed, unpacked or
     cuSPARSELt): the block with h handed over quantized equals the block without, bit for bit, eager and
     replayed; a CUDA-graph replay equals the eager call; and the output is close to the reference."""
-    from lowbit import sqnr
-
     base = LlamaMLP(256, 512).eval().cuda()
     cfg = (fused.FusedInt8MLP if fmt == "int8" else fused.FusedFloat8MLP)(weight_only=False, sparsity=sparsity)
     m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
