@@ -18,6 +18,22 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  ninth)  # tiled meta (ninth session): one buffer [values | meta in cuSPARSELt's tiles] serves cuSPARSELt and our 2:4
+          # kernels. The new cuda tests + the 2:4 kernel files, then decode A/B (tiled vs FUSED_TILED_META=0) with memory
+    timeout 250 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \
+      tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -8
+    for t in 1 0; do
+      FUSED_TILED_META=$t timeout 140 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+        --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/ninth_t$t" > "$OUT/ninth_t$t.log" 2>&1
+      echo "FUSED_TILED_META=$t"; grep "^|" "$OUT/ninth_t$t.log" | head -7
+      routes "$OUT/ninth_t$t/bench.json" | grep "graph"
+    done
+    python3 -c "
+import json
+for t in (1, 0):
+    d = json.load(open('$OUT/ninth_t%d/bench.json' % t))['timings']
+    for k, v in d.items():
+        if k.startswith(\"('sparse24_gemv'\"): print(t, k[:90], sorted(v, key=lambda r: r[0])[:3])" ;;
   eighth3)  # the rest of the cuda tests that the eighth session's changes reach (act_quant, hand-off, smoothing, compile)
     timeout 430 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_smoothing.py tests/test_kernels_w8.py \
       tests/test_kernels_int8_linear.py tests/test_compile_passes.py tests/test_configs.py tests/test_save_load.py \

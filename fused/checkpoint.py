@@ -38,7 +38,6 @@ FORMAT_VERSION = "1"
 def describe(model: nn.Module) -> dict[str, dict]:
     """fqn -> what each converted module is (the ``config`` of a checkpoint)."""
     from fused.explain import converted_modules
-    from fused.modules import FusedGatedLinear
 
     out = {}
     for name, mod in converted_modules(model):
@@ -48,7 +47,8 @@ def describe(model: nn.Module) -> dict[str, dict]:
             "mode": "W8A8" if mod.dynamic else "weight-only",
             "act": mod.act,
             "in_features": mod.in_features,
-            "out_features": mod.hidden_features if isinstance(mod, FusedGatedLinear) else mod.out_features,
+            # gated modules (dense and 2:4) name their width hidden_features
+            "out_features": mod.hidden_features if hasattr(mod, "hidden_features") else mod.out_features,
             "bias": mod.bias is not None,
             "source_bytes": int(getattr(mod, "source_bytes", 0)),
         }
@@ -162,6 +162,11 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     p = os.fspath(path)
     meta = read_metadata(p)
     _check_config(meta["config"], describe(model), p)
+    # 2:4 layers with tiled meta (fused.sparse_modules) hand out a row-major copy in state_dict(): make them
+    # row-major for the copy below, and tiled again after
+    tiled = [m for m in model.modules() if getattr(m, "tiled_meta", False)]
+    for m in tiled:
+        m.set_tiled_meta(False)
     state = model.state_dict()
     _check_tensors(meta["tensors"], state, p)
     with safe_open(p, framework="pt", device="cpu") as f:
@@ -176,6 +181,8 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         with torch.no_grad():
             for key in f.keys():
                 state[key].copy_(f.get_tensor(key))
+    for m in tiled:
+        m.set_tiled_meta(True)
     from fused.explain import converted_modules
 
     for name, mod in converted_modules(model):

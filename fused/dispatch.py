@@ -707,11 +707,64 @@ def cslt_cached_bytes(values: torch.Tensor | None = None) -> int:
     return sum(c.numel() * c.element_size() for _, c in held)
 
 
+# Tiled meta (sparsity.packing.tile_meta): on CUDA a 2:4 layer with 8-bit values and N, K multiples of 64 keeps
+# ONE buffer, [values | meta in cuSPARSELt's tile order], which is byte for byte what torch._cslt_compress
+# makes; cuSPARSELt runs on the buffer and our kernels read the same values and tiled meta. 0.625 bytes per
+# weight for every route instead of 1.25 with a separate compressed copy. The layout was read off cuSPARSELt 0.8
+# on sm_90; tiled_meta_wanted checks it once per device and dtype against torch._cslt_compress and keeps
+# row-major meta (and the separate copy) where it differs. FUSED_TILED_META=0: row-major meta always.
+TILED_META = os.environ.get("FUSED_TILED_META", "1") != "0"
+_tiled_checked: dict = {}  # (device, dtype) -> whether cuSPARSELt's layout there is tile_meta's
+
+
+def _tiled_layout_matches(device: torch.device, dtype: torch.dtype) -> bool:
+    from sparsity.packing import pack_24, tile_meta
+
+    key = (str(device), dtype)
+    if key not in _tiled_checked:
+        g = torch.Generator().manual_seed(0)
+        n, k = 128, 128  # two row tiles, two K tiles; bytes 1..126 (no fp8 NaN or -0), positions all 6 kinds
+        pos = torch.tensor([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]])[torch.randint(6, (n, k // 4), generator=g)]
+        w = torch.zeros(n, k // 4, 4, dtype=torch.uint8)
+        w.scatter_(2, pos, torch.randint(1, 127, (n, k // 4, 2), generator=g, dtype=torch.uint8))
+        w = w.reshape(n, k)
+        v, m = pack_24(w)
+        ours = torch.cat([v.reshape(-1), tile_meta(m).reshape(-1)])
+        try:
+            c = torch._cslt_compress(w.view(dtype).to(device))
+            _tiled_checked[key] = torch.equal(c.view(torch.uint8).reshape(-1).cpu(), ours)
+        except (RuntimeError, ValueError, AttributeError):  # no cuSPARSELt for this device / dtype
+            _tiled_checked[key] = False
+    return _tiled_checked[key]
+
+
+def tiled_meta_wanted(values: torch.Tensor) -> bool:
+    """Whether a 2:4 layer with these packed values keeps tiled meta in one buffer with them (see TILED_META)."""
+    from sparsity.packing import tiled_meta_ok
+
+    if not (TILED_META and values.is_cuda and values.dim() == 2 and values.element_size() == 1):
+        return False
+    return tiled_meta_ok(values.shape[0], 2 * values.shape[1]) and _tiled_layout_matches(values.device, values.dtype)
+
+
+def shares_buffer(values: torch.Tensor, meta: torch.Tensor) -> bool:
+    """Whether tiled ``meta`` directly follows ``values`` in one storage: the buffer cuSPARSELt runs on."""
+    return (meta.dim() == 3 and values.is_contiguous() and meta.is_contiguous()
+            and values.untyped_storage().data_ptr() == meta.untyped_storage().data_ptr()
+            and meta.storage_offset() == values.storage_offset() + values.numel())
+
+
 def _cslt_weight(values, meta):
-    """The packed 8-bit weight compressed for cuSPARSELt (kept while ``values`` lives, see CSLT_CACHE)."""
+    """The packed 8-bit weight compressed for cuSPARSELt (kept while ``values`` lives, see CSLT_CACHE). Tiled
+    meta right after the values in one storage (a layer's usual CUDA form, see TILED_META): that buffer
+    itself, no copy."""
     global _cslt_weights
     from fused.kernels.unpack24 import unpack24
 
+    if meta.dim() == 3 and shares_buffer(values, meta):
+        n, half = values.shape
+        return torch.empty(0, dtype=values.dtype, device=values.device).set_(
+            values.untyped_storage(), values.storage_offset(), (n, half + half // 4))
     if _cslt_weights is None:
         from torch.utils.weak import WeakIdKeyDictionary
 
@@ -720,7 +773,11 @@ def _cslt_weight(values, meta):
     hit = _cslt_weights.get(values)
     if hit is not None and hit[0] == version:
         return hit[1]
-    c = torch._cslt_compress(unpack24(values, meta))
+    if meta.dim() == 3:  # tiled but apart from the values: the buffer is the two side by side
+        c = torch.cat([values.view(torch.uint8).reshape(-1), meta.reshape(-1)]).view(values.dtype).view(
+            values.shape[0], -1)
+    else:
+        c = torch._cslt_compress(unpack24(values, meta))
     if CSLT_CACHE:
         _cslt_weights[values] = (version, c)
     return c

@@ -7,7 +7,10 @@ FusedSparseGatedLinear  gate and up stacked as one 2:4 [2H, K] weight       -> 1
 
 Buffers: ``values`` [N, K/2] (int8 / float8_e4m3fn with ``scale`` [N] fp32, or bfloat16 with no scale),
 ``meta`` [N, ceil(K/8)] uint8, ``bias``. In bytes per original weight: 0.625 + 4/K for 8-bit values
-(int8, fp8), 1.125 for bf16.
+(int8, fp8), 1.125 for bf16. On CUDA, 8-bit values with N and K multiples of 64: ``meta`` is tiled
+[N/64, K/64, 512] and stored right after ``values`` in one buffer, which is cuSPARSELt's compressed weight
+(fused.dispatch.TILED_META): every route runs on the same 0.625 bytes per weight. Checkpoints always hold
+row-major meta.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from fused.activations import check_activation
 from fused.modules import _Fused8bit, _input_for, _use_op
 from lowbit import dequantize, quantize_weight
 from sparsity.masks import is_24_sparse, magnitude_mask_24
-from sparsity.packing import check_packable_k, meta_columns, pack_24, unpack_24
+from sparsity.packing import check_packable_k, meta_columns, pack_24, tile_meta, unpack_24, untile_meta
 
 VALUE_FORMATS = {"int8": torch.int8, "float8_e4m3": torch.float8_e4m3fn, "bfloat16": torch.bfloat16}
 
@@ -69,13 +72,63 @@ class _Sparse24(_Fused8bit):
             q, s = quantize_weight(w, self.fmt)  # zeros stay zeros: q is 2:4 too
             self.scale.copy_(s)
         values, meta = pack_24(q, where)
+        if self.meta.dim() == 3:
+            self.set_tiled_meta(False)
         self.values.copy_(values)
         self.meta.copy_(meta)
         if bias is not None:
             self.bias.copy_(bias.detach())
         self.source_bytes = weight.numel() * weight.element_size() + (
             bias.numel() * bias.element_size() if bias is not None else 0)
+        self._sync_meta()
         return self
+
+    @property
+    def tiled_meta(self) -> bool:
+        """Whether ``meta`` is in cuSPARSELt's tiles (sparsity.packing.tile_meta) rather than row-major."""
+        return self.meta.dim() == 3
+
+    def set_tiled_meta(self, tiled: bool):
+        """Re-lay ``meta``: tiled, in one new buffer right after a copy of ``values`` (the buffer cuSPARSELt
+        runs on), or row-major, with ``values`` in a buffer of its own. Done on its own by moves to and
+        from CUDA (see fused.dispatch.TILED_META); this is for tests and explicit control."""
+        if tiled:
+            n, half = self.values.shape
+            meta = tile_meta(untile_meta(self.meta) if self.meta.dim() == 3 else self.meta)
+            buf = torch.empty(n * half + meta.numel(), dtype=torch.uint8, device=self.values.device)
+            buf[:n * half].copy_(self.values.reshape(-1).view(torch.uint8))
+            buf[n * half:].copy_(meta.reshape(-1))
+            self.values = buf[:n * half].view(self.values.dtype).view(n, half)
+            self.meta = buf[n * half:].view(meta.shape)
+        elif self.meta.dim() == 3:
+            self.meta = untile_meta(self.meta)
+            self.values = self.values.clone()  # frees the shared buffer
+        return self
+
+    def _sync_meta(self):
+        want = dispatch.tiled_meta_wanted(self.values)
+        if want and not dispatch.shares_buffer(self.values, self.meta):
+            self.set_tiled_meta(True)
+        elif not want and self.meta.dim() == 3:
+            self.set_tiled_meta(False)
+
+    def _apply(self, fn, recurse=True):
+        super()._apply(fn, recurse)  # values / meta moved one by one: the layout follows the new device
+        self._sync_meta()
+        return self
+
+    def _save_to_state_dict(self, destination, prefix, keep_vars):
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if self.meta.dim() == 3:  # checkpoints hold row-major meta, whatever the device
+            destination[prefix + "meta"] = untile_meta(self.meta)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args):
+        tiled = self.meta.dim() == 3
+        if tiled:
+            self.set_tiled_meta(False)
+        super()._load_from_state_dict(state_dict, prefix, *args)
+        if tiled:
+            self.set_tiled_meta(True)
 
     @property
     def fmt(self) -> str:

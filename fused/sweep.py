@@ -164,8 +164,8 @@ def _leaves(t: torch.Tensor):
 
 def param_bytes(module: nn.Module) -> int:
     """Bytes of all parameters and buffers (the inner tensors of tensor subclasses), each storage counted
-    once, plus the compressed copies the 2:4 cuSPARSELt route keeps for the layers it runs
-    (fused.dispatch.cslt_cached_bytes)."""
+    once and whole (a 2:4 layer's values and tiled meta share one), plus the compressed copies the 2:4
+    cuSPARSELt route keeps for the layers it runs (fused.dispatch.cslt_cached_bytes)."""
     from fused import dispatch
 
     seen, total = set(), 0
@@ -175,7 +175,7 @@ def param_bytes(module: nn.Module) -> int:
             if key in seen:
                 continue
             seen.add(key)
-            total += leaf.numel() * leaf.element_size()
+            total += leaf.untyped_storage().nbytes()
     for m in module.modules():
         if isinstance(m._buffers.get("values"), torch.Tensor):
             total += dispatch.cslt_cached_bytes(m._buffers["values"])

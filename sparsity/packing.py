@@ -91,9 +91,59 @@ def pack_24(w: torch.Tensor, where: str = "pack_24") -> tuple[torch.Tensor, torc
     return values.contiguous(), meta.contiguous()
 
 
+# cuSPARSELt's compressed 8-bit 2:4 matrix (torch._cslt_compress, sm_90, cuSPARSELt 0.8; found by dumping coded
+# matrices on the H200, 2026-12-01) is, for N and K multiples of 64, exactly [values [N, K/2] row-major | meta],
+# where the meta part holds the same bytes as ours (byte = positions of groups 2b, 2b+1 of row n) reordered in
+# tiles of 64 rows x 8 bytes (64 columns of K): tile (n // 64, b // 8) at 512·(n // 64 · K/64 + b // 8), and
+# inside a tile byte (n, b) at bit-interleaved offset
+#     n3 | b2 << 1 | b0 << 2 | b1 << 3 | (n & 7) << 4 | n4 << 7 | n5 << 8    (nX / bX: bit X of n % 64, b % 8).
+# Keeping meta in that order ("tiled meta", shape [N/64, K/64, 512]) lets one buffer serve both cuSPARSELt and
+# our kernels (fused.kernels.sparse24_linear.meta_row_off / meta_col_off): 0.625 bytes per weight, not 1.25.
+TILE_ROWS, TILE_COLS = 64, 64
+
+
+def tiled_meta_ok(n: int, k: int) -> bool:
+    """Whether an [n, k] 2:4 weight has a tiled-meta form (both dimensions multiples of 64, none empty)."""
+    return n > 0 and k > 0 and n % TILE_ROWS == 0 and k % TILE_COLS == 0
+
+
+def tile_meta(meta: torch.Tensor) -> torch.Tensor:
+    """Row-major meta [N, K/8] -> tiled meta [N/64, K/64, 512] (cuSPARSELt's order; see above)."""
+    _check_2d("tile_meta meta", meta)
+    n, mb = meta.shape
+    if meta.dtype != torch.uint8 or not tiled_meta_ok(n, 8 * mb):
+        raise ValueError(f"tile_meta: uint8 meta [N, K/8] with N and K multiples of 64 expected, got "
+                         f"{meta.dtype} {tuple(meta.shape)}")
+    # dims: rt, n5, n4, n3, n2..0, kt, b2, b1, b0 -> rt, kt, n5, n4, n2..0, b1, b0, b2, n3
+    v = meta.reshape(n // 64, 2, 2, 2, 8, mb // 8, 2, 2, 2)
+    return v.permute(0, 5, 1, 2, 4, 7, 8, 6, 3).reshape(n // 64, mb // 8, 512).contiguous()
+
+
+def untile_meta(meta: torch.Tensor) -> torch.Tensor:
+    """Tiled meta [N/64, K/64, 512] -> row-major meta [N, K/8]; inverse of ``tile_meta``."""
+    if not isinstance(meta, torch.Tensor) or meta.dim() != 3 or meta.shape[2] != 512 or meta.dtype != torch.uint8:
+        shape = tuple(meta.shape) if isinstance(meta, torch.Tensor) else type(meta).__name__
+        raise ValueError(f"untile_meta: uint8 tiled meta [N/64, K/64, 512] expected, got {shape}")
+    rt, kt, _ = meta.shape
+    v = meta.reshape(rt, kt, 2, 2, 8, 2, 2, 2, 2)  # rt, kt, n5, n4, n2..0, b1, b0, b2, n3
+    return v.permute(0, 2, 3, 8, 4, 1, 7, 5, 6).reshape(64 * rt, 8 * kt).contiguous()
+
+
+def row_meta(meta: torch.Tensor) -> torch.Tensor:
+    """Meta in row-major form whichever form it is in (tiled meta is 3-D)."""
+    return untile_meta(meta) if isinstance(meta, torch.Tensor) and meta.dim() == 3 else meta
+
+
 def unpack_24(values: torch.Tensor, meta: torch.Tensor, where: str = "unpack_24") -> torch.Tensor:
-    """The dense [N, K] weight (K = 2·values.shape[1]) of a packed pair; exact inverse of ``pack_24``."""
+    """The dense [N, K] weight (K = 2·values.shape[1]) of a packed pair; exact inverse of ``pack_24``.
+    ``meta`` row-major [N, ceil(K/8)] or tiled [N/64, K/64, 512] (``tile_meta``)."""
     _check_2d(f"{where} values", values)
+    if isinstance(meta, torch.Tensor) and meta.dim() == 3:
+        if tuple(meta.shape) != (values.shape[0] // 64, values.shape[1] // 32, 512) or values.shape[0] % 64 \
+                or values.shape[1] % 32:
+            raise ValueError(f"{where}: tiled meta must be [N/64, K/64, 512] for values {tuple(values.shape)}, "
+                             f"got {tuple(meta.shape)}")
+        meta = untile_meta(meta)
     _check_2d(f"{where} meta", meta)
     n, half = values.shape
     k = 2 * half

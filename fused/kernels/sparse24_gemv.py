@@ -2,7 +2,9 @@
 
 x [M, K] bf16/fp16/fp32 (any strides); values [R, K/2] int8 / float8_e4m3fn (passed as uint8) / bfloat16,
 meta [R, ceil(K/8)] uint8 (sparsity.packing: kept value j of a row sits at column 4·(j//2) + its 2-bit
-position, bits 2·(j%4).. of meta byte j//4); s_w [R] fp32 or None (bf16 values); optional bias [R].
+position, bits 2·(j%4).. of meta byte j//4) or the same bytes in cuSPARSELt's tiles [R/64, K/64, 512]
+(sparsity.packing.tile_meta; TILED: the meta loads become byte gathers, BLOCK_K a multiple of 64);
+s_w [R] fp32 or None (bf16 values); optional bias [R].
 Linear: R = N outputs. Gated: rows [0, H) are the gate, [H, 2H) the up projection, and
 y = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) [M, H].
 Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref (weight-only).
@@ -41,7 +43,8 @@ import triton.language as tl
 from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.sparse24_linear import VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile
+from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
+                                           meta_col_off, meta_row_off)
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
@@ -59,7 +62,7 @@ def _values_f32(v, VALUE: tl.constexpr):
 
 @triton.jit
 def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE: tl.constexpr,
-               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, TILED: tl.constexpr):
     """One K step of "vsel": (positions int32, values fp32), both [BLOCK_N, BLOCK_K/4, 2] per 2:4 group,
     from [BLOCK_N, BLOCK_K/2] values and [BLOCK_N, BLOCK_K/8] meta loaded as plain rows."""
     G: tl.constexpr = BLOCK_K // 4
@@ -73,7 +76,8 @@ def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE
         j_ok = r_ok[:, None] & (j < half_k)[None, :]
         b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
     v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
-    meta = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=b_ok, other=0)
+    meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
+                   mask=b_ok, other=0)
     pos = (meta.to(tl.int32)[:, :, None] >> (2 * tl.arange(0, 4))[None, None, :]) & 3  # [BN, BK/8, 4]: value 4b+s
     if VALUE == "int8":
         w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
@@ -84,7 +88,8 @@ def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE
 
 @triton.jit
 def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
-                  VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+                  VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                  TILED: tl.constexpr):
     """"vsel" (BLOCK_M = 1). The values and meta tiles load as plain 2-D rows ([BLOCK_N, BLOCK_K/2] and
     [BLOCK_N, BLOCK_K/8], contiguous: 16-byte loads, where the 3-D tiles of "gather" compile to 1-4-byte
     loads) and are viewed as [BLOCK_N, G, 2] per 2:4 group in registers (_vsel_tile); x arrives as [G, 4]
@@ -97,7 +102,7 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
     acc3 = tl.zeros((BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
-                            EVEN_K)
+                            EVEN_K, TILED)
         col = k0 + 4 * offs_g
         xg = tl.load(x_ptr + (col[:, None] + tl.arange(0, 4)[None, :]) * stride_xk, mask=(col < K)[:, None],
                      other=0.0).to(tl.float32)                              # [G, 4]: group g's 4 entries
@@ -117,7 +122,8 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
 @triton.jit
 def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                        stride_xm, stride_xk, stride_vn, stride_mn, VALUE: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+                       TILED: tl.constexpr):
     """"vsel" for BLOCK_M >= 2 (a few tokens: speculative decoding, small batches): the loads and the
     position decode of _vsel_partial, once per tile for all rows; the select and the products per row
     ([BLOCK_M, BLOCK_N, G, 2] per step, summed over K once after the loop). Returns [BLOCK_M, BLOCK_N] fp32."""
@@ -129,7 +135,7 @@ def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_h
     acc4 = tl.zeros((BLOCK_M, BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
-                            EVEN_K)
+                            EVEN_K, TILED)
         pos = pos[None]
         w = w[None]                                                        # [1, BN, G, 2]
         col = k0 + 4 * offs_g
@@ -149,7 +155,7 @@ def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_h
 def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                     stride_xm, stride_xk, stride_vn, stride_mn,
                     VALUE: tl.constexpr, MODE: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILED: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[rows, k_lo:k_hi]ᵀ from the packed form (unscaled)."""
     Q: tl.constexpr = BLOCK_K // 8           # quads (meta bytes) per step and row
     half_k = K // 2
@@ -166,7 +172,7 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
         j = 4 * q[None, :, None] + s                                   # kept-value index [1, Q, 4]
         j_ok = r_ok[:, None, None] & (j < half_k)                     # [BN, Q, 4]
         v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0)
-        meta = tl.load(m_ptr + rows[:, None] * stride_mn + q[None, :],
+        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(q, TILED)[None, :],
                        mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
         pos = (meta.to(tl.int32)[:, :, None] >> (2 * s)) & 3           # [BN, Q, 4]
         base = 8 * q[None, :, None] + group_col                        # [1, Q, 4]
@@ -187,7 +193,7 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
 def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
                  stride_xm, stride_xk, stride_vn, stride_mn,
                  VALUE: tl.constexpr, DOT: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILED: tl.constexpr):
     """Same contract as _gather_partial, through a dense register tile and tl.dot (BLOCK_M >= 16)."""
     half_k = K // 2
     offs_kk = tl.arange(0, BLOCK_K)
@@ -204,7 +210,7 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
         j = k0 // 2 + offs_j
         b = k0 // 8 + offs_b
         w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :],
-                             m_ptr + rows[:, None] * stride_mn + b[None, :],
+                             m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
                              r_ok[:, None] & (j < half_k)[None, :], r_ok[:, None] & (4 * b < half_k)[None, :],
                              VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
         acc = _dot_acc(x, w, acc, DOT)
@@ -215,19 +221,21 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
 def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_vn, stride_mn,
              VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
+             TILED: tl.constexpr):
     if MODE == "dot":
         acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
-                           stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K)
+                           stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, TILED)
     elif MODE == "vsel" and BLOCK_M == 1:
         acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
-                            VALUE, BLOCK_N, BLOCK_K, EVEN_K)
+                            VALUE, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     elif MODE == "vsel":
         acc = _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
-                                 stride_vn, stride_mn, VALUE, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+                                 stride_vn, stride_mn, VALUE, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     else:
         acc = _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
-                              stride_xm, stride_xk, stride_vn, stride_mn, VALUE, MODE, BLOCK_M, BLOCK_N, BLOCK_K)
+                              stride_xm, stride_xk, stride_vn, stride_mn, VALUE, MODE, BLOCK_M, BLOCK_N, BLOCK_K,
+                              TILED)
     return acc
 
 
@@ -239,7 +247,7 @@ def _sparse24_gemv_kernel(
     VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
     GATED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr = False,
+    EVEN_K: tl.constexpr = False, TILED: tl.constexpr = False,
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -248,10 +256,10 @@ def _sparse24_gemv_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     if GATED:
         acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K)
+                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     else:
         acc_u = acc
 
@@ -310,9 +318,10 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     return out
 
 
-def _interpret_config(M, N, K):
-    cfg = _cfg("gather", 1, 16, 32, 4) if M == 1 else _cfg("dot", 16, 16, 32, 4)
-    cfg["SPLIT_K"] = 2 if K > 32 else 1
+def _interpret_config(M, N, K, tiled=False):
+    bk = 64 if tiled else 32  # tiled meta: whole 64-column tiles per K step
+    cfg = _cfg("gather", 1, 16, bk, 4) if M == 1 else _cfg("dot", 16, 16, bk, 4)
+    cfg["SPLIT_K"] = 2 if K > bk else 1
     return cfg
 
 
@@ -321,8 +330,8 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
                   config: dict | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """Launch on a 2-D x [M <= 16, K] with packed values [R, K/2] / meta [R, ceil(K/8)] (weight-only).
     Returns [M, R] (linear) or [M, R/2] (gated) in x's dtype. ``config``: one of ``_candidates`` (tests)."""
-    if x.dim() != 2 or values.dim() != 2 or meta.dim() != 2:
-        raise ValueError(f"sparse24_gemv: 2-D x, values, meta expected, got {tuple(x.shape)}, "
+    if x.dim() != 2 or values.dim() != 2 or meta.dim() not in (2, 3):
+        raise ValueError(f"sparse24_gemv: 2-D x, values, meta (or tiled meta) expected, got {tuple(x.shape)}, "
                          f"{tuple(values.shape)}, {tuple(meta.shape)}")
     M, K = x.shape
     R = values.shape[0]
@@ -331,11 +340,12 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
     if values.dtype not in VALUE_DTYPES or meta.dtype != torch.uint8:
         raise ValueError(f"sparse24_gemv: values must be one of {VALUE_DTYPES} and meta uint8, got "
                          f"{values.dtype}, {meta.dtype}")
-    if K % 4 or values.shape[1] * 2 != K or tuple(meta.shape) != (R, (K // 4 + 1) // 2):
-        raise ValueError(f"sparse24_gemv: x [M, {K}] needs values [R, {K // 2}] and meta [R, {(K // 4 + 1) // 2}]"
-                         f" (K % 4 == 0), got {tuple(values.shape)}, {tuple(meta.shape)}")
-    if values.stride(1) != 1 or meta.stride(1) != 1:
-        raise ValueError("sparse24_gemv: values and meta must be contiguous along K")
+    if K % 4 or values.shape[1] * 2 != K:
+        raise ValueError(f"sparse24_gemv: x [M, {K}] needs values [R, {K // 2}] (K % 4 == 0), got "
+                         f"{tuple(values.shape)}")
+    if values.stride(1) != 1:
+        raise ValueError("sparse24_gemv: values must be contiguous along K")
+    stride_m, tiled = meta_args(meta, R, K, "sparse24_gemv")
     if wscale is not None and (wscale.dtype != torch.float32 or wscale.shape != (R,)):
         raise ValueError(f"sparse24_gemv: wscale must be fp32 [{R}], got {wscale.dtype} {tuple(wscale.shape)}")
     if gated and R % 2:
@@ -350,7 +360,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
 
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        assert mode in MODES and bm >= M and bk % 8 == 0, cfg
+        assert mode in MODES and bm >= M and bk % (64 if tiled else 8) == 0, cfg
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
         split = cdiv(K, k_per)  # no empty splits
@@ -358,16 +368,18 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
         launch_kernel(_sparse24_gemv_kernel, (tiles, split),
             x, v, meta, wscale if wscale is not None else v, bias if bias is not None else v, y, part, count,
             M, N, K, k_per,
-            x.stride(0), x.stride(1), v.stride(0), meta.stride(0), y.stride(0), y.stride(1),
+            x.stride(0), x.stride(1), v.stride(0), stride_m, y.stride(0), y.stride(1),
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-            EVEN_K=K % bk == 0, num_warps=cfg["num_warps"],
+            EVEN_K=K % bk == 0, TILED=tiled, num_warps=cfg["num_warps"],
         )
 
     if config is None:
         from fused.kernels import INTERPRET
 
-        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
-        config = pick("sparse24_gemv", (m_bucket(M), N, K, gated, values.dtype), cands, launch)
+        cands = (lambda: [_interpret_config(M, N, K, tiled)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        # tiled meta is timed apart (its byte gathers may favour other tiles)
+        key = (m_bucket(M), N, K, gated, values.dtype) + (("tiled",) if tiled else ())
+        config = pick("sparse24_gemv", key, cands, launch)
     launch(config)
     return y

@@ -2,7 +2,9 @@
 in registers; the gated form h = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) on a stacked [2H, K] weight.
 
 x [M, K] (fp16/bf16/fp32, any strides); values [N, K/2] int8 / float8_e4m3fn / bfloat16 (the kept entries),
-meta [N, ceil(K/8)] uint8 (2-bit positions), s_w [N] fp32 or None (bf16 values), b [N] or None
+meta [N, ceil(K/8)] uint8 (2-bit positions) or the same bytes tiled as cuSPARSELt keeps them, [N/64, K/64, 512]
+(sparsity.packing.tile_meta: one buffer then serves cuSPARSELt and these kernels; the loads go through
+meta_row_off / meta_col_off), s_w [N] fp32 or None (bf16 values), b [N] or None
 -> y [M, N] (gated: [M, N/2]) in x's dtype.
 Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref (unpack -> dense -> linear_ref).
 
@@ -29,6 +31,41 @@ from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
 
 VALUE_DTYPES = (torch.int8, torch.float8_e4m3fn, torch.bfloat16)
+
+
+@triton.jit
+def meta_row_off(rows, stride_mn, TILED: tl.constexpr):
+    """Offset of row ``rows``' meta bytes: rows · stride for row-major meta; for tiled meta (stride = one row
+    tile of 64 rows) the row's place in cuSPARSELt's bit-interleaved 512-byte tiles (sparsity.packing)."""
+    if TILED:
+        return (rows >> 6) * stride_mn + ((rows >> 3) & 1) + ((rows & 7) << 4) + (((rows >> 4) & 3) << 7)
+    else:
+        return rows * stride_mn
+
+
+@triton.jit
+def meta_col_off(b, TILED: tl.constexpr):
+    """Offset of meta byte ``b`` of a row (row-major: b; tiled: its place among the row's 512-byte tiles).
+    Row and column offsets add up, so tiles and loops keep their row-major shape."""
+    if TILED:
+        return ((b >> 3) << 9) + (((b >> 2) & 1) << 1) + ((b & 1) << 2) + (((b >> 1) & 1) << 3)
+    else:
+        return b
+
+
+def meta_args(meta: torch.Tensor, rows: int, k: int, where: str) -> tuple[int, bool]:
+    """(row stride, TILED) for a kernel launch; a ValueError when meta fits neither form for [rows, k]."""
+    if meta.dtype != torch.uint8:
+        raise ValueError(f"{where}: meta must be uint8, got {meta.dtype}")
+    if meta.dim() == 3:
+        if rows % 64 or k % 64 or tuple(meta.shape) != (rows // 64, k // 64, 512) or not meta.is_contiguous():
+            raise ValueError(f"{where}: tiled meta must be a contiguous [{rows // 64}, {k // 64}, 512] for a "
+                             f"[{rows}, {k}] weight (both multiples of 64), got {tuple(meta.shape)}")
+        return meta.stride(0), True
+    if meta.dim() != 2 or tuple(meta.shape) != (rows, (k // 4 + 1) // 2) or meta.stride(1) != 1:
+        raise ValueError(f"{where}: meta must be [{rows}, {(k // 4 + 1) // 2}] contiguous along K (or tiled "
+                         f"[{rows // 64}, {k // 64}, 512]), got {tuple(meta.shape)}")
+    return meta.stride(0), False
 
 
 @triton.jit
@@ -126,6 +163,7 @@ def _sparse24_kernel(
     ACT: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
+    TILED: tl.constexpr = False,  # meta in cuSPARSELt's tiles (BLOCK_K a multiple of 64)
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -149,10 +187,13 @@ def _sparse24_kernel(
 
     x_ptrs = x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk
     v_ptrs = v_ptr + offs_n[:, None] * stride_vn + offs_j[None, :]
-    m_ptrs = m_ptr + offs_n[:, None] * stride_mn + offs_b[None, :]
+    m_cols = meta_col_off(offs_b, TILED)[None, :]
+    m_ptrs = m_ptr + meta_row_off(offs_n, stride_mn, TILED)[:, None] + m_cols
+    # a K step moves BLOCK_K/8 bytes along a row-major meta row, BLOCK_K/64 whole tiles along a tiled one
+    M_STEP: tl.constexpr = BLOCK_K * 8 if TILED else BLOCK_K // 8
     if GATED:
         vu_ptrs = v_ptrs + N * stride_vn
-        mu_ptrs = m_ptrs + N * stride_mn
+        mu_ptrs = m_ptr + meta_row_off(N + offs_n, stride_mn, TILED)[:, None] + m_cols
 
     if DOT == "int8":
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
@@ -178,10 +219,10 @@ def _sparse24_kernel(
                                   x_ptr.dtype.element_ty)
             acc_u = _dot_acc(x, wu, acc_u, DOT)
             vu_ptrs += BLOCK_K // 2
-            mu_ptrs += BLOCK_K // 8
+            mu_ptrs += M_STEP
         x_ptrs += BLOCK_K * stride_xk
         v_ptrs += BLOCK_K // 2
-        m_ptrs += BLOCK_K // 8
+        m_ptrs += M_STEP
 
     y = acc.to(tl.float32)
     if DOT == "int8" or DOT == "fp8":
@@ -218,10 +259,11 @@ def _dot_for(x: torch.Tensor, values: torch.Tensor, dynamic: bool) -> str:
 def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=None, out_dtype=None):
     from lowbit import quantize_activation
 
-    assert x.dim() == 2 and values.dim() == 2 and meta.dim() == 2, (x.shape, values.shape, meta.shape)
-    assert values.dtype in VALUE_DTYPES and meta.dtype == torch.uint8, (values.dtype, meta.dtype)
-    assert x.shape[1] == 2 * values.shape[1] and meta.shape[0] == values.shape[0], (x.shape, values.shape, meta.shape)
-    assert values.stride(1) == 1 and meta.stride(1) == 1
+    assert x.dim() == 2 and values.dim() == 2, (x.shape, values.shape, meta.shape)
+    assert values.dtype in VALUE_DTYPES, values.dtype
+    assert x.shape[1] == 2 * values.shape[1], (x.shape, values.shape)
+    assert values.stride(1) == 1
+    stride_m, tiled = meta_args(meta, values.shape[0], x.shape[1], "sparse24_linear")
     assert wscale is None or wscale.dtype == torch.float32
     assert not dynamic or values.dtype != torch.bfloat16, "dynamic activations need 8-bit values"
     M, K = x.shape
@@ -253,11 +295,11 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=Non
             wscale if wscale is not None else dummy, bias if bias is not None else dummy, out,
             M, N, K,
             x.stride(0), x.stride(1),
-            v.stride(0), meta.stride(0),
+            v.stride(0), stride_m,
             out.stride(0), out.stride(1),
             VALUE=value, DOT=dot, GATED=gated,
             HAS_SCALE=wscale is not None, HAS_BIAS=bias is not None, ACT=act,
-            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, TILED=tiled,
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
 

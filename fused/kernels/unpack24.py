@@ -2,7 +2,7 @@
 then the dense kernels; the packed form stays what is stored).
 
 values [N, K/2] (any 1- or 2-byte dtype, handled as integer bits) + meta [N, ceil(K/8)] uint8 in the layout
-of sparsity.packing -> dense [N, K] of the values' dtype. Each program takes BLOCK_R rows x BLOCK_B meta
+of sparsity.packing (or tiled as cuSPARSELt keeps it, [N/64, K/64, 512]) -> dense [N, K] of the values' dtype. Each program takes BLOCK_R rows x BLOCK_B meta
 bytes: one byte holds the positions of two groups, whose four kept values are contiguous, and gives 8
 dense columns; values and meta are read with wide loads, and the 8 columns are assembled in registers.
 Reference: sparsity.packing.unpack_24.
@@ -15,6 +15,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv
 from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.sparse24_linear import meta_args, meta_col_off, meta_row_off
 
 
 @triton.jit
@@ -25,13 +26,14 @@ def _group(nib, va, vb, p: tl.constexpr):
 
 @triton.jit
 def _unpack24_kernel(v_ptr, m_ptr, out_ptr, N, K, KH, MB, stride_vn, stride_mn, stride_on,
-                     BLOCK_R: tl.constexpr, BLOCK_B: tl.constexpr):
+                     BLOCK_R: tl.constexpr, BLOCK_B: tl.constexpr, TILED: tl.constexpr = False):
     # a tile of BLOCK_R rows x BLOCK_B meta bytes; byte b covers values 4b..4b+3 and dense columns 8b..8b+7
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     r_ok = rows[:, None] < N
     # masks against plain bounds (KH = K/2 values, MB meta bytes per row): contiguous, so the loads stay wide
-    m = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=r_ok & (b < MB)[None, :], other=0)
+    m = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
+                mask=r_ok & (b < MB)[None, :], other=0)
     m = m.to(tl.int32)
     j = tl.program_id(1) * (4 * BLOCK_B) + tl.arange(0, 4 * BLOCK_B)  # values, contiguous: wide loads
     v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=r_ok & (j < KH)[None, :], other=0)
@@ -60,7 +62,8 @@ def unpack24(values: torch.Tensor, meta: torch.Tensor) -> torch.Tensor:
     out = empty((N, K), device=values.device, dtype=values.dtype)
     if N == 0 or K == 0:
         return out
+    stride_m, tiled = meta_args(meta, N, K, "unpack24")
     v, o = values.view(bits), out.view(bits)
-    launch_kernel(_unpack24_kernel, (cdiv(N, 16), cdiv(K, 256)), v, meta, o, N, K, half, meta.shape[1],
-                  v.stride(0), meta.stride(0), o.stride(0), BLOCK_R=16, BLOCK_B=32, num_warps=4)
+    launch_kernel(_unpack24_kernel, (cdiv(N, 16), cdiv(K, 256)), v, meta, o, N, K, half, (K // 4 + 1) // 2,
+                  v.stride(0), stride_m, o.stride(0), BLOCK_R=16, BLOCK_B=32, TILED=tiled, num_warps=4)
     return out
