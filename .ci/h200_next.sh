@@ -18,6 +18,21 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  ninth2)  # tiled meta read as contiguous runs (vsel / dot / unpack24): the cuda tests, then the 2:4 rows at every M tiled,
+           # and M=1,16,128 with FUSED_TILED_META=0 in the same call (graph and plain)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \
+      tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -8
+    FUSED_TILED_META=1 timeout 230 python3 -m fused bench --blocks llama --m 1,16,128,1024,8192 --no-baselines \
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/ninth2_t1" > "$OUT/ninth2_t1.log" 2>&1
+    FUSED_TILED_META=0 timeout 120 python3 -m fused bench --blocks llama --m 1,16,128 --no-baselines \
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/ninth2_t0" > "$OUT/ninth2_t0.log" 2>&1
+    for t in 1 0; do echo "FUSED_TILED_META=$t"; grep "^|" "$OUT/ninth2_t$t.log" | grep -v "^|--" ; done
+    python3 -c "
+import json
+for t in (1, 0):
+    d = json.load(open('$OUT/ninth2_t%d/bench.json' % t))['timings']
+    for k, v in d.items():
+        if k.startswith(\"('sparse24_gemv'\") or k.startswith(\"('sparse24_route_graph'\"): print(t, k[:100], sorted(v, key=lambda r: r[0])[:2])" ;;
   ninth)  # tiled meta (ninth session): one buffer [values | meta in cuSPARSELt's tiles] serves cuSPARSELt and our 2:4
           # kernels. The new cuda tests + the 2:4 kernel files, then decode A/B (tiled vs FUSED_TILED_META=0) with memory
     timeout 250 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \

@@ -104,7 +104,7 @@ def poisoned(shape, dtype):
 # (M, mode, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K): each decode form on whole 64-column K steps
 GEMV_FORMS = [(1, "gather", 1, 16, 64, 2), (1, "vsel", 1, 32, 128, 1), (1, "vsel", 1, 16, 64, 3),
               (3, "vsel", 4, 16, 64, 2), (3, "gather", 4, 32, 64, 1), (3, "dot", 16, 16, 64, 2),
-              (16, "dot", 16, 32, 128, 1)]
+              (16, "dot", 16, 32, 128, 1), (1, "vsel", 1, 64, 64, 2)]  # the last: gated H=96 falls back to gathers
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])

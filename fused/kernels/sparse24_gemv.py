@@ -44,7 +44,7 @@ from fused.kernels import cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
-                                           meta_col_off, meta_row_off)
+                                           meta_chunks, meta_col_off, meta_row_off)
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
@@ -61,7 +61,7 @@ def _values_f32(v, VALUE: tl.constexpr):
 
 
 @triton.jit
-def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE: tl.constexpr,
+def _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_mn, VALUE: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, TILED: tl.constexpr):
     """One K step of "vsel": (positions int32, values fp32), both [BLOCK_N, BLOCK_K/4, 2] per 2:4 group,
     from [BLOCK_N, BLOCK_K/2] values and [BLOCK_N, BLOCK_K/8] meta loaded as plain rows."""
@@ -76,8 +76,11 @@ def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE
         j_ok = r_ok[:, None] & (j < half_k)[None, :]
         b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
     v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
-    meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
-                   mask=b_ok, other=0)
+    if TILED == 2:
+        meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, EVEN_K)
+    else:
+        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
+                       + meta_col_off(b, TILED != 0)[None, :], mask=b_ok, other=0)
     pos = (meta.to(tl.int32)[:, :, None] >> (2 * tl.arange(0, 4))[None, None, :]) & 3  # [BN, BK/8, 4]: value 4b+s
     if VALUE == "int8":
         w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
@@ -87,7 +90,7 @@ def _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE
 
 
 @triton.jit
-def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
+def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                   VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                   TILED: tl.constexpr):
     """"vsel" (BLOCK_M = 1). The values and meta tiles load as plain 2-D rows ([BLOCK_N, BLOCK_K/2] and
@@ -101,8 +104,8 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
     r_ok = rows < R_END
     acc3 = tl.zeros((BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
-                            EVEN_K, TILED)
+        pos, w = _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_mn, VALUE, BLOCK_N,
+                            BLOCK_K, EVEN_K, TILED)
         col = k0 + 4 * offs_g
         xg = tl.load(x_ptr + (col[:, None] + tl.arange(0, 4)[None, :]) * stride_xk, mask=(col < K)[:, None],
                      other=0.0).to(tl.float32)                              # [G, 4]: group g's 4 entries
@@ -120,7 +123,7 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, st
 
 
 @triton.jit
-def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
                        stride_xm, stride_xk, stride_vn, stride_mn, VALUE: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
                        TILED: tl.constexpr):
@@ -134,8 +137,8 @@ def _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_h
     m_ok = offs_m < M
     acc4 = tl.zeros((BLOCK_M, BLOCK_N, G, 2), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        pos, w = _vsel_tile(v_ptr, m_ptr, rows, r_ok, k0, half_k, stride_vn, stride_mn, VALUE, BLOCK_N, BLOCK_K,
-                            EVEN_K, TILED)
+        pos, w = _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_mn, VALUE, BLOCK_N,
+                            BLOCK_K, EVEN_K, TILED)
         pos = pos[None]
         w = w[None]                                                        # [1, BN, G, 2]
         col = k0 + 4 * offs_g
@@ -172,7 +175,7 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
         j = 4 * q[None, :, None] + s                                   # kept-value index [1, Q, 4]
         j_ok = r_ok[:, None, None] & (j < half_k)                     # [BN, Q, 4]
         v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0)
-        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(q, TILED)[None, :],
+        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None] + meta_col_off(q, TILED != 0)[None, :],
                        mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
         pos = (meta.to(tl.int32)[:, :, None] >> (2 * s)) & 3           # [BN, Q, 4]
         base = 8 * q[None, :, None] + group_col                        # [1, Q, 4]
@@ -190,7 +193,7 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
 
 
 @triton.jit
-def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
                  stride_xm, stride_xk, stride_vn, stride_mn,
                  VALUE: tl.constexpr, DOT: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILED: tl.constexpr):
@@ -209,28 +212,33 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
             x = x.to(tl.float32)
         j = k0 // 2 + offs_j
         b = k0 // 8 + offs_b
-        w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :],
-                             m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
-                             r_ok[:, None] & (j < half_k)[None, :], r_ok[:, None] & (4 * b < half_k)[None, :],
-                             VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
+        b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
+        if TILED == 2:
+            meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, False)
+        else:
+            meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
+                           + meta_col_off(b, TILED != 0)[None, :], mask=b_ok, other=0)
+        w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :], meta,
+                             r_ok[:, None] & (j < half_k)[None, :], VALUE, DOT, BLOCK_N, BLOCK_K,
+                             x_ptr.dtype.element_ty)
         acc = _dot_acc(x, w, acc, DOT)
     return acc
 
 
 @triton.jit
-def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_vn, stride_mn,
              VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
              TILED: tl.constexpr):
     if MODE == "dot":
-        acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
+        acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
                            stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, TILED)
     elif MODE == "vsel" and BLOCK_M == 1:
-        acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
+        acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                             VALUE, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     elif MODE == "vsel":
-        acc = _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
+        acc = _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
                                  stride_vn, stride_mn, VALUE, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     else:
         acc = _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
@@ -247,7 +255,8 @@ def _sparse24_gemv_kernel(
     VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
     GATED: tl.constexpr, HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    EVEN_K: tl.constexpr = False, TILED: tl.constexpr = False,
+    EVEN_K: tl.constexpr = False,
+    TILED: tl.constexpr = 0,  # meta: 0 row-major; tiled (cuSPARSELt's order): 1 byte gathers, 2 contiguous runs
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -255,10 +264,11 @@ def _sparse24_gemv_kernel(
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
+    acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, pid_n * BLOCK_N, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
                    stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     if GATED:
-        acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, M, 2 * N, K, k_lo, k_hi, stride_xm, stride_xk,
+        acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, N + pid_n * BLOCK_N, M, 2 * N, K, k_lo, k_hi,
+                         stride_xm, stride_xk,
                          stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
     else:
         acc_u = acc
@@ -318,6 +328,15 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     return out
 
 
+def _tiled_mode(tiled: bool, mode: str, bn: int, N: int, gated: bool) -> int:
+    """TILED for a launch: 0 row-major meta; tiled meta as contiguous runs (2) where vsel / dot row tiles fall on
+    16-row boundaries of cuSPARSELt's tiles (gated: the up rows start at N, so N % BLOCK_N == 0 too), else as
+    byte gathers (1)."""
+    if not tiled:
+        return 0
+    return 2 if mode in ("vsel", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
+
+
 def _interpret_config(M, N, K, tiled=False):
     bk = 64 if tiled else 32  # tiled meta: whole 64-column tiles per K step
     cfg = _cfg("gather", 1, 16, bk, 4) if M == 1 else _cfg("dot", 16, 16, bk, 4)
@@ -371,7 +390,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
             x.stride(0), x.stride(1), v.stride(0), stride_m, y.stride(0), y.stride(1),
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-            EVEN_K=K % bk == 0, TILED=tiled, num_warps=cfg["num_warps"],
+            EVEN_K=K % bk == 0, TILED=_tiled_mode(tiled, mode, bn, N, gated), num_warps=cfg["num_warps"],
         )
 
     if config is None:

@@ -53,6 +53,24 @@ def meta_col_off(b, TILED: tl.constexpr):
         return b
 
 
+@triton.jit
+def meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr):
+    """[BLOCK_N, BLOCK_K/8] meta bytes of rows row0.. (row0 % BLOCK_N == 0, BLOCK_N 16 / 32 / 64) from tiled meta:
+    in cuSPARSELt's tiles those rows' bytes for 64 columns of K are one contiguous run of BLOCK_N·8 bytes, so the
+    load is BLOCK_K/64 wide runs and the bytes are put in row order in registers (the in-tile offset's bits,
+    low to high: n3, b2, b0, b1, n0..n2, n4, n5; see sparsity.packing)."""
+    T: tl.constexpr = BLOCK_K // 64
+    t = tl.arange(0, T)
+    offs = ((row0 >> 6) * stride_mn + (k0 // 64) * 512 + (row0 & 63) * 8
+            + t[:, None] * 512 + tl.arange(0, BLOCK_N * 8)[None, :])
+    if EVEN_K:
+        m = tl.load(m_ptr + offs)
+    else:
+        m = tl.load(m_ptr + offs, mask=(k0 // 64 + t < K // 64)[:, None], other=0)
+    m = tl.reshape(m, (T, BLOCK_N // 16, 8, 2, 2, 2, 2))  # t, n5n4, n2n1n0, b1, b0, b2, n3
+    m = tl.permute(m, (1, 6, 2, 0, 5, 3, 4))               # n5n4, n3, n2n1n0, t, b2, b1, b0
+    return tl.reshape(m, (BLOCK_N, BLOCK_K // 8))
+
 def meta_args(meta: torch.Tensor, rows: int, k: int, where: str) -> tuple[int, bool]:
     """(row stride, TILED) for a kernel launch; a ValueError when meta fits neither form for [rows, k]."""
     if meta.dtype != torch.uint8:
@@ -112,12 +130,12 @@ def _expand_24_16(v, meta, VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 
 @triton.jit
-def _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
+def _load_dense_tile(v_ptrs, meta, j_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, x_dtype):
-    """Load one row tile of packed weights and return it dense, transposed [BLOCK_K, BLOCK_N], ready for
-    the dot in DOT's dtype. Masked-off values and meta load as 0: their columns contribute nothing."""
+    """Load one row tile of packed weights (its [BLOCK_N, BLOCK_K/8] meta bytes already loaded) and return it
+    dense, transposed [BLOCK_K, BLOCK_N], ready for the dot in DOT's dtype. Masked-off values and meta are 0:
+    their columns contribute nothing."""
     v = tl.load(v_ptrs, mask=j_ok, other=0)   # fp8 arrives as uint8 (interpreter: masked fp8 loads fail)
-    meta = tl.load(m_ptrs, mask=b_ok, other=0)
     if VALUE != "float" and DOT != "int8" and DOT != "fp8" and x_dtype != tl.float32:
         # weight-only, 8-bit values, 16-bit x: expand in x's dtype (the interpreter's "fp32" dot widens it)
         w = _expand_24_16(v, meta, VALUE, BLOCK_N, BLOCK_K, x_dtype)
@@ -212,10 +230,11 @@ def _sparse24_kernel(
             x = x.to(tl.float32)
         j_ok = n_ok[:, None] & (offs_j[None, :] < half_k - k0 // 2)
         b_ok = n_ok[:, None] & (offs_b[None, :] < meta_k - k0 // 8)
-        w = _load_dense_tile(v_ptrs, m_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K, x_ptr.dtype.element_ty)
+        w = _load_dense_tile(v_ptrs, tl.load(m_ptrs, mask=b_ok, other=0), j_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
+                             x_ptr.dtype.element_ty)
         acc = _dot_acc(x, w, acc, DOT)
         if GATED:
-            wu = _load_dense_tile(vu_ptrs, mu_ptrs, j_ok, b_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
+            wu = _load_dense_tile(vu_ptrs, tl.load(mu_ptrs, mask=b_ok, other=0), j_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
                                   x_ptr.dtype.element_ty)
             acc_u = _dot_acc(x, wu, acc_u, DOT)
             vu_ptrs += BLOCK_K // 2

@@ -15,7 +15,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.sparse24_linear import meta_args, meta_col_off, meta_row_off
+from fused.kernels.sparse24_linear import meta_args, meta_chunks
 
 
 @triton.jit
@@ -32,8 +32,11 @@ def _unpack24_kernel(v_ptr, m_ptr, out_ptr, N, K, KH, MB, stride_vn, stride_mn, 
     b = tl.program_id(1) * BLOCK_B + tl.arange(0, BLOCK_B)
     r_ok = rows[:, None] < N
     # masks against plain bounds (KH = K/2 values, MB meta bytes per row): contiguous, so the loads stay wide
-    m = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED)[:, None] + meta_col_off(b, TILED)[None, :],
-                mask=r_ok & (b < MB)[None, :], other=0)
+    if TILED:  # cuSPARSELt's tiles: BLOCK_R rows x 64 columns are one contiguous run per tile
+        m = meta_chunks(m_ptr, tl.program_id(0) * BLOCK_R, tl.program_id(1) * (8 * BLOCK_B), K, stride_mn,
+                        BLOCK_R, 8 * BLOCK_B, False)
+    else:
+        m = tl.load(m_ptr + rows[:, None] * stride_mn + b[None, :], mask=r_ok & (b < MB)[None, :], other=0)
     m = m.to(tl.int32)
     j = tl.program_id(1) * (4 * BLOCK_B) + tl.arange(0, 4 * BLOCK_B)  # values, contiguous: wide loads
     v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=r_ok & (j < KH)[None, :], other=0)
