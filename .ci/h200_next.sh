@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: nothing new is prepared (2026-12-01, eighth: act_quant by reciprocal + the quantized hand-off; the
-# touched cuda tests passed in `eighth`, `eighth2`, `eighth3`; test_narrow_mlp / test_profile not re-run). After a change to
-# a kernel or a route, run `tests` (~410 s) and `tests2` (~215 s), then the mode that measures it. See
-# examples/results/h200/NOTES.md, "eighth".
+# Next session: nothing new is prepared (2026-12-01, ninth: tiled 2:4 meta, one buffer for cuSPARSELt and our kernels;
+# the touched cuda tests passed in `ninth`, `ninth2`, `ninth3`). After a change to a kernel or a route, run `tests`
+# (~410 s) and `tests2` (~215 s), then the mode that measures it. See examples/results/h200/NOTES.md, "ninth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -18,6 +17,24 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  ninth3)  # after the tiled unpack24 kernel + shipped picks: the cuda tests the tiled layout reaches, then the 2:4 rows
+           # at every M (graph and plain), and the tiled vs row-major unpack24 kernels alone
+    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \
+      tests/test_sparsity_modules.py tests/test_handoff.py tests/test_save_load.py tests/test_kernels_sparse24.py 2>&1 | filt | tail -8
+    python3 -c "
+import torch, triton.testing as tt
+from sparsity.packing import pack_24, tile_meta
+from fused.kernels.unpack24 import unpack24
+for n, k in ((28672, 4096), (4096, 14336)):
+    w = torch.randint(1, 100, (n, k // 4, 2), dtype=torch.uint8, device='cuda')
+    d = torch.zeros(n, k // 4, 4, dtype=torch.uint8, device='cuda'); d[..., 1:3] = w; d = d.view(n, k).view(torch.int8)
+    v, m = pack_24(d); mt = tile_meta(m)
+    assert torch.equal(unpack24(v, mt), d) and torch.equal(unpack24(v, m), d)
+    print('unpack24', n, k, 'row-major %.1f us, tiled %.1f us' % tuple(1e3 * tt.do_bench(lambda: unpack24(v, mm)) for mm in (m, mt)))
+" 2>&1 | filt | grep unpack24
+    timeout 250 python3 -m fused bench --blocks llama --m 1,16,128,1024,8192 --no-baselines \
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/ninth3" > "$OUT/ninth3.log" 2>&1
+    grep "^|" "$OUT/ninth3.log" | grep -v "^|--" ;;
   ninth2)  # tiled meta read as contiguous runs (vsel / dot / unpack24): the cuda tests, then the 2:4 rows at every M tiled,
            # and M=1,16,128 with FUSED_TILED_META=0 in the same call (graph and plain)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \
