@@ -51,6 +51,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "block": parent if parent in blocks else None,
             "op": mod.op_name,
             "format": mod.fmt + (" 2:4" if getattr(mod, "sparsity", None) else ""),
+            # 2:4 meta in cuSPARSELt's tiles, one buffer with the values for every route ("tiled"), or row-major
+            "meta": ("tiled" if mod.tiled_meta else "row-major") if hasattr(mod, "tiled_meta") else None,
             "mode": "W8A8 dynamic" if mod.dynamic else "weight-only",
             "act": mod.act,
             "device": str(dev),
@@ -84,7 +86,8 @@ def format_table(rows: list[dict]) -> str:
             shown.add(r["block"])
             lines.append([r["block"], "mlp_block", "", "", "", f'{r["block_path"]} ({r["block_why"]})', "", ""])
         routes = f' [routes so far: {r["routes"]}]' if r.get("routes") else ""
-        lines.append([r["module"], r["op"], r["format"], r["mode"], r["act"], f'{r["path"]} ({r["why"]}){routes}',
+        fmt = r["format"] + (" (tiled meta)" if r.get("meta") == "tiled" else "")
+        lines.append([r["module"], r["op"], fmt, r["mode"], r["act"], f'{r["path"]} ({r["why"]}){routes}',
                       f'{r["bytes_before"] / 1024:.1f}', f'{r["bytes_after"] / 1024:.1f}'])
     before = sum(r["bytes_before"] for r in rows)
     after = sum(r["bytes_after"] for r in rows)

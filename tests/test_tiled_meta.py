@@ -17,6 +17,7 @@ from fused.kernels.sparse24_linear import sparse24_gated, sparse24_linear
 from fused.kernels.unpack24 import unpack24
 from fused.reference import sparse24_gated_ref, sparse24_linear_ref
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
+from fused.explain import explain as _explain
 from fused.sweep import param_bytes
 from lowbit import quantize_weight, sqnr
 from sparsity import magnitude_mask_24, pack_24, unpack_24
@@ -35,6 +36,10 @@ def coded(n, k, e):
     w = torch.zeros(n, k // 4, 4, dtype=torch.uint8)
     w.scatter_(2, POS[(gid // 6 ** e) % 6], vals.reshape(n, k // 4, 2).to(torch.uint8))
     return w.reshape(n, k)
+
+
+def fused_explain(model):
+    return _explain(model, print_table=False)
 
 
 def buffer(w):
@@ -173,6 +178,8 @@ def test_module_tiled_meta(cls, path, tmp_path):
     assert mod.tiled_meta and mod.meta.shape == (rows // 64, 3, 512)
     assert dispatch.shares_buffer(mod.values, mod.meta)
     assert param_bytes(mod) == bytes0 == mod.weight_bytes()  # one buffer, not a second copy
+    info = fused_explain(torch.nn.Sequential(mod))
+    assert info[0]["meta"] == "tiled" and info[0]["bytes_after"] == bytes0
     with dispatch.force_path(path):
         assert torch.equal(mod(x), y0)
     assert torch.equal(mod.dense_weight(), cls.from_float(w, torch.randn(rows), fmt="float8_e4m3", **kw).dense_weight())
