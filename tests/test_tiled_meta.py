@@ -262,3 +262,20 @@ def test_cuda_module_one_buffer_every_route(vdtype, dynamic, monkeypatch):
     assert not cpu.tiled_meta and torch.equal(cpu.meta, row.meta.cpu())
     back = cpu.to("cuda")
     assert back.tiled_meta and dispatch.shares_buffer(back.values, back.meta)
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+def test_ops_with_tiled_meta_opcheck_and_compile(gated):
+    from fused import ops
+
+    v, m, s = weights(128, 64, torch.int8)
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16)
+    op = ops.sparse24_gated if gated else ops.sparse24_linear
+    utils = ("test_schema", "test_autograd_registration", "test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(op, (x, v, tile_meta(m), s, torch.randn(128), "silu", True), test_utils=utils)
+    cls = FusedSparseGatedLinear if gated else FusedSparseLinear
+    mod = cls.from_float(torch.randn(128, 64), None, "int8").set_tiled_meta(True)
+    with torch.no_grad():
+        eager = mod(x)
+        compiled = torch.compile(mod, backend="aot_eager", fullgraph=True, dynamic=True)(x)
+    assert torch.equal(eager, compiled)
