@@ -2,7 +2,9 @@
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: nothing new is prepared (2026-12-01, ninth: tiled 2:4 meta, one buffer for cuSPARSELt and our kernels;
-# the touched cuda tests passed in `ninth`, `ninth2`, `ninth3`). After a change to a kernel or a route, run `tests`
+# the touched cuda tests passed in `ninth`, `ninth2`, `ninth3`, `tests`; test_tiled_meta's fp8 W8A16 case of
+# test_cuda_module_one_buffer_every_route and its opcheck test were added after and have not run on the GPU). After a
+# change to a kernel or a route, run `tests`
 # (~410 s) and `tests2` (~215 s), then the mode that measures it. See examples/results/h200/NOTES.md, "ninth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
