@@ -205,6 +205,11 @@ def test_module_tiled_meta(cls, path, tmp_path):
     loaded = cls(192, rows if cls is FusedSparseLinear else rows // 2, True, fmt="float8_e4m3", **kw).set_tiled_meta(True)
     fused.load(tmp_path / "m.safetensors", torch.nn.Sequential(loaded))
     assert loaded.tiled_meta and torch.equal(loaded.meta, mod.meta) and torch.equal(loaded.values, mod.values)
+    # torch.save of the state_dict, torch.load(weights_only=True), into a tiled module
+    torch.save(mod.state_dict(), tmp_path / "sd.pt")
+    again = cls(192, rows if cls is FusedSparseLinear else rows // 2, True, fmt="float8_e4m3", **kw).set_tiled_meta(True)
+    again.load_state_dict(torch.load(tmp_path / "sd.pt", weights_only=True))
+    assert again.tiled_meta and torch.equal(again.meta, mod.meta) and torch.equal(again.values, mod.values)
     mod.set_tiled_meta(False)
     assert not mod.tiled_meta and mod.meta.shape == state0["meta"].shape
     with dispatch.force_path(path):
