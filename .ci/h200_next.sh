@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: nothing new is prepared (2026-12-01, ninth: tiled 2:4 meta, one buffer for cuSPARSELt and our kernels;
+# Next session: `w8a16cublas` is prepared (W8A16 from M=1024 on cuBLAS's bf16 GEMM, a timed route; not yet run).
+# (2026-12-01, ninth: tiled 2:4 meta, one buffer for cuSPARSELt and our kernels;
 # the touched cuda tests passed in `ninth`, `ninth2`, `ninth3`, `tests`; test_tiled_meta's fp8 W8A16 case of
 # test_cuda_module_one_buffer_every_route and its opcheck test were added after and have not run on the GPU). After a
 # change to a kernel or a route, run `tests`
@@ -19,6 +20,20 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  w8a16cublas)  # prepared in the ninth session, not yet run: W8A16 from M=1024 on cuBLAS's bf16 GEMM (widen + mm +
+                # scale_epilogue) timed against the Triton GEMM per shape. Its cuda test, then an A/B of the block rows
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k "cublas" \
+      tests/test_tiled_meta.py 2>&1 | filt | tail -6
+    for c in 0 1; do
+      FUSED_CUBLAS_W8A16=$c timeout 170 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines \
+        --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/w8a16cublas$c" > "$OUT/w8a16cublas$c.log" 2>&1
+      echo "FUSED_CUBLAS_W8A16=$c"; grep "^|" "$OUT/w8a16cublas$c.log" | grep -v "^|--"
+    done
+    python3 -c "
+import json
+d = json.load(open('$OUT/w8a16cublas1/bench.json'))['timings']
+for k, v in d.items():
+    if 'w8a16_route' in k: print(k[:120], sorted(v, key=lambda r: r[0]))" ;;
   ninth3)  # after the tiled unpack24 kernel + shipped picks: the cuda tests the tiled layout reaches, then the 2:4 rows
            # at every M (graph and plain), and the tiled vs row-major unpack24 kernels alone
     timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_tiled_meta.py tests/test_unpack24.py \

@@ -188,6 +188,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                     why += (f"; fp8 with bf16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split into "
                             "two e4m3 planes, two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
+                if CUBLAS_W8A16:
+                    why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
+                            "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
         elif "w8_gemm_split" in kernel and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -331,6 +334,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         path = _cuda_path(op, M, dynamic, qweight.dtype, x.dtype)
         if CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(qweight):
             path = _cublas_route(op, x2, qweight, wscale, bias, act, path)
+        elif CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(qweight):
+            path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -344,6 +349,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         return ref(x, qweight, wscale, bias, act, dynamic)
     if path == CUBLAS_PATH:
         y = _cublas_w8a8(x2, qweight, wscale, bias, act, op == "gated")
+    elif path == CUBLAS_W8A16_PATH:
+        y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
     else:
         y = _triton_dense(path, x2, qweight, wscale, bias, act, op == "gated", dynamic)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
@@ -435,9 +442,10 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
 
 
 def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
-    """The CUDA-graph picks measured so far for a dense W8A8 layer's shape (CUBLAS_W8A8): {(M bucket, x dtype,
-    bias None, act, hand-off): "triton" or "cublas"} (what `explain` lists; eager calls always run Triton).
-    hand-off: "" for a plain call, "h out" / "h in" for a block's layers passing h quantized (QuantizedAct)."""
+    """The CUDA-graph picks measured so far for a dense layer's shape (CUBLAS_W8A8, CUBLAS_W8A16): {(M bucket,
+    x dtype, bias None, act, tag): "triton" or "cublas"} (what `explain` lists; W8A8 eager calls always run
+    Triton). tag: "" for a plain W8A8 call, "h out" / "h in" for a block's layers passing h quantized
+    (QuantizedAct), "w8a16" for the weight-only route from WIDEN_MIN_M."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 
@@ -453,6 +461,46 @@ def _graph_pick(key, triton, cublas, op) -> str:
             _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
         return "triton"
     return "cublas" if routes is not None and routes[1] == "cublas" else "triton"
+
+
+# W8A16 from WIDEN_MIN_M, bf16 activations: the weight widened to bf16 (exact), cuBLAS's bf16 GEMM on it (bf16
+# out), then the scales, bias, activation and gate in one pass (scale_epilogue), timed per shape against the
+# Triton GEMM on the same widened copy, for eager calls and for CUDA-graph capture (at these M a call that is
+# not replayed from a recording costs nothing that matters). Measured before on the H200 (2026-11-30,
+# `.ci/diag.py w8a16big`): gate/up at M=8192, cuBLAS mm 2552 µs against 3126 for our GEMM on the widened copy.
+# Prediction (ninth session, not yet run on a GPU): Llama int8 W8A16 at M=8192 5224 -> ~4800-4950 µs (the bf16
+# product makes a 470 MB round trip through HBM the fused epilogue does not: ~250 µs of the ~570 gained back);
+# M=1024 even or better. Still above bf16 eager (~4650), which runs the same GEMMs without the widening.
+# fp16 x keeps Triton (a raw 16-bit product of 8-bit weights could overflow fp16). Off until measured on the
+# H200 (`bash .ci/h200_next.sh w8a16cublas`); FUSED_CUBLAS_W8A16=1: on.
+CUBLAS_W8A16 = os.environ.get("FUSED_CUBLAS_W8A16", "0") == "1"
+CUBLAS_W8A16_PATH = "triton:widen+cublas+triton:scale_epilogue"
+
+
+def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
+    """y = epilogue(x · W_qᵀ) with the product on cuBLAS: W_q widened to x's dtype (exact for int8 and e4m3),
+    torch.mm in x's dtype, then scale_epilogue (weight scales, bias, activation, gate)."""
+    from fused.kernels.scale_epilogue import scale_epilogue
+
+    w = _triton_kernels().widen(qweight, x2.dtype)
+    return scale_epilogue(torch.mm(x2, w.t()), None, wscale, bias, act, gated, x2.dtype)
+
+
+def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (Triton) or CUBLAS_W8A16_PATH for this W8A16 shape: the eager pick, or under CUDA-graph capture
+    the graph pick, both timed on the shape's first eager call (Triton if first met under capture)."""
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
+    gated = op == "gated"
+    capturing = torch.cuda.is_current_stream_capturing()
+    routes = _dense_routes.get(key)
+    if routes is None:
+        if capturing:
+            return path
+        cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False)}
+        cublas = lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+        _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A16")
+        routes = _dense_routes[key] = measure_route("dense_w8a16_route", key, cands, graph=True)
+    return CUBLAS_W8A16_PATH if routes[1 if capturing else 0] == "cublas" else path
 
 
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:

@@ -776,6 +776,47 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
     assert sqnr(ref.float(), out.float()) > 35
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_cublas_w8a16_cuda(fmt, gated, monkeypatch):
+    """The W8A16 cuBLAS route (widen, bf16 mm, scale_epilogue) against the weight-only reference, offered to the
+    route timing from WIDEN_MIN_M, and taken by eager calls and by a capture when picked (CUBLAS_W8A16)."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    N = 2 * 256 if gated else 256
+    q, s = quantize_weight(torch.randn(N, 512, device="cuda"), fmt)
+    b = torch.randn(N, device="cuda")
+    x = torch.randn(1100, 512, device="cuda", dtype=torch.bfloat16)[:, :500]  # a strided view: 500 features
+    q, s = q[:, :500].contiguous(), s
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+    got = dispatch._cublas_w8a16(x, q, s, b, "silu", gated)
+    assert sqnr(ref.float(), got.float()) > 40
+    monkeypatch.setattr(dispatch, "CUBLAS_W8A16", True)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    monkeypatch.setattr(dispatch, "_cublas_ok", lambda w: True)  # K = 500 is no multiple of 16: torch.mm takes it
+    offered = []
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
+                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
+    dispatch.stats.clear()
+    op = dispatch.gated if gated else dispatch.linear
+    name = "gated" if gated else "linear"
+    got = op(x, q, s, b, "silu")
+    assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_W8A16_PATH)] == 1
+    assert sqnr(ref.float(), got.float()) > 40
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = op(x, q, s, b, "silu")
+    g.replay()
+    torch.cuda.synchronize()
+    assert dispatch.stats[(name, dispatch.CUBLAS_W8A16_PATH)] == 2 and offered == ["triton", "cublas"]
+    assert sqnr(ref.float(), out.float()) > 40
+    small = op(x[:300], q, s, b, "silu")  # below WIDEN_MIN_M: not offered
+    assert offered == ["triton", "cublas"] and sqnr((gated_ref if gated else linear_ref)(x[:300], q, s, b, "silu").float(),
+                                                     small.float()) > 40
+
+
 def test_explain_lists_dense_graph_routes(monkeypatch):
     """explain shows, per M bucket, which GEMM a dense W8A8 layer's shape takes under CUDA-graph capture
     (cuBLAS or Triton, CUBLAS_W8A8); weight-only layers list none."""
@@ -795,3 +836,9 @@ def test_explain_lists_dense_graph_routes(monkeypatch):
     rows = explain(model, print_table=False)
     assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas" and rows[1]["routes"] is None
     assert "routes so far: M~32: graph triton" in format_table(rows)
+    # the weight-only route from WIDEN_MIN_M (CUBLAS_W8A16) shows on the weight-only layer only
+    dispatch._dense_routes[("linear", 1024, (64, 96), torch.int8, torch.bfloat16, True, "none", "w8a16")] = ("cublas",
+                                                                                                             "cublas")
+    rows = explain(model, print_table=False)
+    assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas"
+    assert rows[1]["routes"] == "M~1024 [w8a16]: graph cublas"
