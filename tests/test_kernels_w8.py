@@ -740,6 +740,19 @@ def test_cublas_w8a8_glue_emulated(fmt, gated, monkeypatch):
     assert dispatch._cublas_ok(q) and not dispatch._cublas_ok(q[:, :40]) and not dispatch._cublas_ok(q[:40])
 
 
+def _cublas_picked(monkeypatch, gated):
+    """Route timings replaced by "cuBLAS wins, eager and graph", recording the candidates offered; stats cleared.
+    Returns (offered, the dispatch op, its stats name)."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    offered = []
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
+                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
+    dispatch.stats.clear()
+    return offered, dispatch.gated if gated else dispatch.linear, "gated" if gated else "linear"
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("gated", [False, True])
@@ -757,13 +770,7 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
         got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
         assert sqnr(ref.float(), got.float()) > 35, M
     monkeypatch.setattr(dispatch, "CUBLAS_W8A8", True)
-    monkeypatch.setattr(dispatch, "_dense_routes", {})
-    offered = []
-    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
-                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
-    dispatch.stats.clear()
-    op = dispatch.gated if gated else dispatch.linear
-    name = "gated" if gated else "linear"
+    offered, op, name = _cublas_picked(monkeypatch, gated)
     got = op(x, q, s, b, "silu", dynamic=True)  # eager: timed, but the (replayable) Triton path runs
     assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 0
     assert sqnr(ref.float(), got.float()) > 35
@@ -794,14 +801,8 @@ def test_cublas_w8a16_cuda(fmt, gated, monkeypatch):
     got = dispatch._cublas_w8a16(x, q, s, b, "silu", gated)
     assert sqnr(ref.float(), got.float()) > 40
     monkeypatch.setattr(dispatch, "CUBLAS_W8A16", True)
-    monkeypatch.setattr(dispatch, "_dense_routes", {})
     monkeypatch.setattr(dispatch, "_cublas_ok", lambda w: True)  # K = 500 is no multiple of 16: torch.mm takes it
-    offered = []
-    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
-                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
-    dispatch.stats.clear()
-    op = dispatch.gated if gated else dispatch.linear
-    name = "gated" if gated else "linear"
+    offered, op, name = _cublas_picked(monkeypatch, gated)
     got = op(x, q, s, b, "silu")
     assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_W8A16_PATH)] == 1
     assert sqnr(ref.float(), got.float()) > 40
