@@ -413,6 +413,12 @@ def _cublas_ok(qweight) -> bool:
     return qweight.is_contiguous() and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
 
 
+def _library_rows(m: int, fp8: bool) -> int:
+    """Rows the cuBLAS / cuSPARSELt 8-bit products want of their dense operand: a multiple of 16, and more
+    than 16 for int8 (zero rows, written by act_quant / act_split, sliced off after)."""
+    return max(-(-m // 16) * 16, 16 if fp8 else 32)
+
+
 def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
     """x quantized per token (act_quant; rows padded with zeros to a multiple of 16, and past 16 for
     _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then scale_epilogue. ``q_in``: x
@@ -425,8 +431,7 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
         xq, xs, M, dtype = q_in
     else:
         M, dtype = x2.shape[0], x2.dtype
-        rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
-        xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=rows)
+        xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
     if fp8:
         one = _unit_scales.get(xq.device)
         if one is None:
@@ -450,17 +455,20 @@ def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 
 
-def _graph_pick(key, triton, cublas, op) -> str:
-    """"triton" or "cublas" for a dense W8A8 shape: eager calls always "triton" (replayable by `eager`); under
-    CUDA-graph capture the graph pick, timed on the shape's first eager call (Triton if never timed)."""
+def _graph_pick(key, triton, cublas, op, w8a16=False) -> str:
+    """"triton" or "cublas" for a dense shape, both timed on the shape's first eager call: under CUDA-graph
+    capture the graph pick (Triton if never timed); eager calls "triton" for W8A8 (replayable by `eager`),
+    the eager pick for W8A16 from WIDEN_MIN_M (``w8a16``: at those M host time does not matter)."""
     routes = _dense_routes.get(key)
-    if not torch.cuda.is_current_stream_capturing():
-        if routes is None:
-            cands = {"triton": triton}
-            _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A8")
-            _dense_routes[key] = measure_route("dense_w8a8_route", key, cands, graph=True)
+    capturing = torch.cuda.is_current_stream_capturing()
+    if routes is None and not capturing:
+        what = "W8A16" if w8a16 else "W8A8"
+        cands = {"triton": triton}
+        _offer(cands, "cublas", cublas, cublas, op, f"cuBLAS {what}")
+        routes = _dense_routes[key] = measure_route(f"dense_{what.lower()}_route", key, cands, graph=True)
+    if routes is None or not (capturing or w8a16):
         return "triton"
-    return "cublas" if routes is not None and routes[1] == "cublas" else "triton"
+    return routes[1 if capturing else 0]
 
 
 # W8A16 from WIDEN_MIN_M, bf16 activations: the weight widened to bf16 (exact), cuBLAS's bf16 GEMM on it (bf16
@@ -487,20 +495,12 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 
 
 def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (Triton) or CUBLAS_W8A16_PATH for this W8A16 shape: the eager pick, or under CUDA-graph capture
-    the graph pick, both timed on the shape's first eager call (Triton if first met under capture)."""
+    """``path`` (Triton) or CUBLAS_W8A16_PATH for this W8A16 shape (_graph_pick: eager and graph picks)."""
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
     gated = op == "gated"
-    capturing = torch.cuda.is_current_stream_capturing()
-    routes = _dense_routes.get(key)
-    if routes is None:
-        if capturing:
-            return path
-        cands = {"triton": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False)}
-        cublas = lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated)  # noqa: E731
-        _offer(cands, "cublas", cublas, cublas, op, "cuBLAS W8A16")
-        routes = _dense_routes[key] = measure_route("dense_w8a16_route", key, cands, graph=True)
-    return CUBLAS_W8A16_PATH if routes[1 if capturing else 0] == "cublas" else path
+    pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
+                       lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True)
+    return CUBLAS_W8A16_PATH if pick == "cublas" else path
 
 
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
@@ -532,8 +532,7 @@ class QuantizedAct(NamedTuple):
 
 
 def _handoff_rows(m: int) -> int:
-    # what every library route wants of its 8-bit rows: a multiple of 16, and more than 16 for int8
-    return max(-(-m // 16) * 16, 32)
+    return _library_rows(m, fp8=False)  # what every library route wants, int8's being the stricter
 
 
 def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
@@ -809,7 +808,7 @@ def _cslt_weight(values, meta):
     global _cslt_weights
     from fused.kernels.unpack24 import unpack24
 
-    if meta.dim() == 3 and shares_buffer(values, meta):
+    if shares_buffer(values, meta):
         n, half = values.shape
         return torch.empty(0, dtype=values.dtype, device=values.device).set_(
             values.untyped_storage(), values.storage_offset(), (n, half + half // 4))
@@ -873,13 +872,10 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None, q_in=None
     k = _triton_kernels()
     M, dtype = (q_in.m, q_in.dtype) if q_in is not None else (x2.shape[0], x2.dtype)
     planes = None
-    # cuSPARSELt wants the dense operand's rows in multiples of 16, and more than 16 for int8: zero rows
-    # (written by act_quant / act_split), sliced off after
     if q_in is not None:
         xq, xs = q_in.q, q_in.s
     elif dynamic:
-        rows = max(-(-M // 16) * 16, 16 if fp8 else 32)
-        xq, xs = k.act_quant(x2, fp8=fp8, rows=rows)
+        xq, xs = k.act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
     else:
         rows = -(-M // 16) * 16  # per plane: the two make at least 32
         xq, xs = k.act_split(x2, fp8=fp8, rows=rows)

@@ -94,7 +94,7 @@ class _Sparse24(_Fused8bit):
         from CUDA (see fused.dispatch.TILED_META); this is for tests and explicit control."""
         if tiled:
             n, half = self.values.shape
-            meta = tile_meta(untile_meta(self.meta) if self.meta.dim() == 3 else self.meta)
+            meta = self.meta if self.meta.dim() == 3 else tile_meta(self.meta)
             buf = torch.empty(n * half + meta.numel(), dtype=torch.uint8, device=self.values.device)
             buf[:n * half].copy_(self.values.reshape(-1).view(torch.uint8))
             buf[n * half:].copy_(meta.reshape(-1))

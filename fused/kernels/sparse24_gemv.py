@@ -3,7 +3,8 @@
 x [M, K] bf16/fp16/fp32 (any strides); values [R, K/2] int8 / float8_e4m3fn (passed as uint8) / bfloat16,
 meta [R, ceil(K/8)] uint8 (sparsity.packing: kept value j of a row sits at column 4·(j//2) + its 2-bit
 position, bits 2·(j%4).. of meta byte j//4) or the same bytes in cuSPARSELt's tiles [R/64, K/64, 512]
-(sparsity.packing.tile_meta; TILED: the meta loads become byte gathers, BLOCK_K a multiple of 64);
+(sparsity.packing.tile_meta; BLOCK_K a multiple of 64; vsel / dot load each 64-column tile's rows as one
+contiguous run, meta_chunks, the other forms gather bytes);
 s_w [R] fp32 or None (bf16 values); optional bias [R].
 Linear: R = N outputs. Gated: rows [0, H) are the gate, [H, 2H) the up projection, and
 y = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) [M, H].
@@ -175,8 +176,8 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
         j = 4 * q[None, :, None] + s                                   # kept-value index [1, Q, 4]
         j_ok = r_ok[:, None, None] & (j < half_k)                     # [BN, Q, 4]
         v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0)
-        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None] + meta_col_off(q, TILED != 0)[None, :],
-                       mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
+        meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
+                       + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
         pos = (meta.to(tl.int32)[:, :, None] >> (2 * s)) & 3           # [BN, Q, 4]
         base = 8 * q[None, :, None] + group_col                        # [1, Q, 4]
         w = _values_f32(v, VALUE)
@@ -212,12 +213,12 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_h
             x = x.to(tl.float32)
         j = k0 // 2 + offs_j
         b = k0 // 8 + offs_b
-        b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
         if TILED == 2:
             meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, False)
         else:
             meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
-                           + meta_col_off(b, TILED != 0)[None, :], mask=b_ok, other=0)
+                           + meta_col_off(b, TILED != 0)[None, :], mask=r_ok[:, None] & (4 * b < half_k)[None, :],
+                           other=0)
         w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :], meta,
                              r_ok[:, None] & (j < half_k)[None, :], VALUE, DOT, BLOCK_N, BLOCK_K,
                              x_ptr.dtype.element_ty)
@@ -397,7 +398,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
         from fused.kernels import INTERPRET
 
         cands = (lambda: [_interpret_config(M, N, K, tiled)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
-        # tiled meta is timed apart (its byte gathers may favour other tiles)
+        # tiled meta is timed apart (its loads differ, so other tiles may win)
         key = (m_bucket(M), N, K, gated, values.dtype) + (("tiled",) if tiled else ())
         config = pick("sparse24_gemv", key, cands, launch)
     launch(config)

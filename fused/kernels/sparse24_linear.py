@@ -71,6 +71,7 @@ def meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N: tl.constexpr, BLOCK_K: t
     m = tl.permute(m, (1, 6, 2, 0, 5, 3, 4))               # n5n4, n3, n2n1n0, t, b2, b1, b0
     return tl.reshape(m, (BLOCK_N, BLOCK_K // 8))
 
+
 def meta_args(meta: torch.Tensor, rows: int, k: int, where: str) -> tuple[int, bool]:
     """(row stride, TILED) for a kernel launch; a ValueError when meta fits neither form for [rows, k]."""
     if meta.dtype != torch.uint8:

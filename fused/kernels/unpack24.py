@@ -2,9 +2,10 @@
 then the dense kernels; the packed form stays what is stored).
 
 values [N, K/2] (any 1- or 2-byte dtype, handled as integer bits) + meta [N, ceil(K/8)] uint8 in the layout
-of sparsity.packing (or tiled as cuSPARSELt keeps it, [N/64, K/64, 512]) -> dense [N, K] of the values' dtype. Each program takes BLOCK_R rows x BLOCK_B meta
-bytes: one byte holds the positions of two groups, whose four kept values are contiguous, and gives 8
-dense columns; values and meta are read with wide loads, and the 8 columns are assembled in registers.
+of sparsity.packing (or tiled as cuSPARSELt keeps it, [N/64, K/64, 512]) -> dense [N, K] of the values'
+dtype. Each program takes BLOCK_R rows x BLOCK_B meta bytes: one byte holds the positions of two groups,
+whose four kept values are contiguous, and gives 8 dense columns; values and meta are read with wide loads,
+and the 8 columns are assembled in registers.
 Tiled meta (cuSPARSELt's order, 8-bit values): _unpack24_tiled_kernel walks the meta bytes in their stored
 order instead (one contiguous load), works out each byte's row and column from its offset, reads the byte's
 4 kept values as one 32-bit word and writes its 8 dense columns as one 64-bit word: no reordering in registers.
