@@ -593,3 +593,73 @@ if "actq2" in what:
                 ts = do_bench(lambda: act_split(x, fp8=fp8), warmup=10, rep=50, return_mode="median")
                 res.append(f"act_split {ts*1e3:.1f}")
                 p(f"actq M={M} K={K} fp8={fp8}: " + "  ".join(res))
+
+if "w8a16parts" in what:
+    # the pieces of W8A16 on cuBLAS (tenth session): bf16 eager's kernels, stacked vs separate cuBLAS GEMMs, the
+    # widening, scale_epilogue, and a side-stream widen overlapped with a GEMM. Graph replays, µs.
+    from triton.testing import do_bench
+
+    from fused.kernels.scale_epilogue import scale_epilogue
+    from fused.kernels.widen import widen
+
+    def gt(f, n=1):
+        f()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            f()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            f()
+        return do_bench(g.replay, warmup=10, rep=60, return_mode="median") * 1e3
+
+    H, D = 14336, 4096
+    wg = torch.randn(2 * H, D, device="cuda", dtype=torch.bfloat16) * 0.02
+    wd = torch.randn(D, H, device="cuda", dtype=torch.bfloat16) * 0.02
+    qg = torch.randint(-127, 128, (2 * H, D), device="cuda", dtype=torch.int8)
+    qd = torch.randint(-127, 128, (D, H), device="cuda", dtype=torch.int8)
+    sg = torch.rand(2 * H, device="cuda") * 1e-3
+    sd = torch.rand(D, device="cuda") * 1e-3
+    p("widen gate/up", round(gt(lambda: widen(qg)), 1), "down", round(gt(lambda: widen(qd)), 1))
+    for M in (1024, 8192):
+        x = torch.randn(M, D, device="cuda", dtype=torch.bfloat16)
+        h = torch.randn(M, H, device="cuda", dtype=torch.bfloat16)
+        g1, u1 = wg[:H], wg[H:]
+
+        def eager():
+            a = torch.mm(x, g1.t())
+            b = torch.mm(x, u1.t())
+            return torch.mm(torch.nn.functional.silu(a) * b, wd.t())
+        r = {"bf16 eager block": gt(eager),
+             "mm gate (N=H)": gt(lambda: torch.mm(x, g1.t())),
+             "mm gate|up stacked": gt(lambda: torch.mm(x, wg.t())),
+             "mm down": gt(lambda: torch.mm(h, wd.t())),
+             "scale_epilogue gated": gt(lambda y=torch.mm(x, wg.t()): scale_epilogue(y, None, sg, None, "silu", True,
+                                                                                    torch.bfloat16)),
+             "scale_epilogue down": gt(lambda y=torch.mm(h, wd.t()): scale_epilogue(y, None, sd, None, None, False,
+                                                                                  torch.bfloat16))}
+        for c in (2, 4):
+            rows = 2 * H // c
+
+            def chunked(c=c, rows=rows):
+                y = torch.empty(M, 2 * H, device="cuda", dtype=torch.bfloat16)
+                w = torch.empty(2 * H, D, device="cuda", dtype=torch.bfloat16)
+                main = torch.cuda.current_stream()
+                side.wait_stream(main)
+                evs = []
+                with torch.cuda.stream(side):
+                    for i in range(c):
+                        widen(qg[i * rows:(i + 1) * rows], out=w[i * rows:(i + 1) * rows])
+                        e = torch.cuda.Event()
+                        e.record(side)
+                        evs.append(e)
+                for i in range(c):
+                    main.wait_event(evs[i])
+                    torch.mm(x, w[i * rows:(i + 1) * rows].t(), out=y[:, i * rows:(i + 1) * rows])
+                return y
+            side = torch.cuda.Stream()
+            r[f"widen+mm gate|up chunked {c} (side stream)"] = gt(chunked)
+        r["widen+mm gate|up serial"] = gt(lambda: torch.mm(x, widen(qg).t()))
+        for k, v in r.items():
+            p(f"w8a16parts M={M} {k}: {v:.1f} us")

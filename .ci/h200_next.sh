@@ -20,6 +20,10 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  tenth)  # the pieces of W8A16 on cuBLAS (widen, stacked GEMM, epilogues, a side-stream widen overlapped with the
+          # GEMM), then w8a16cublas (the prepared route's cuda tests and A/B)
+    timeout 120 python3 .ci/diag.py w8a16parts 2>&1 | filt | grep "w8a16parts\|widen\|Error"
+    bash "$0" w8a16cublas ;;
   w8a16cublas)  # prepared in the ninth session, not yet run: W8A16 from M=1024 on cuBLAS's bf16 GEMM (widen + mm +
                 # scale_epilogue) timed against the Triton GEMM per shape. Its cuda test, then an A/B of the block rows
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k "cublas" \

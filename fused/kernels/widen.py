@@ -30,13 +30,17 @@ def _widen_kernel(q_ptr, out_ptr, n, FP8: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, v.to(tl.float32).to(out_ptr.dtype.element_ty), mask=ok)
 
 
-def widen(qweight: torch.Tensor, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """[R, K] int8 / float8_e4m3fn (contiguous) -> [R, K] ``dtype``."""
+def widen(qweight: torch.Tensor, dtype: torch.dtype = torch.bfloat16, out: torch.Tensor | None = None) -> torch.Tensor:
+    """[R, K] int8 / float8_e4m3fn (contiguous) -> [R, K] ``dtype`` (written into ``out`` if given: contiguous,
+    same shape)."""
     if not qweight.is_contiguous():
         raise ValueError("widen expects a contiguous weight")
     fp8 = qweight.dtype == torch.float8_e4m3fn
     q = qweight.view(torch.uint8) if fp8 else qweight
-    out = empty(qweight.shape, device=qweight.device, dtype=dtype)
+    if out is None:
+        out = empty(qweight.shape, device=qweight.device, dtype=dtype)
+    elif out.shape != qweight.shape or not out.is_contiguous() or out.dtype != dtype:
+        raise ValueError(f"widen: out must be a contiguous {tuple(qweight.shape)} {dtype} tensor")
     n = q.numel()
     if n:
         launch_kernel(_widen_kernel, (cdiv(n, BLOCK),), q, out, n, FP8=fp8, BLOCK=BLOCK, num_warps=8)
