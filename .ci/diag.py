@@ -663,3 +663,83 @@ if "w8a16parts" in what:
         r["widen+mm gate|up serial"] = gt(lambda: torch.mm(x, widen(qg).t()))
         for k, v in r.items():
             p(f"w8a16parts M={M} {k}: {v:.1f} us")
+
+if "tmadown" in what:
+    # W8A8 fp8 down projection at M = 128 (tenth session): cuBLAS takes 21.5 us, our w8_gemm pick 33.8. A bare
+    # split-K fp8 GEMM (partials stored, no reduce) with pointer loads and with TMA descriptors, over tiles;
+    # and the same with x in bf16 quantized inside the loop per 1x128 group (acc += dot(q, w) * s), which would
+    # drop act_quant(h). do_bench with L2 flushed, us.
+    import triton.language as tl
+    from triton.testing import do_bench
+
+    @triton.jit
+    def _dn(x_ptr, w_ptr, xd, wd, part_ptr, M, N, K, KPER, sxm, swn, TMA: tl.constexpr, QX: tl.constexpr,
+            STAGES: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+        pn, pk = tl.program_id(0), tl.program_id(1)
+        rm = tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in tl.range(pk * KPER, (pk + 1) * KPER, BK, num_stages=STAGES):
+            if TMA:
+                a = xd.load([0, k0])
+                b = wd.load([pn * BN, k0])
+            else:
+                rk = k0 + tl.arange(0, BK)
+                a = tl.load(x_ptr + rm[:, None] * sxm + rk[None, :])
+                b = tl.load(w_ptr + rn[:, None].to(tl.int64) * swn + rk[None, :])
+            if QX:
+                af = a.to(tl.float32)
+                s = tl.maximum(tl.max(tl.abs(af), axis=1) / 448.0, 1e-12)
+                q = (af * (1.0 / s)[:, None]).to(tl.float8e4nv)
+                acc += tl.dot(q, tl.trans(b)) * s[:, None]
+            else:
+                acc = tl.dot(a, tl.trans(b), acc)
+        tl.store(part_ptr + pk * M * N + rm[:, None] * N + rn[None, :], acc)
+
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:
+        TensorDescriptor = None
+    M, N, K = 128, 4096, 14336
+    w = (torch.randn(N, K, device="cuda") * 100).clamp(-440, 440).to(torch.float8_e4m3fn)
+    xq = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+    xb = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    one = torch.ones((), device="cuda")
+    p("tmadown cublas unit-scale", round(do_bench(lambda: torch._scaled_mm(xq, w.t(), one, one,
+                                                                        out_dtype=torch.bfloat16)) * 1e3, 1))
+    res = []
+    for qx in (False, True):
+        x = xb if qx else xq
+        for bn in (64, 128):
+            for split in (4, 8):
+                for stages in (3, 4):
+                    for warps in (4, 8):
+                        bk = 128
+                        if stages * (bk * M * x.element_size() + bn * bk) > 225 * 1024:
+                            continue
+                        part = torch.empty(split, M, N, device="cuda")
+                        for tma in ((False, True) if TensorDescriptor else (False,)):
+                            xd = TensorDescriptor(x, [M, K], [K, 1], [M, bk]) if tma else None
+                            wd = TensorDescriptor(w, [N, K], [K, 1], [bn, bk]) if tma else None
+                            f = lambda: _dn[(N // bn, split)](x, w, xd, wd, part, M, N, K, K // split, K, K,  # noqa: E731
+                                TMA=tma, QX=qx, STAGES=stages, BM=M, BN=bn, BK=bk, num_warps=warps)
+                            try:
+                                f()
+                                t = do_bench(f, warmup=5, rep=25, return_mode="median") * 1e3
+                            except Exception as e:  # noqa: BLE001
+                                p(f"  tmadown qx {qx} tma {tma} {bn}/{split}/{stages}/{warps}: {type(e).__name__} "
+                                  f"{str(e)[:100]}")
+                                continue
+                            res.append((t, qx, tma, bn, split, stages, warps))
+    for qx in (False, True):
+        for tma in (False, True):
+            rs = sorted(r for r in res if r[1] == qx and r[2] == tma)
+            for r in rs[:3]:
+                p(f"tmadown qx={qx} tma={tma}: {r[0]:.1f} us  BN {r[3]} split {r[4]} stages {r[5]} warps {r[6]}")
+    # correctness of the group-quantized variant against torch (one config)
+    part = torch.empty(4, M, N, device="cuda")
+    _dn[(N // 128, 4)](xb, w, None, None, part, M, N, K, K // 4, K, K, TMA=False, QX=True, STAGES=3, BM=M, BN=128,
+                       BK=128, num_warps=8)
+    ref = xb.float() @ w.float().t()
+    y = part.sum(0)
+    p("tmadown qx sqnr dB", round(float(10 * torch.log10(ref.pow(2).mean() / (ref - y).pow(2).mean())), 1))

@@ -20,6 +20,9 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  tmadown)  # the W8A8 fp8 down GEMM at M=128: bare split-K kernels, pointer loads vs TMA, fp8 x vs bf16 x quantized
+            # per 1x128 group inside the loop, against cuBLAS (tenth session)
+    timeout 500 python3 .ci/diag.py tmadown 2>&1 | filt | grep "tmadown\|Error" ;;
   tenth)  # the pieces of W8A16 on cuBLAS (widen, stacked GEMM, epilogues, a side-stream widen overlapped with the
           # GEMM), then w8a16cublas (the prepared route's cuda tests and A/B)
     timeout 120 python3 .ci/diag.py w8a16parts 2>&1 | filt | grep "w8a16parts\|widen\|Error"
