@@ -474,14 +474,14 @@ def _graph_pick(key, triton, cublas, op, w8a16=False) -> str:
 # W8A16 from WIDEN_MIN_M, bf16 activations: the weight widened to bf16 (exact), cuBLAS's bf16 GEMM on it (bf16
 # out), then the scales, bias, activation and gate in one pass (scale_epilogue), timed per shape against the
 # Triton GEMM on the same widened copy, for eager calls and for CUDA-graph capture (at these M a call that is
-# not replayed from a recording costs nothing that matters). Measured before on the H200 (2026-11-30,
-# `.ci/diag.py w8a16big`): gate/up at M=8192, cuBLAS mm 2552 µs against 3126 for our GEMM on the widened copy.
-# Prediction (ninth session, not yet run on a GPU): Llama int8 W8A16 at M=8192 5224 -> ~4800-4950 µs (the bf16
-# product makes a 470 MB round trip through HBM the fused epilogue does not: ~250 µs of the ~570 gained back);
-# M=1024 even or better. Still above bf16 eager (~4650), which runs the same GEMMs without the widening.
-# fp16 x keeps Triton (a raw 16-bit product of 8-bit weights could overflow fp16). Off until measured on the
-# H200 (`bash .ci/h200_next.sh w8a16cublas`); FUSED_CUBLAS_W8A16=1: on.
-CUBLAS_W8A16 = os.environ.get("FUSED_CUBLAS_W8A16", "0") == "1"
+# not replayed from a recording costs nothing that matters). H200, 2026-12-01 (tenth session, `bash
+# .ci/h200_next.sh tenth`), Llama block, graph µs, off -> on: int8 W8A16 M=1024 706.6 -> 673.4, M=8192 4946 ->
+# 4516 (bf16 eager 4578 in the same run); fp8 W8A16 685.1 -> 665.6, 4800 -> 4580. cuBLAS won every route
+# timing but one (fp8 down at M=1024, eager: 215.6 vs 214.4). Parts at M=8192: widen 92 + 48 µs, stacked gate|up
+# GEMM 2791, down 1397, epilogues 178 + 39. Widening on a side stream beside the GEMM lost (the widen kernel takes
+# the GEMM's SMs: 2906 / 3201 µs in 2 / 4 chunks against 2838 serial). fp16 x keeps Triton (a raw 16-bit product
+# of 8-bit weights could overflow fp16). FUSED_CUBLAS_W8A16=0: off.
+CUBLAS_W8A16 = os.environ.get("FUSED_CUBLAS_W8A16", "1") == "1"
 CUBLAS_W8A16_PATH = "triton:widen+cublas+triton:scale_epilogue"
 
 
