@@ -20,6 +20,20 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  relu16)  # the narrow MLP with relu on packed 16-bit pairs (tenth session): its cuda tests, then A/B (FUSED_NARROW_RELU16
+          # 0 / 1, width 64 x 5, 2**21, and width 32 / 128 at 2**21 with relu16 on), tuner timings of each
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py \
+      -k "narrow or relu" 2>&1 | filt | tail -3
+    for r in 0 1; do
+      FUSED_NARROW_RELU16=$r timeout 150 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow$r" 2>&1 | filt | tail -4
+      python3 -c "
+import json
+for k, v in json.load(open('$OUT/narrow$r/narrow_mlp.json'))['tuning_timings'].items():
+    for t, c in sorted(v, key=lambda r: r[0])[:3]: print('  relu16=$r', round(t, 1), c)"
+    done
+    for w in 32 128; do
+      timeout 60 python3 examples/narrow_mlp_bench.py --width $w --no-compile --out "$OUT/narrow_w$w" 2>&1 | filt | tail -2
+    done ;;
   tmadown)  # the W8A8 fp8 down GEMM at M=128: bare split-K kernels, pointer loads vs TMA, fp8 x vs bf16 x quantized
             # per 1x128 group inside the loop, against cuBLAS (tenth session)
     timeout 500 python3 .ci/diag.py tmadown 2>&1 | filt | grep "tmadown\|Error" ;;
