@@ -436,3 +436,33 @@ def test_bench_example_smoke(tmp_path):
     assert "| width | layers | batch |" in p.stdout
     for f in ("narrow_mlp.json", "narrow_mlp.md", "narrow_mlp.png"):
         assert (tmp_path / f).exists()
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_relu16_keeps_nan_and_matches_fp32_relu(device, dtype, monkeypatch):
+    """relu on packed 16-bit pairs after the rounding (RELU16): a NaN row stays NaN through every relu layer,
+    as in torch, negative sums give 0, and every other value equals the fp32-relu kernel's bit for bit (relu
+    commutes with the rounding). On the GPU this runs max.NaN.f16x2 / bf16x2; on the CPU the tl.where form."""
+    from fused.kernels import narrow_mlp as nm
+
+    dims = [64, 64, 48, 64, 64]
+    mod = FusedNarrowMLP.from_module(make_seq(dims, ["relu", "relu", "relu", "none"]), "fp16").to(device)
+    x = torch.randn(37, dims[0], dtype=dtype, device=device)
+    x[5, 3] = float("nan")
+    ys = {}
+    for on in (True, False):
+        monkeypatch.setattr(nm, "RELU16", on)
+        assert (nm._relu16_mode(dtype) != 0) == on
+        ys[on] = run_kernel(mod, x, out=torch.full((37, dims[-1]), float("nan"), dtype=dtype, device=device))
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    ok = torch.arange(37, device=device) != 5
+    assert torch.isnan(ys[True][5]).all() and torch.isnan(ref[5]).all()
+    assert not torch.isnan(ys[True][ok]).any()
+    assert torch.equal(ys[True][ok], ys[False][ok])
+    assert sqnr(ref[ok].float(), ys[True][ok].float()) > MIN_SQNR_KERNEL[dtype]
+    # the first layer's relu really clips: its output has zeros (checked through the 1-layer prefix)
+    one = FusedNarrowMLP.from_module(make_seq(dims[:2], ["relu"]), "fp16").to(device)
+    monkeypatch.setattr(nm, "RELU16", True)
+    h = run_kernel(one, x[ok])
+    assert (h == 0).any() and (h >= 0).all()
