@@ -20,6 +20,12 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  tenth3)  # W8A16 on cuBLAS by default (tenth session): the W8A16 rows around the crossover beside bf16 eager, then the
+           # cuda tests of the files that reach the narrow MLP and the route (profile, save/load)
+    timeout 260 python3 -m fused bench --blocks llama --m 512,1024,2048,8192 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/tenth3" > "$OUT/tenth3.log" 2>&1
+    grep "^|" "$OUT/tenth3.log" | grep -v "^|--"
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_profile.py tests/test_save_load.py 2>&1 | filt | tail -3 ;;
   relu16)  # the narrow MLP with relu on packed 16-bit pairs (tenth session): its cuda tests, then A/B (FUSED_NARROW_RELU16
           # 0 / 1, width 64 x 5, 2**21, and width 32 / 128 at 2**21 with relu16 on), tuner timings of each
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py tests/test_kernels_w8.py \
