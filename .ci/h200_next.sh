@@ -20,6 +20,13 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  narrowncu)  # ncu of the narrow MLP pick after the packed relu (tenth session): stalls, pipes, occupancy
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:narrow --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \
+      --section ComputeWorkloadAnalysis --section InstructionStats --section LaunchStats --section MemoryWorkloadAnalysis \
+      python3 .ci/diag.py narrowncu > "$OUT/narrowncu.txt" 2>&1
+    grep -v "^==PROF==\|Failed to load\|Enum" "$OUT/narrowncu.txt" | grep -E "Duration|Throughput|Occupancy|Registers|Warp Cycles|Eligible|Issued|stall|Stall|Pipe|pipe|Block Limit|Executed Ipc|Issue Slots|L1|L2|Est|Waves" | head -80 ;;
   tenth3)  # W8A16 on cuBLAS by default (tenth session): the W8A16 rows around the crossover beside bf16 eager, then the
            # cuda tests of the files that reach the narrow MLP and the route (profile, save/load)
     timeout 260 python3 -m fused bench --blocks llama --m 512,1024,2048,8192 --no-baselines \
