@@ -20,6 +20,15 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  narrowtma)  # the narrow MLP's TMA candidates (input tiles by TMA, pipelined, weights hoisted; tenth session): their cuda
+              # tests, then width 64 x 5 at 2**21 (tuner timings, best first) and width 32
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py -k "tma or relu16 or every" 2>&1 | filt | tail -3
+    timeout 200 python3 examples/narrow_mlp_bench.py --no-compile --out "$OUT/narrowtma" 2>&1 | filt | tail -2
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/narrowtma/narrow_mlp.json'))['tuning_timings'].items():
+    for t, c in sorted(v, key=lambda r: r[0])[:6]: print(' ', round(t, 1), c)"
+    timeout 80 python3 examples/narrow_mlp_bench.py --width 32 --no-compile --out "$OUT/narrowtma32" 2>&1 | filt | tail -1 ;;
   narrowncu)  # ncu of the narrow MLP pick after the packed relu (tenth session): stalls, pipes, occupancy
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     timeout 300 "$NCU" --clock-control none --kernel-name regex:narrow --launch-skip 2 --launch-count 1 \

@@ -57,13 +57,13 @@ def checked_bounds():
                               f"{int(bad[0]):#x} (nearest argument storage [{near[0]:#x}, {near[1]:#x}))"
                               if near else f"{op}: a launch without tensor arguments touched memory")
 
-    def masked_load(self, ptrs, mask, other, *a):
+    def masked_load(self, ptrs, mask, other, *a, **kw):  # kw: TMA descriptor loads pass cache_policy etc.
         check("load", ptrs, mask)
-        return saved["create_masked_load"](self, ptrs, mask, other, *a)
+        return saved["create_masked_load"](self, ptrs, mask, other, *a, **kw)
 
-    def masked_store(self, ptrs, value, mask, *a):
+    def masked_store(self, ptrs, value, mask, *a, **kw):
         check("store", ptrs, mask)
-        return saved["create_masked_store"](self, ptrs, value, mask, *a)
+        return saved["create_masked_store"](self, ptrs, value, mask, *a, **kw)
 
     def atomic_rmw(self, op, ptr, val, mask, *a):
         check("atomic", ptr, mask)

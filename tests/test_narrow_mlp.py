@@ -466,3 +466,37 @@ def test_relu16_keeps_nan_and_matches_fp32_relu(device, dtype, monkeypatch):
     monkeypatch.setattr(nm, "RELU16", True)
     h = run_kernel(one, x[ok])
     assert (h == 0).any() and (h >= 0).all()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_tma_input_tiles_equal_pointer_loads(device):
+    """The TMA candidates (input tiles through a descriptor, zero-filled past M and past K_IN) give the same
+    bits as pointer loads; an x a descriptor cannot take (strided columns, unaligned rows) runs pointer loads."""
+    from fused.kernels.narrow_mlp import tma_ok
+
+    bm = 16 if device == "cpu" else 128
+    for dims, acts in (([40, 64, 24], ["relu", "none"]), ([64] * 4, ["relu", "silu", "none"])):
+        mod = FusedNarrowMLP.from_module(make_seq(dims, acts), "fp16").to(device)
+        for M in (1, 37, 300):
+            x = torch.randn(M, dims[0], dtype=torch.float16, device=device)
+            assert tma_ok(x, 64)
+            ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+            cfg = dict(BLOCK_M=bm, num_warps=4, num_stages=2, programs=3, hoist=True)
+            ys = [run_kernel(mod, x, config=dict(cfg, tma=t), out=torch.full_like(ref, float("nan")))
+                  for t in (True, False)]
+            assert torch.equal(ys[0], ys[1]) and sqnr(ref.float(), ys[0].float()) > MIN_SQNR_KERNEL[torch.float16]
+    xs = torch.randn(8, 128, dtype=torch.float16, device=device)[:, ::2]  # column stride 2
+    assert not tma_ok(xs, 64) and not tma_ok(torch.randn(8, 12, dtype=torch.float16, device=device), 16)
+    mod = FusedNarrowMLP.from_module(make_seq([64, 64, 8], ["relu", "none"]), "fp16").to(device)
+    y = run_kernel(mod, xs, config=dict(BLOCK_M=bm, num_warps=4, num_stages=2, programs=2, hoist=True, tma=True))
+    ref = narrow_mlp_ref(xs, mod.weights, mod.params, mod.dims, mod.acts)
+    assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16]
+
+
+def test_tma_candidates_offered():
+    """Every width class offers hoisted TMA candidates that fit the shared-memory budget (width 128's hoisted
+    weights do not)."""
+    for width, n in ((16, 1), (32, 2), (64, 5), (128, 0)):
+        pads = [width] * 6
+        tma = [c for c in candidates(width, weight_smem_bytes(pads)) if c.get("tma")]
+        assert len(tma) == n and all(c["hoist"] and c["num_stages"] >= 2 for c in tma)
