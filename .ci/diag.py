@@ -761,3 +761,30 @@ if "narrowncu" in what:
         narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
     torch.cuda.synchronize()
     p("narrowncu done")
+
+if "narrowtma2" in what:
+    # the narrow MLP's TMA candidates against the pick (tenth session), explicit configs: same bits, µs
+    from torch import nn
+    from triton.testing import do_bench
+
+    from fused.kernels.narrow_mlp import narrow_mlp
+    from fused.narrow import FusedNarrowMLP
+    from fused.reference import narrow_mlp_ref
+    layers = []
+    for i in range(5):
+        layers += [nn.Linear(64, 64)] + ([nn.ReLU()] if i < 4 else [])
+    mod = FusedNarrowMLP.from_module(nn.Sequential(*layers), "fp16").cuda()
+    x = torch.randn(1 << 21, 64, device="cuda", dtype=torch.float16)
+    base = dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)
+    ref = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=base)
+    r = narrow_mlp_ref(x[:4096], mod.weights, mod.params, mod.dims, mod.acts)
+    from lowbit import sqnr
+    p("narrowtma2 pick sqnr vs reference", round(float(sqnr(r.float(), ref[:4096].float())), 1))
+    for st, pp, bm, w in ((0, 0, 0, 0), (2, 3, 128, 4), (2, 2, 128, 4), (3, 2, 128, 4), (2, 4, 64, 4), (2, 2, 128, 8), (1, 3, 128, 4)):
+        cfg = base if st == 0 else dict(base, BLOCK_M=bm, num_warps=w, num_stages=st, programs_per_sm=pp, tma=True)
+        try:
+            y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
+            t = do_bench(lambda: narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg), warmup=5, rep=40)
+            p(f"narrowtma2 {cfg}: {t * 1e3:.1f} us, equal to the pick: {bool(torch.equal(y, ref))}")
+        except Exception as e:  # noqa: BLE001
+            p(f"narrowtma2 {cfg}: {type(e).__name__} {str(e)[:200]}")

@@ -54,9 +54,13 @@ class _Env:
 
 def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw) -> None:
     """``fn[grid](*args, **kw)``, through the cached launcher after the first call of a signature."""
-    if not ENABLED:
+    if not ENABLED or any(type(a).__name__ == "TensorDescriptor" for a in args):
+        # a host TMA descriptor is expanded by Triton's own binder (and holds a tensor's address: a replay
+        # would reuse it), so such launches take Triton's path and are not recorded
         with _Env(compile_env):
             fn[grid](*args, **kw)
+        if _rec is not None:
+            _rec.ok = False
         return
     dev = args[0].get_device()
     key = (fn, dev, _key(args), tuple(kw.items()))
