@@ -493,10 +493,14 @@ def test_tma_input_tiles_equal_pointer_loads(device):
     assert sqnr(ref.float(), y.float()) > MIN_SQNR_KERNEL[torch.float16]
 
 
-def test_tma_candidates_offered():
-    """Every width class offers hoisted TMA candidates that fit the shared-memory budget (width 128's hoisted
-    weights do not)."""
-    for width, n in ((16, 1), (32, 2), (64, 5), (128, 0)):
-        pads = [width] * 6
-        tma = [c for c in candidates(width, weight_smem_bytes(pads)) if c.get("tma")]
-        assert len(tma) == n and all(c["hoist"] and c["num_stages"] >= 2 for c in tma)
+def test_tma_candidates_offered(monkeypatch):
+    """With FUSED_NARROW_TMA (opt-in until timed on a GPU) every width class offers hoisted TMA candidates that
+    fit the shared-memory budget (width 128's hoisted weights do not); without it, none."""
+    from fused.kernels import narrow_mlp as nm
+
+    for on in (True, False):
+        monkeypatch.setattr(nm, "TMA", on)
+        for width, n in ((16, 1), (32, 2), (64, 5), (128, 0)):
+            pads = [width] * 6
+            tma = [c for c in candidates(width, weight_smem_bytes(pads)) if c.get("tma")]
+            assert len(tma) == (n if on else 0) and all(c["hoist"] and c["num_stages"] >= 2 for c in tma)

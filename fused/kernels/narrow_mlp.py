@@ -269,10 +269,12 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
         # of width 128 x 5 layers: 196 KB at 1 stage, 262 KB at 2)
         out += [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=True)
                 for bm, w, s, p, f in h if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
+    if hoist_bytes is not None and TMA:
         # ncu of the hoisted pick (H200, tenth session, 215 µs): DRAM 49%, 0.42 eligible warps per scheduler,
         # long-scoreboard stalls on the input loads, 3 programs per SM (154 registers). Hoisted, with the
         # input tiles brought by TMA into shared memory and pipelined (num_stages >= 2): the next tile's copy
         # is in flight during this tile's layers, holding no registers, and no layout-conversion scratch.
+        # Not yet timed on a GPU (FUSED_NARROW_TMA=1 offers them; see TMA).
         out += [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=False, hoist=True, tma=True)
                 for bm, w, s, p in t if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
     return out
@@ -286,6 +288,13 @@ SMEM_BUDGET = 200 * 1024
 # Prediction (tenth session, before the H200 run): 238 -> 195-215 µs if 3 programs per SM still fit.
 # FUSED_NARROW_RELU16=0: the fp32 relu.
 RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
+
+
+# Opt-in (FUSED_NARROW_TMA=1): the TMA candidates above. Prepared in the tenth session, not yet timed on the H200:
+# their first GPU run failed in our cached launcher (host descriptors are not hashable; now they take Triton's
+# path), and the sm_90 compile on triton 3.9 keeps the hoisted weights in registers once the loop is
+# pipelined (220 registers: 2 programs per SM). Run `bash .ci/h200_next.sh narrowtma2`.
+TMA = os.environ.get("FUSED_NARROW_TMA", "0") == "1"
 
 
 def _relu16_mode(dtype: torch.dtype) -> int:
