@@ -744,19 +744,24 @@ if "tmadown" in what:
     y = part.sum(0)
     p("tmadown qx sqnr dB", round(float(10 * torch.log10(ref.pow(2).mean() / (ref - y).pow(2).mean())), 1))
 
-if "narrowncu" in what:
-    # one launch of the narrow MLP's pick (width 64 x 5, relu, fp16, 2**21 rows; BM 128, 4 warps, 3 hoisted
-    # programs per SM) for ncu (tenth session: where the 215 us go after the packed relu)
+def narrow_w64():
+    """The narrow benchmark network (width 64 x 5, relu, fp16 weights) on the GPU, a 2**21-row fp16 input and the
+    hoisted pick's config (BM 128, 4 warps, 3 programs per SM)."""
     from torch import nn
 
-    from fused.kernels.narrow_mlp import narrow_mlp
     from fused.narrow import FusedNarrowMLP
     layers = []
     for i in range(5):
         layers += [nn.Linear(64, 64)] + ([nn.ReLU()] if i < 4 else [])
     mod = FusedNarrowMLP.from_module(nn.Sequential(*layers), "fp16").cuda()
     x = torch.randn(1 << 21, 64, device="cuda", dtype=torch.float16)
-    cfg = dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)
+    return mod, x, dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)
+
+
+if "narrowncu" in what:
+    # one launch of the narrow MLP's pick for ncu (tenth session: where the 215 us go after the packed relu)
+    from fused.kernels.narrow_mlp import narrow_mlp
+    mod, x, cfg = narrow_w64()
     for _ in range(3):
         narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
     torch.cuda.synchronize()
@@ -764,18 +769,11 @@ if "narrowncu" in what:
 
 if "narrowtma2" in what:
     # the narrow MLP's TMA candidates against the pick (tenth session), explicit configs: same bits, µs
-    from torch import nn
     from triton.testing import do_bench
 
     from fused.kernels.narrow_mlp import narrow_mlp
-    from fused.narrow import FusedNarrowMLP
     from fused.reference import narrow_mlp_ref
-    layers = []
-    for i in range(5):
-        layers += [nn.Linear(64, 64)] + ([nn.ReLU()] if i < 4 else [])
-    mod = FusedNarrowMLP.from_module(nn.Sequential(*layers), "fp16").cuda()
-    x = torch.randn(1 << 21, 64, device="cuda", dtype=torch.float16)
-    base = dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)
+    mod, x, base = narrow_w64()
     ref = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=base)
     r = narrow_mlp_ref(x[:4096], mod.weights, mod.params, mod.dims, mod.acts)
     from lowbit import sqnr
