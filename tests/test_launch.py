@@ -66,6 +66,32 @@ def test_cached_launch_respects_alignment_and_unit_strides():
         assert sqnr(linear_ref(v, q, s, None, "gelu"), y) > 40, (v.stride(), v.data_ptr() % 16)
 
 
+def test_unhashable_argument_takes_tritons_path_and_is_not_recorded(monkeypatch):
+    """A host TMA descriptor (unhashable) cannot key the cache: the launch goes through ``fn[grid]`` every time,
+    and a recording in progress is refused (the descriptor holds a tensor's address)."""
+    class Desc:  # unhashable, as triton.tools.tensor_descriptor.TensorDescriptor
+        __hash__ = None
+
+    calls = []
+
+    class Fn:
+        params = []
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: calls.append((grid, a, kw))
+
+    monkeypatch.setattr(launch, "ENABLED", True)
+    x, d = torch.randn(4, 8), Desc()
+    rec = launch.start_recording(x, [])
+    try:
+        for _ in range(2):
+            launch.launch_kernel(Fn(), (3,), x, d, 5, BLOCK=16)
+    finally:
+        launch.stop_recording()
+    assert [c[0] for c in calls] == [(3,), (3,)] and all(c[1][1] is d and c[2] == {"BLOCK": 16} for c in calls)
+    assert not rec.ok and not any(k[0].__class__ is Fn for k in launch._cache)
+
+
 # ------------------------------------------------------------------------------------------- replay
 class _FakeCompiled:
     run = function = packed_metadata = None

@@ -54,17 +54,22 @@ class _Env:
 
 def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw) -> None:
     """``fn[grid](*args, **kw)``, through the cached launcher after the first call of a signature."""
-    if not ENABLED or any(type(a).__name__ == "TensorDescriptor" for a in args):
-        # a host TMA descriptor is expanded by Triton's own binder (and holds a tensor's address: a replay
-        # would reuse it), so such launches take Triton's path and are not recorded
+    if not ENABLED:
+        with _Env(compile_env):
+            fn[grid](*args, **kw)
+        return
+    dev = args[0].get_device()
+    key = (fn, dev, _key(args), tuple(kw.items()))
+    try:
+        hit = _cache.get(key)
+    except TypeError:
+        # an unhashable argument: a host TMA descriptor, which Triton's own binder expands (and which holds a
+        # tensor's address, so a replay would reuse it): Triton's path, not recorded
         with _Env(compile_env):
             fn[grid](*args, **kw)
         if _rec is not None:
             _rec.ok = False
         return
-    dev = args[0].get_device()
-    key = (fn, dev, _key(args), tuple(kw.items()))
-    hit = _cache.get(key)
     if hit is None or _hooked():
         counts["jit"] += 1
         with _Env(compile_env):
