@@ -20,6 +20,15 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  eleventh1)  # the narrow TMA candidates on by default (eleventh session): the narrow cuda tests, width 64 x 5 at 2**21 beside
+              # eager and compiled (tuner timings, best first), then the sweep's widths given in SWEEP_W (default 16,32)
+    timeout 250 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py 2>&1 | filt | tail -4
+    timeout 120 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow64" 2>&1 | filt | grep "^| [0-9]"
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/narrow64/narrow_mlp.json'))['tuning_timings'].items():
+    for t, c in sorted(v, key=lambda r: r[0])[:8]: print(' ', round(t, 1), c)"
+    timeout 300 python3 examples/narrow_mlp_bench.py --sweep --widths "${SWEEP_W:-16,32}" --out "$OUT/sweep" 2>&1 | filt | grep "^| [0-9]" ;;
   narrowtma)  # the narrow MLP's TMA candidates (input tiles by TMA, pipelined, weights hoisted; tenth session): their cuda
               # tests, then width 64 x 5 at 2**21 (tuner timings, best first) and width 32
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py -k "tma or relu16 or every" 2>&1 | filt | tail -3

@@ -30,6 +30,7 @@ from torch import nn  # noqa: E402
 
 import fused  # noqa: E402
 from fused.kernels import tuning  # noqa: E402
+from fused.kernels.narrow_mlp import rows_bucket  # noqa: E402
 from lowbit import sqnr  # noqa: E402
 
 
@@ -90,7 +91,7 @@ def bench_one(width, layers, batch, weight_dtype, device, hbm_tbps, compile_it) 
     if row["compiled_us"]:
         row["speedup_vs_compiled"] = round(row["compiled_us"] / row["ours_us"], 2)
     picked = [cfg for key, cfg in tuning.picks.items()
-              if key[0] == "narrow_mlp" and key[1] == tuning.m_bucket(batch) and key[2][0] == width]
+              if key[0] == "narrow_mlp" and key[1] == rows_bucket(batch) and key[2][0] == width]
     row["config"] = picked[-1] if picked else None
     return row
 
@@ -152,6 +153,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sweep", action="store_true", help="widths 16/32/64/128 x batch 2**14, 2**16 .. 2**22 (GPU)")
     p.add_argument("--width", type=int, default=64)
+    p.add_argument("--widths", default="16,32,64,128", help="the sweep's widths (comma-separated)")
     p.add_argument("--layers", type=int, default=5)
     p.add_argument("--batch", type=int, default=2 ** 21)
     p.add_argument("--weight-dtype", default="fp16", choices=["fp16", "bf16", "int8"])
@@ -163,7 +165,7 @@ def main(argv=None) -> int:
     device = "cuda" if gpu else "cpu"
     if gpu:
         if args.sweep:
-            cases = [(w, b) for w in (16, 32, 64, 128) for b in (2 ** e for e in range(14, 23, 2))]
+            cases = [(int(w), b) for w in args.widths.split(",") for b in (2 ** e for e in range(14, 23, 2))]
         else:
             cases = [(args.width, args.batch)]
     else:

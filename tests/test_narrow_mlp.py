@@ -322,10 +322,12 @@ def test_candidate_configs_are_valid():
             assert c["BLOCK_M"] >= 64 and c["num_warps"] in (4, 8)
             assert not c["hoist"] or c["programs_per_sm"] > 0  # hoisting pays only in a persistent loop
         assert not any(c["hoist"] for c in candidates(w))
-    # width 128 x 5 layers (160 KB of weights) hoists at 1 stage only, x 8 layers (256 KB) not at all
+    # width 128 x 5 layers (160 KB of weights) hoists at 1 stage with 128-row tiles, at 2 (TMA) with 64-row
+    # tiles; x 8 layers (256 KB) not at all
     assert sum(1 for c in candidates(64) if c.get("maxnreg")) == 3
-    hoisted = [c["num_stages"] for c in candidates(128, weight_smem_bytes([128] * 6)) if c["hoist"]]
-    assert hoisted == [1] and not any(c["hoist"] for c in candidates(128, weight_smem_bytes([128] * 9)))
+    hoisted = [(c["num_stages"], c["BLOCK_M"]) for c in candidates(128, weight_smem_bytes([128] * 6)) if c["hoist"]]
+    assert all(s == 1 or bm == 64 for s, bm in hoisted) and (1, 128) in hoisted
+    assert not any(c["hoist"] for c in candidates(128, weight_smem_bytes([128] * 9)))
 
 
 # ------------------------------------------------------------------------------------------------ GPU
@@ -494,13 +496,16 @@ def test_tma_input_tiles_equal_pointer_loads(device):
 
 
 def test_tma_candidates_offered(monkeypatch):
-    """With FUSED_NARROW_TMA (opt-in until timed on a GPU) every width class offers hoisted TMA candidates that
-    fit the shared-memory budget (width 128's hoisted weights do not); without it, none."""
+    """With FUSED_NARROW_TMA (on by default) every width class offers hoisted TMA candidates, each fitting the
+    shared-memory budget with its weights and input stages (width 128: only 64-row tiles do); without it, none."""
     from fused.kernels import narrow_mlp as nm
 
     for on in (True, False):
         monkeypatch.setattr(nm, "TMA", on)
-        for width, n in ((16, 1), (32, 2), (64, 5), (128, 0)):
+        for width in (16, 32, 64, 128):
             pads = [width] * 6
             tma = [c for c in candidates(width, weight_smem_bytes(pads)) if c.get("tma")]
-            assert len(tma) == (n if on else 0) and all(c["hoist"] and c["num_stages"] >= 2 for c in tma)
+            assert bool(tma) == on and all(c["hoist"] and c["num_stages"] >= 2 for c in tma)
+            assert all(weight_smem_bytes(pads) + c["num_stages"] * c["BLOCK_M"] * width * 2 <= nm.SMEM_BUDGET
+                       for c in tma)
+            assert width != 128 or all(c["BLOCK_M"] == 64 for c in tma)

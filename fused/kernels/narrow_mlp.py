@@ -231,17 +231,20 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
     190, (128, 8) 162, (64, 4) 138, (256, 4) spills; width 128: (128, 8) 220, everything else tried
     spills; width 16 (512, 8) 128."""
     if max_width <= 16:
-        t = [(256, 4, 2, 4)]
+        t = [(256, 4, 2, 4), (256, 4, 3, 2), (256, 4, 4, 2), (512, 8, 3, 1)]
         c = [(256, 4, 1, 0, 0), (512, 8, 1, 0, 0), (128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
              (512, 8, 1, 2, 1)]
         h = [(256, 4, 1, 4, 0), (256, 4, 2, 4, 0), (512, 8, 1, 2, 1)]
     elif max_width <= 32:
-        t = [(256, 4, 2, 3), (128, 4, 2, 4)]
+        t = [(256, 4, 2, 3), (128, 4, 2, 4), (256, 4, 3, 2), (128, 4, 3, 3), (128, 4, 4, 2)]
         c = [(256, 4, 1, 0, 0), (128, 4, 1, 0, 0), (512, 8, 1, 0, 0), (256, 8, 1, 0, 0), (256, 4, 1, 4, 1),
              (128, 4, 1, 8, 1), (256, 8, 1, 2, 1)]
         h = [(256, 4, 1, 4, 0), (256, 4, 2, 2, 0), (128, 4, 2, 4, 0), (256, 4, 1, 4, 1)]
     elif max_width <= 64:
-        t = [(128, 4, 2, 3), (128, 4, 2, 2), (128, 4, 3, 2), (64, 4, 2, 4), (128, 8, 2, 2)]
+        # H200, width 64 x 5, 2**21 rows (`narrowtma2`, eleventh session): (128, 4, 3 stages, 2 per SM) 195.2 µs,
+        # bits equal to the pointer-load pick's 216.7; 2 stages 244.3 (2 per SM) / 305.6 (3 per SM)
+        t = [(128, 4, 3, 2), (128, 4, 4, 2), (128, 4, 2, 2), (128, 4, 5, 1), (128, 4, 3, 1), (128, 8, 3, 2),
+             (64, 4, 3, 3), (128, 4, 2, 3)]
         c = [(128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (128, 8, 1, 0, 0), (64, 4, 1, 0, 0), (128, 4, 1, 2, 1),
              (128, 4, 1, 2, 0), (256, 8, 1, 1, 1), (128, 8, 1, 2, 1), (64, 4, 1, 4, 1)]
         # hoisted, BM 128 / 4 warps, 1 stage: 142 registers and 57 KB of shared memory (sm_90), so 3 programs
@@ -250,7 +253,7 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
         h = [(128, 4, 1, 2, 0), (128, 4, 2, 2, 0), (128, 4, 1, 2, 1), (128, 8, 2, 2, 0), (64, 4, 2, 4, 0),
              (128, 4, 3, 1, 0), (128, 4, 1, 3, 0)]
     else:  # width 128: only BLOCK_M 128 with 8 warps compiles without spills
-        t = [(128, 8, 2, 1)]
+        t = [(64, 4, 2, 1), (64, 8, 2, 1)]
         c = [(128, 8, 1, 0, 0), (128, 8, 1, 1, 1), (128, 8, 1, 1, 0), (128, 8, 2, 0, 0), (64, 8, 1, 0, 0)]
         h = [(128, 8, 1, 1, 0), (128, 8, 2, 1, 0)]
     out = [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=False)
@@ -274,7 +277,7 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
         # long-scoreboard stalls on the input loads, 3 programs per SM (154 registers). Hoisted, with the
         # input tiles brought by TMA into shared memory and pipelined (num_stages >= 2): the next tile's copy
         # is in flight during this tile's layers, holding no registers, and no layout-conversion scratch.
-        # Not yet timed on a GPU (FUSED_NARROW_TMA=1 offers them; see TMA).
+        # Measured: see TMA.
         out += [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=False, hoist=True, tma=True)
                 for bm, w, s, p in t if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
     return out
@@ -290,11 +293,11 @@ SMEM_BUDGET = 200 * 1024
 RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
 
 
-# Opt-in (FUSED_NARROW_TMA=1): the TMA candidates above. Prepared in the tenth session, not yet timed on the H200:
-# their first GPU run failed in our cached launcher (host descriptors are not hashable; now they take Triton's
-# path), and the sm_90 compile on triton 3.9 keeps the hoisted weights in registers once the loop is
-# pipelined (220 registers: 2 programs per SM). Run `bash .ci/h200_next.sh narrowtma2`.
-TMA = os.environ.get("FUSED_NARROW_TMA", "0") == "1"
+# The TMA candidates above (FUSED_NARROW_TMA=0: none). H200, eleventh session (`bash .ci/h200_next.sh narrowtma2`,
+# width 64 x 5, 2**21 rows, explicit configs): 3 stages, 2 programs of 128 rows per SM 195.2 µs against 216.7 for
+# the pointer-load pick in the same call, bit-equal. Triton pipelines the descriptor loads (the next tiles' copies
+# are in flight in shared memory during this tile's layers, holding no registers).
+TMA = os.environ.get("FUSED_NARROW_TMA", "1") == "1"
 
 
 def _relu16_mode(dtype: torch.dtype) -> int:
@@ -319,6 +322,15 @@ def tma_ok(x: torch.Tensor, d0: int) -> bool:
     es = x.element_size()
     return (x.dtype in (torch.float16, torch.bfloat16) and x.stride(1) == 1 and x.data_ptr() % 16 == 0
             and (x.stride(0) * es) % 16 == 0 and d0 * es >= 16 and TensorDescriptor is not None)
+
+
+def rows_bucket(M: int) -> int:
+    """The tuning key's row bucket: m_bucket's powers of two, continued past its 8192 cap up to 2**24. The pick
+    depends on the number of row tiles per SM (at 2**14 rows launch cost dominates, at 2**21 rows in flight do)."""
+    b = m_bucket(M)
+    while b < M and b < 1 << 24:
+        b *= 2
+    return b
 
 
 def _programs(device: torch.device, per_sm: int, tiles: int) -> int:
@@ -374,7 +386,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
             cands = lambda: [dict(BLOCK_M=16, num_warps=4, num_stages=1, programs_per_sm=0, prefetch=False)]  # noqa: E731
         else:
             cands = lambda: candidates(max(pads), weight_smem_bytes(pads))  # noqa: E731
-        key = (m_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype, relu16)
+        key = (rows_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype, relu16)
         config = pick("narrow_mlp", key, cands, launch)
     launch(config)
     return y
