@@ -20,6 +20,20 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  chain)  # the decode chain (eleventh session: both layers' GEMV tiles as one chain of items in one launch): its cuda tests
+          # (bit-equal to the two launches, timing per candidate), the decode block's, then the Llama block at M=1/16 with
+          # the one-launch route off and on (FUSED_DECODE_BLOCK_MAX_M 0 / 16) and the route timings
+    timeout 330 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py tests/test_decode_block.py 2>&1 | filt | grep -v "^$" | tail -40
+    for c in 0 16; do
+      FUSED_DECODE_BLOCK_MAX_M=$c timeout 200 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+        --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/chain$c" > "$OUT/chain$c.log" 2>&1
+      echo "DECODE_BLOCK_MAX_M=$c"; grep "^|" "$OUT/chain$c.log" | grep -v "^|--" | head -12
+    done
+    python3 -c "
+import json
+d = json.load(open('$OUT/chain16/bench.json'))
+for k, v in d['timings'].items():
+    if 'mlp_block_route' in k or 'decode_block' in k: print(k[:120], sorted(v, key=lambda r: r[0])[:3])" ;;
   eleventh1)  # the narrow TMA candidates on by default (eleventh session): the narrow cuda tests, width 64 x 5 at 2**21 beside
               # eager and compiled (tuner timings, best first), then the sweep's widths given in SWEEP_W (default 16,32)
     timeout 250 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py 2>&1 | filt | tail -4

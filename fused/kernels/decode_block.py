@@ -29,6 +29,10 @@ against 176 MB of weights), which grows with M and sets where the block stops pa
   fixed order and runs the down epilogue: two launches and P·M·D·4 bytes written and read back, no
   atomics, bit-identical across runs.
 
+A third way, not slices of H at all: fused.kernels.decode_chain runs the two layers' GEMV tiles as one chain
+of work items in one launch (deterministic; no partials of y). Its configs (``CHAIN``) compete in this
+kernel's tuner, so the block route's "one launch" is whichever of the designs is fastest for the shape.
+
 The workspaces are cached per device (sized up as needed); like the split-K GEMV's counters they assume
 calls on one device are stream-ordered (two streams running this kernel at once would share them).
 """
@@ -41,6 +45,8 @@ import triton.language as tl
 from fused.kernels import cdiv, check_out, dot_mode
 from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes
+from fused.kernels.decode_chain import candidates as chain_candidates
+from fused.kernels.decode_chain import decode_chain
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.splitk import buffers as splitk_buffers
@@ -255,6 +261,7 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     w1_dtype = w1.dtype
+    w1_in, w2_in = w1, w2
     w1_fp8, w2_fp8 = w1.dtype == torch.float8_e4m3fn, w2.dtype == torch.float8_e4m3fn
     w1 = w1.view(torch.uint8) if w1_fp8 else w1
     w2 = w2.view(torch.uint8) if w2_fp8 else w2
@@ -269,7 +276,14 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
     if M == 0 or D == 0:
         return y
 
+    chain_ok = smooth_x is None and smooth_h is None
+
     def launch(cfg):
+        if cfg.get("CHAIN"):  # the other one-launch design (fused.kernels.decode_chain), deterministic too
+            if not chain_ok:
+                raise ValueError("decode_block: the chain configs take no SmoothQuant vectors")
+            decode_chain(x, w1_in, s1, b1, w2_in, s2, b2, act, gated, cfg, out=y)
+            return
         bm, bh, bd = cfg["BLOCK_M"], cfg["BLOCK_H"], cfg["BLOCK_D"]
         assert bm >= M, f"config BLOCK_M={bm} < M={M}"
         split = cfg.get("SPLIT", False)
@@ -303,8 +317,8 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         fp32_dot = dot_mode(x.dtype) == "fp32"
         split_ok = not (w1_fp8 or w2_fp8 or fp32_dot)
         cands = (lambda: [_interpret_config(M)]) if INTERPRET else (
-            lambda: _candidates(M, K, H, D, gated, fp32_dot, split_ok))
-        key = (m_bucket(M), K, H, D, gated, deterministic, w1_dtype, x.dtype)
+            lambda: _candidates(M, K, H, D, gated, fp32_dot, split_ok) + (chain_candidates(M, gated) if chain_ok else []))
+        key = (m_bucket(M), K, H, D, gated, deterministic, w1_dtype, x.dtype, chain_ok)
         config = pick("decode_block", key, cands, launch)
     launch(config)
     return y

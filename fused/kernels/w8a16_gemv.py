@@ -141,7 +141,7 @@ def _gemv_item(
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr,
 ):
-    """One (output tile, K split) item: partial dot, split-K finish, epilogue."""
+    """One (output tile, K split) item: partial dot, split-K finish, epilogue. Returns the split-K `live`."""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT
@@ -179,6 +179,7 @@ def _gemv_item(
     out_mask = (offs_m[:, None] < M) & n_ok[None, :] & (tile < live)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
+    return live  # > 0 where this program stored the tile (fused.kernels.decode_chain publishes it)
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
