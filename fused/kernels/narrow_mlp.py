@@ -46,10 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-try:
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # older triton: the TMA candidates fall back to pointer loads
-    TensorDescriptor = None
+_HAS_DESC = hasattr(tl, "make_tensor_descriptor")  # older triton: the TMA candidates run pointer loads
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, sm_count
 from fused.kernels.epilogue import activation
@@ -115,7 +112,7 @@ def _load_tile(x_ptr, tile, M, stride_xm, stride_xk, K_IN: tl.constexpr, D0: tl.
 
 @triton.jit
 def _narrow_mlp_kernel(
-    x_ptr, x_desc, w_ptr, p_ptr, y_ptr,
+    x_ptr, w_ptr, p_ptr, y_ptr,
     M,
     stride_xm, stride_xk, stride_ym, stride_yn,
     K_IN: tl.constexpr, N_OUT: tl.constexpr, NUM_LAYERS: tl.constexpr,
@@ -164,6 +161,10 @@ def _narrow_mlp_kernel(
             w6 = _weight(w_ptr + W6, D6, D7, dt, DOT)
         if NUM_LAYERS > 7:
             w7 = _weight(w_ptr + W7, D7, D8, dt, DOT)
+    if TMA_X:
+        # made on the device (128 bytes of launcher-allocated scratch per program), not on the host: the launch
+        # then takes only pointers and ints, so the cached launcher and eager replays keep working
+        x_desc = tl.make_tensor_descriptor(x_ptr, shape=[M, K_IN], strides=[stride_xm, 1], block_shape=[BLOCK_M, D0])
     if PREFETCH:
         nxt = _load_tile(x_ptr, pid, M, stride_xm, stride_xk, K_IN, D0, BLOCK_M)
     # grid-stride loop: one iteration per program unless the launcher chose a persistent grid
@@ -321,7 +322,21 @@ def tma_ok(x: torch.Tensor, d0: int) -> bool:
     aligned base and row stride (a candidate asking for TMA on another x runs the pointer loads)."""
     es = x.element_size()
     return (x.dtype in (torch.float16, torch.bfloat16) and x.stride(1) == 1 and x.data_ptr() % 16 == 0
-            and (x.stride(0) * es) % 16 == 0 and d0 * es >= 16 and TensorDescriptor is not None)
+            and (x.stride(0) * es) % 16 == 0 and d0 * es >= 16 and _HAS_DESC)
+
+
+def _scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def _ensure_allocator() -> None:
+    """Device-made descriptors need Triton's scratch allocator (per thread: a ContextVar); set ours (torch's
+    caching allocator, so CUDA-graph captures take the graph's pool) unless the caller has set one."""
+    from triton.runtime import _allocation
+
+    cur = _allocation._allocator.get() if hasattr(_allocation._allocator, "get") else _allocation._allocator
+    if isinstance(cur, _allocation.NullAllocator):
+        triton.set_allocator(_scratch)
 
 
 def rows_bucket(M: int) -> int:
@@ -367,9 +382,10 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         # "programs" (an absolute grid size; tests use it to run the persistent loop on the CPU) wins
         grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
         tma = bool(cfg.get("tma")) and tma_ok(x, pads[0])
-        x_desc = TensorDescriptor(x, list(x.shape), list(x.stride()), [cfg["BLOCK_M"], pads[0]]) if tma else None
+        if tma and x.is_cuda:
+            _ensure_allocator()
         launch_kernel(_narrow_mlp_kernel, grid,
-            x, x_desc, weights, params, y, M,
+            x, weights, params, y, M,
             x.stride(0), x.stride(1), y.stride(0), y.stride(1),
             K_IN=dims[0], N_OUT=dims[-1], NUM_LAYERS=L,
             D0=D[0], D1=D[1], D2=D[2], D3=D[3], D4=D[4], D5=D[5], D6=D[6], D7=D[7], D8=D[8],
