@@ -786,3 +786,70 @@ if "narrowtma2" in what:
             p(f"narrowtma2 {cfg}: {t * 1e3:.1f} us, equal to the pick: {bool(torch.equal(y, ref))}")
         except Exception as e:  # noqa: BLE001
             p(f"narrowtma2 {cfg}: {type(e).__name__} {str(e)[:200]}")
+
+if "narrowhost" in what:
+    # eleventh session: a TMA pick (device-made descriptor) stays on the cached launcher and is replayed in eager
+    # calls; host µs per call at 2**14 rows (GPU time ~6 µs) with the TMA config forced, against a pointer config
+    from fused import dispatch
+    from fused.kernels import launch, tuning
+    mod, x, _ = narrow_w64()
+    xs = x[: 1 << 14].clone()
+    with torch.no_grad():
+        mod(xs)
+        key = next(k for k in tuning._cache if k[0] == "narrow_mlp" and k[1] == 1 << 14)
+        for name, cfg in (("tma", dict(BLOCK_M=128, num_warps=8, num_stages=3, programs_per_sm=2, prefetch=False,
+                                       hoist=True, tma=True)),
+                          ("pointer", dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False,
+                                           hoist=True))):
+            tuning._cache[key] = cfg
+            mod.__dict__.pop("_replays", None)
+            for _ in range(3):
+                y = mod(xs)
+            torch.cuda.synchronize()
+            before = dict(launch.counts)
+            t0 = time.perf_counter()
+            for _ in range(200):
+                mod(xs)
+            torch.cuda.synchronize()
+            us = (time.perf_counter() - t0) / 200 * 1e6
+            delta = {k: launch.counts[k] - before[k] for k in before}
+            p(f"narrowhost {name}: {us:.1f} us per eager call at 2**14 rows, launches {delta}, "
+              f"replay {dispatch.replay_status(mod)}")
+
+if "chainparts" in what:
+    # eleventh session: where the decode chain loses to the two launches (graph µs, Llama block, M = 1 / 16):
+    # each GEMV alone with the chain's tiles, the two in one graph, the chain's first-layer items alone, its down
+    # items alone (no waits), the chain
+    from fused.kernels import decode_chain as dc
+    from fused.kernels.w8a16_gemv import w8a16_gemv
+    from lowbit import quantize_weight
+
+    def gus(fn):
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+
+    K, H, D = 4096, 14336, 4096
+    for fmt in ("int8", "float8_e4m3"):
+        q1, s1 = quantize_weight(torch.randn(2 * H, K, device="cuda") * K ** -0.5, fmt)
+        q2, s2 = quantize_weight(torch.randn(D, H, device="cuda") * H ** -0.5, fmt)
+        for M in (1, 16):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            for c in dc.candidates(M, True)[::3][:3]:
+                kps1 = dc.cdiv(dc.cdiv(K, c["SPLIT1"]), c["BK1"]) * c["BK1"]
+                step = max(c["BN1"], c["BK2"])
+                kps2 = dc.cdiv(dc.cdiv(H, c["SPLIT2"]), step) * step
+                g = dict(BLOCK_M=c["BM1"], BLOCK_N=c["BN1"], BLOCK_K=c["BK1"], SPLIT_K=dc.cdiv(K, kps1), num_warps=4, CVT=c["CVT"])
+                d = dict(BLOCK_M=c["BM2"], BLOCK_N=c["BN2"], BLOCK_K=c["BK2"], SPLIT_K=dc.cdiv(H, kps2), num_warps=4, CVT=c["CVT"])
+                h = w8a16_gemv(x, q1, s1, None, "silu", True, config=g)
+                t1 = gus(lambda: w8a16_gemv(x, q1, s1, None, "silu", True, config=g))
+                t2 = gus(lambda: w8a16_gemv(h, q2, s2, None, "none", False, config=d))
+                t12 = gus(lambda: w8a16_gemv(w8a16_gemv(x, q1, s1, None, "silu", True, config=g), q2, s2, None, "none", False, config=d))
+                tc = {ph: gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, dict(c, PHASES=ph)))
+                      for ph in (1, 2, 3)}
+                p(f"chainparts {fmt} M={M} pps={c['programs_per_sm']} tiles {c['BM1']}x{c['BN1']}x{c['BK1']}/{c['SPLIT1']} "
+                  f"{c['BM2']}x{c['BN2']}x{c['BK2']}/{c['SPLIT2']}: gemv1 {t1:.1f} gemv2 {t2:.1f} both {t12:.1f} | "
+                  f"chain first {tc[1]:.1f} down {tc[2]:.1f} block {tc[3]:.1f}")

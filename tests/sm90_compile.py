@@ -98,6 +98,6 @@ def decode_chain_configs():
                     stride_w1k=1, stride_w2d=H, stride_w2h=1, stride_ym=D, stride_yd=1)
         consts = dict(GATED=True, ACT="silu", HAS_B1=True, HAS_B2=True, W1_FP8=fp8, W2_FP8=fp8, DOT="native",
                       CVT=c["CVT"], BM1=c["BM1"], BN1=c["BN1"], BK1=c["BK1"], SPLIT1=c["SPLIT1"], JOINT=False,
-                      BM2=c["BM2"], BN2=c["BN2"], BK2=c["BK2"], SPLIT2=dc.cdiv(H, kps2), CHUNKS_P2=8)
+                      BM2=c["BM2"], BN2=c["BN2"], BK2=c["BK2"], SPLIT2=dc.cdiv(H, kps2), CHUNKS_P2=8, PHASES=3)
         out.append((f"M={M} {'fp8' if fp8 else 'int8'}", dc._decode_chain_kernel, pointers, ints, consts, c["num_warps"]))
     return out

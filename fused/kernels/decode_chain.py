@@ -62,11 +62,14 @@ def _decode_chain_kernel(
     W1_FP8: tl.constexpr, W2_FP8: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr,
     BM1: tl.constexpr, BN1: tl.constexpr, BK1: tl.constexpr, SPLIT1: tl.constexpr, JOINT: tl.constexpr,
     BM2: tl.constexpr, BN2: tl.constexpr, BK2: tl.constexpr, SPLIT2: tl.constexpr, CHUNKS_P2: tl.constexpr,
+    PHASES: tl.constexpr = 3,
 ):
+    # PHASES (diagnostics only, .ci/diag.py chainparts): 1 runs the first layer's items alone, 2 the down items
+    # alone without waiting (on whatever h holds), 3 the block
     tiles1 = tl.cdiv(H, BN1)
-    items1 = tiles1 * SPLIT1
+    items1 = tiles1 * SPLIT1 if PHASES != 2 else 0
     tiles2 = tl.cdiv(D, BN2)
-    total = items1 + tiles2 * SPLIT2
+    total = items1 + (tiles2 * SPLIT2 if PHASES != 1 else 0)
     per_chunk = KPS2 // BN1  # first-layer tiles per H chunk
     ready_ptr = sync_ptr + 2
     t = tl.atomic_add(sync_ptr, 1, sem="relaxed")
@@ -85,9 +88,10 @@ def _decode_chain_kernel(
             j = t - items1
             c = j // tiles2
             need = tl.minimum(per_chunk, tiles1 - c * per_chunk)
-            r = tl.atomic_add(ready_ptr + c, 0, sem="acquire")
-            while r < need:
+            if PHASES == 3:
                 r = tl.atomic_add(ready_ptr + c, 0, sem="acquire")
+                while r < need:
+                    r = tl.atomic_add(ready_ptr + c, 0, sem="acquire")
             _gemv_item(j % tiles2, c, h_ptr, w2_ptr, s2_ptr, b2_ptr, w2_ptr, s2_ptr, b2_ptr, y_ptr,
                        part_ptr + PART2, count_ptr + tiles1, M, D, H, KPS2, 0,
                        H, 1, stride_w2d, stride_w2h, stride_w2d, stride_w2h, stride_ym, stride_yd,
@@ -173,6 +177,6 @@ def decode_chain(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         GATED=gated, ACT=act, HAS_B1=b1 is not None, HAS_B2=b2 is not None, W1_FP8=w1_fp8, W2_FP8=w2_fp8,
         DOT=dot_mode(x.dtype), CVT=c.get("CVT", "magic"), BM1=bm1, BN1=bn1, BK1=bk1, SPLIT1=split1,
         JOINT=gated and c.get("JOINT", False), BM2=bm2, BN2=bn2, BK2=bk2, SPLIT2=split2,
-        CHUNKS_P2=max(next_pow2(split2), 2), num_warps=c["num_warps"],
+        CHUNKS_P2=max(next_pow2(split2), 2), PHASES=c.get("PHASES", 3), num_warps=c["num_warps"],
     )
     return y
