@@ -24,7 +24,7 @@ from torchao.quantization.transform_module import register_quantize_module_handl
 
 from fused import dispatch, ops
 from fused.activations import activation_of, check_activation
-from fused.modules import _input_for, _use_op
+from fused.modules import _input_for, _Replayable, _use_op
 from lowbit import quantize_weight
 
 MAX_WIDTH = 128
@@ -153,7 +153,7 @@ def is_narrow_mlp(module: nn.Module, fqn: str = "") -> bool:
 
 # -------------------------------------------------------------------------------------------- module
 
-class FusedNarrowMLP(nn.Module):
+class FusedNarrowMLP(_Replayable):
     """A whole narrow MLP in one kernel launch: buffers ``weight_pack`` (packed, fp16/bf16/int8; also
     ``weights``) and ``params`` (fp32 scales + biases); ``dims`` (real widths) and ``acts`` (one per layer)
     fix the architecture. Inference only (its op raises on backward).
@@ -223,7 +223,7 @@ class FusedNarrowMLP(nn.Module):
     def weight_bytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def forward(self, x):
+    def _forward(self, x):  # eager CUDA calls are replayed (fused.dispatch.eager), as the other modules'
         x = _input_for(x)
         if _use_op(x):
             return ops.narrow_mlp(x, self.weights, self.params, self.dims, self._acts_str)

@@ -509,3 +509,25 @@ def test_tma_candidates_offered(monkeypatch):
             assert all(weight_smem_bytes(pads) + c["num_stages"] * c["BLOCK_M"] * width * 2 <= nm.SMEM_BUDGET
                        for c in tma)
             assert width != 128 or all(c["BLOCK_M"] == 64 for c in tma)
+
+
+@pytest.mark.cuda
+def test_cuda_eager_calls_are_replayed():
+    """Eager calls of the module replay their recorded launch (fused.dispatch.eager), the TMA candidates'
+    included (their descriptor is made on the device, so the launch takes only pointers): same bits."""
+    from fused.kernels import launch, tuning
+
+    mod = FusedNarrowMLP.from_module(make_seq([64] * 6, ["relu"] * 5), "fp16").cuda()
+    x = torch.randn(3000, 64, device="cuda", dtype=torch.float16)
+    want = mod(x)
+    key = next(k for k in tuning._cache if k[0] == "narrow_mlp" and k[2] == tuple([64] * 6))
+    for cfg in (dict(BLOCK_M=128, num_warps=8, num_stages=3, programs_per_sm=2, prefetch=False, hoist=True, tma=True),
+                dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)):
+        tuning._cache[key] = cfg
+        mod.__dict__.pop("_replays", None)
+        ys = [mod(x) for _ in range(2)]
+        before = launch.counts["replayed"]
+        ys += [mod(x) for _ in range(3)]
+        assert launch.counts["replayed"] - before == 3, cfg
+        assert all(torch.equal(y, want) for y in ys), cfg
+        assert dispatch.replay_status(mod)[0] == 1
