@@ -29,14 +29,14 @@ case "${1:-}" in
   eleventh2)  # the narrow MLP with device-made TMA descriptors (eleventh session): the narrow cuda tests (every candidate),
               # width 64 x 5 at 2**21 beside eager and compiled, the eager host cost at 2**14 (TMA pick replayed?), then
               # the sweep's widths in SWEEP_W (default 64)
-    timeout 400 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=5 tests/test_narrow_mlp.py 2>&1 | filt | tail -12
-    timeout 100 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow64" 2>&1 | filt | grep "^| [0-9]"
+    timeout 380 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=5 tests/test_narrow_mlp.py 2>&1 | filt | tail -12
+    timeout 90 python3 examples/narrow_mlp_bench.py --out "$OUT/narrow64" 2>&1 | filt | grep "^| [0-9]"
     python3 -c "
 import json
 for k, v in json.load(open('$OUT/narrow64/narrow_mlp.json'))['tuning_timings'].items():
     for t, c in sorted(v, key=lambda r: r[0])[:5]: print(' ', round(t, 1), c)"
     timeout 60 python3 .ci/diag.py narrowhost 2>&1 | filt | grep "narrowhost\|Error"
-    [ -n "${SWEEP_W:-64}" ] && timeout 150 python3 examples/narrow_mlp_bench.py --sweep --widths "${SWEEP_W:-64}" --out "$OUT/sweep" 2>&1 | filt | grep "^| [0-9]" ;;
+    [ -n "${SWEEP_W-64}" ] && timeout 150 python3 examples/narrow_mlp_bench.py --sweep --widths "${SWEEP_W:-64}" --out "$OUT/sweep" 2>&1 | filt | grep "^| [0-9]" ;;
   chain)  # the decode chain (eleventh session: both layers' GEMV tiles as one chain of items in one launch): its cuda tests
           # (bit-equal to the two launches, timing per candidate), the decode block's, then the Llama block at M=1/16 with
           # the one-launch route off and on (FUSED_DECODE_BLOCK_MAX_M 0 / 16) and the route timings
