@@ -35,7 +35,7 @@ case "${1:-}" in
 import json
 for k, v in json.load(open('$OUT/narrow64/narrow_mlp.json'))['tuning_timings'].items():
     for t, c in sorted(v, key=lambda r: r[0])[:5]: print(' ', round(t, 1), c)"
-    timeout 60 python3 .ci/diag.py narrowhost 2>&1 | filt | grep "narrowhost\|Error"
+    FUSED_TUNE=0 timeout 60 python3 .ci/diag.py narrowhost 2>&1 | filt | grep "narrowhost\|Error"
     [ -n "${SWEEP_W-64}" ] && timeout 150 python3 examples/narrow_mlp_bench.py --sweep --widths "${SWEEP_W:-64}" --out "$OUT/sweep" 2>&1 | filt | grep "^| [0-9]" ;;
   chain)  # the decode chain (eleventh session: both layers' GEMV tiles as one chain of items in one launch): its cuda tests
           # (bit-equal to the two launches, timing per candidate), the decode block's, then the Llama block at M=1/16 with
