@@ -853,3 +853,34 @@ if "chainparts" in what:
                 p(f"chainparts {fmt} M={M} pps={c['programs_per_sm']} tiles {c['BM1']}x{c['BN1']}x{c['BK1']}/{c['SPLIT1']} "
                   f"{c['BM2']}x{c['BN2']}x{c['BK2']}/{c['SPLIT2']}: gemv1 {t1:.1f} gemv2 {t2:.1f} both {t12:.1f} | "
                   f"chain first {tc[1]:.1f} down {tc[2]:.1f} block {tc[3]:.1f}")
+
+if "chainreg" in what:
+    # eleventh session: the chain's registers (128-146) leave 3 programs of 4 warps per SM, so its 448 first-layer
+    # items take two waves where the standalone GEMV (448 CTAs) takes one; a register cap fits 4 (graph µs)
+    from fused import dispatch
+    from fused.kernels import decode_chain as dc
+    from lowbit import quantize_weight
+
+    def gus(fn):
+        fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+
+    K, H, D = 4096, 14336, 4096
+    for fmt in ("int8", "float8_e4m3"):
+        q1, s1 = quantize_weight(torch.randn(2 * H, K, device="cuda") * K ** -0.5, fmt)
+        q2, s2 = quantize_weight(torch.randn(D, H, device="cuda") * H ** -0.5, fmt)
+        for M in (1, 16):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            two = gus(lambda: dispatch.linear(dispatch.gated(x, q1, s1, None, "silu"), q2, s2, None))
+            c = dc.candidates(M, True)[1 if M == 1 else 0]
+            row = []
+            for r in (0, 128, 96):
+                for pps in (4, 0):
+                    cfg = dict(c, programs_per_sm=pps, **({"maxnreg": r} if r else {}))
+                    y = dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, cfg)
+                    row.append(f"reg {r or '-'} pps {pps}: {gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, 'silu', True, cfg)):.1f}")
+            p(f"chainreg {fmt} M={M} two launches (tuned) {two:.1f} | " + ", ".join(row))

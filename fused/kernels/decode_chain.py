@@ -178,5 +178,6 @@ def decode_chain(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         DOT=dot_mode(x.dtype), CVT=c.get("CVT", "magic"), BM1=bm1, BN1=bn1, BK1=bk1, SPLIT1=split1,
         JOINT=gated and c.get("JOINT", False), BM2=bm2, BN2=bn2, BK2=bk2, SPLIT2=split2,
         CHUNKS_P2=max(next_pow2(split2), 2), PHASES=c.get("PHASES", 3), num_warps=c["num_warps"],
+        **({"maxnreg": c["maxnreg"]} if c.get("maxnreg") else {}),
     )
     return y
