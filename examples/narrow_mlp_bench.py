@@ -104,7 +104,7 @@ def table(rows) -> str:
         xc = f'{r["speedup_vs_compiled"]:.2f}' if r.get("speedup_vs_compiled") else "-"
         cfg = r["config"]
         cfg_s = (f'BM{cfg["BLOCK_M"]} w{cfg["num_warps"]} s{cfg["num_stages"]} p{cfg.get("programs_per_sm", 0)}'
-                 f'{" pf" if cfg.get("prefetch") else ""}{" hoist" if cfg.get("hoist") else ""}'
+                 f'{" pf" if cfg.get("prefetch") else ""}{" hoist" if cfg.get("hoist") else ""}{" tma" if cfg.get("tma") else ""}'
                  f'{" r" + str(cfg["maxnreg"]) if cfg.get("maxnreg") else ""}') if cfg else "-"
         lines.append(f'| {r["width"]} | {r["layers"]} | 2^{r["batch"].bit_length() - 1} | {r["weight_dtype"]} | '
                      f'{r["ours_us"]:.1f} | {r["eager_us"]:.1f} | {comp} | {r["floor_us"]:.1f} | '

@@ -35,6 +35,10 @@ Design
   the input tile is the only HBM read. With a persistent grid (``programs`` < number of tiles, a grid-
   stride loop over tiles) each SM re-reads the same weights from its L1, or, with ``hoist``, loads
   them once before the loop into shared memory (where the dots read them).
+* The input tiles of the hoisted, persistent candidates may come by TMA (``tma``; a descriptor made on the
+  device, zero fill past M and past K_IN) into shared memory, 2-5 stages that Triton pipelines across the tile
+  loop: the next tiles are in flight while this one runs its layers, without holding registers. On the H200
+  these win from about 2**18 rows (width 64 x 5 at 2**21: 195 vs 217 µs).
 * int8 weights are widened to the activation dtype in registers (exact: |q| <= 127) and their scale is
   applied to the fp32 accumulator in the epilogue, with the bias and the activation, as in w8_gemm.
 """
@@ -242,8 +246,10 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
              (128, 4, 1, 8, 1), (256, 8, 1, 2, 1)]
         h = [(256, 4, 1, 4, 0), (256, 4, 2, 2, 0), (128, 4, 2, 4, 0), (256, 4, 1, 4, 1)]
     elif max_width <= 64:
-        # H200, width 64 x 5, 2**21 rows (`narrowtma2`, eleventh session): (128, 4, 3 stages, 2 per SM) 195.2 µs,
-        # bits equal to the pointer-load pick's 216.7; 2 stages 244.3 (2 per SM) / 305.6 (3 per SM)
+        # H200, width 64 x 5, 2**21 rows (eleventh session): `narrowtma2` (explicit configs) (128, 4, 3 stages, 2 per
+        # SM) 195.2 µs, bits equal to the pointer-load pick's 216.7; 2 stages 244.3 (2 per SM) / 305.6 (3 per SM).
+        # Tuner with device-made descriptors (`eleventh2`): (128, 4, 3, 2) 194.0, (64, 4, 3, 3) 194.3, (128, 8, 3, 2)
+        # 194.4, (128, 4, 4, 2) 194.9; best pointer-load config 214.7
         t = [(128, 4, 3, 2), (128, 4, 4, 2), (128, 4, 2, 2), (128, 4, 5, 1), (128, 4, 3, 1), (128, 8, 3, 2),
              (64, 4, 3, 3), (128, 4, 2, 3)]
         c = [(128, 4, 1, 0, 0), (256, 8, 1, 0, 0), (128, 8, 1, 0, 0), (64, 4, 1, 0, 0), (128, 4, 1, 2, 1),
@@ -294,9 +300,9 @@ SMEM_BUDGET = 200 * 1024
 RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
 
 
-# The TMA candidates above (FUSED_NARROW_TMA=0: none). H200, eleventh session (`bash .ci/h200_next.sh narrowtma2`,
-# width 64 x 5, 2**21 rows, explicit configs): 3 stages, 2 programs of 128 rows per SM 195.2 µs against 216.7 for
-# the pointer-load pick in the same call, bit-equal. Triton pipelines the descriptor loads (the next tiles' copies
+# The TMA candidates above (FUSED_NARROW_TMA=0: none). H200, eleventh session (width 64 x 5, 2**21 rows): 3 stages,
+# 2 programs of 128 rows per SM 195.2 µs against 216.7 for the pointer-load pick in the same call, bit-equal; the
+# module call 197.4 (eager 1229.3, compiled 1399.3). Triton pipelines the descriptor loads (the next tiles' copies
 # are in flight in shared memory during this tile's layers, holding no registers).
 TMA = os.environ.get("FUSED_NARROW_TMA", "1") == "1"
 
