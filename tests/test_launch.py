@@ -239,3 +239,40 @@ def test_replay_status_reports_recorded_and_refused_signatures():
     model[0].__dict__["_replays"] = {"a": launch.Replay(launch.Recording(torch.zeros(1), []), 0, None, ())}
     model[1].__dict__["_replays"] = {"b": "no replay: no kernel launch", "c": False}
     assert dispatch.replay_status(model) == (1, [("1", "no replay: no kernel launch")])
+
+
+def test_scratch_kernels_get_an_allocator_in_every_thread():
+    """A kernel with global scratch (a device-made TMA descriptor) needs Triton's allocator, a per-thread
+    ContextVar: recordings note such launches and replays set ours first, in whatever thread they run; an
+    allocator the caller set is kept."""
+    import threading
+    import types
+
+    import triton
+    from triton.runtime import _allocation
+
+    class Scratch(_FakeCompiled):
+        metadata = types.SimpleNamespace(global_scratch_size=128)
+
+    x = torch.randn(4, 8)
+    rec = launch.Recording(x, [])
+    rec.add(_FakeCompiled(), (), (1,), (x,))
+    assert not rec.scratch and not launch._needs_scratch(_FakeCompiled())
+    rec.add(Scratch(), (), (1,), (x,))
+    assert rec.scratch and launch._needs_scratch(Scratch())
+    seen = {}
+
+    def fresh_thread():
+        seen["before"] = _allocation._allocator.get()
+        launch.ensure_scratch_allocator()
+        seen["after"] = _allocation._allocator.get()
+        mine = lambda size, align, stream: None  # noqa: E731
+        triton.set_allocator(mine)
+        launch.ensure_scratch_allocator()
+        seen["kept"] = _allocation._allocator.get() is mine
+
+    t = threading.Thread(target=fresh_thread)
+    t.start()
+    t.join()
+    assert isinstance(seen["before"], _allocation.NullAllocator)
+    assert seen["after"] is launch._scratch and seen["kept"]

@@ -531,3 +531,33 @@ def test_cuda_eager_calls_are_replayed():
         assert launch.counts["replayed"] - before == 3, cfg
         assert all(torch.equal(y, want) for y in ys), cfg
         assert dispatch.replay_status(mod)[0] == 1
+
+
+@pytest.mark.cuda
+def test_cuda_tma_replay_in_another_thread():
+    """A module recorded in this thread replays its TMA launch in a fresh thread (Triton's scratch allocator is
+    per thread: the replay sets ours there first). Written in the eleventh session after its last GPU call."""
+    import threading
+
+    from fused.kernels import launch, tuning
+
+    mod = FusedNarrowMLP.from_module(make_seq([64] * 6, ["relu"] * 5), "fp16").cuda()
+    x = torch.randn(3000, 64, device="cuda", dtype=torch.float16)
+    mod(x)
+    key = next(k for k in tuning._cache if k[0] == "narrow_mlp" and k[2] == tuple([64] * 6))
+    tuning._cache[key] = dict(BLOCK_M=128, num_warps=8, num_stages=3, programs_per_sm=2, prefetch=False, hoist=True,
+                              tma=True)
+    mod.__dict__.pop("_replays", None)
+    want = [mod(x) for _ in range(2)][-1]
+    out = {}
+
+    def worker():
+        before = launch.counts["replayed"]
+        out["y"] = mod(x)
+        torch.cuda.synchronize()
+        out["replayed"] = launch.counts["replayed"] - before
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert out["replayed"] == 1 and torch.equal(out["y"], want)

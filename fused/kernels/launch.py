@@ -77,7 +77,7 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
         if hit is None and compiled is not None:
             # constexpr params after the positional ones, in signature order (the launcher takes them all)
             tail = tuple(kw[p.name] if p.name in kw else p.default for p in fn.params[len(args):])
-            _cache[key] = hit = (compiled, tail)
+            _cache[key] = hit = (compiled, tail, _needs_scratch(compiled))
         if _rec is not None:
             if hit is None or _hooked():
                 _rec.ok = False
@@ -85,7 +85,9 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
                 _rec.add(hit[0], hit[1], grid, args)
         return
     counts["cached"] += 1
-    k, tail = hit
+    k, tail, scratch = hit
+    if scratch:
+        ensure_scratch_allocator()
     if _rec is not None:
         _rec.add(k, tail, grid, args)
     g = grid + (1, 1)
@@ -94,6 +96,28 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
 
 
 _knobs = None
+
+
+def _needs_scratch(compiled) -> bool:
+    # global scratch: e.g. a TMA descriptor made on the device; Triton's launcher allocates it per launch
+    return getattr(getattr(compiled, "metadata", None), "global_scratch_size", 0) > 0
+
+
+def _scratch(size: int, alignment: int, stream):
+    return torch.empty(size, device="cuda", dtype=torch.int8)
+
+
+def ensure_scratch_allocator() -> None:
+    """Kernels with global scratch need Triton's allocator, which is per thread (a ContextVar): set ours (torch's
+    caching allocator, so CUDA-graph captures take the graph's pool) in this thread unless one is set. Called
+    before every launch of such a kernel, replays included: a module recorded in one thread may replay in another."""
+    from triton.runtime import _allocation
+
+    cur = _allocation._allocator.get() if hasattr(_allocation._allocator, "get") else _allocation._allocator
+    if isinstance(cur, _allocation.NullAllocator):
+        import triton
+
+        triton.set_allocator(_scratch)
 
 
 def _installed(hook) -> bool:
@@ -151,6 +175,7 @@ class Recording:
         self.keep: list = []  # those outputs, alive while recording: no other tensor can take their addresses
         self.live: dict = {}  # data_ptr -> index into allocs (the latest allocation at that address)
         self.launches: list = []
+        self.scratch = False  # a launch needs Triton's scratch allocator
         self.ok = True
 
     def alloc(self, t: torch.Tensor) -> None:
@@ -177,6 +202,7 @@ class Recording:
                     continue
                 a = None  # filled in per replay (and not kept alive by the recording)
             template.append(a)
+        self.scratch = self.scratch or _needs_scratch(compiled)
         g = tuple(grid) + (1, 1)
         self.launches.append((compiled.run, g[0], g[1], g[2], compiled.function, compiled.packed_metadata,
                               template + list(tail), tuple(subs)))
@@ -191,10 +217,11 @@ class Replay:
     16-byte alignment the kernels were specialised for holds. The buffer goes back to the caching allocator
     at the end of the call, stream-ordered like any tensor freed after its kernels were queued."""
 
-    __slots__ = ("out_alloc", "offsets", "total", "launches", "out", "out_shape", "stats")
+    __slots__ = ("out_alloc", "offsets", "total", "launches", "out", "out_shape", "stats", "scratch")
 
     def __init__(self, rec: Recording, out: int, out_shape, stats):
         self.launches = tuple(rec.launches)
+        self.scratch = rec.scratch
         self.out, self.out_shape, self.stats = out, out_shape, stats
         self.out_alloc = rec.allocs[out] if rec.allocs else None  # None: a recording with no launches
         offsets, total = [], 0
@@ -217,6 +244,8 @@ class Replay:
         vals[self.out] = y
         vals.append(x)  # index -1
         stream = torch._C._cuda_getCurrentRawStream(x.get_device())
+        if self.scratch:
+            ensure_scratch_allocator()
         for run, g0, g1, g2, function, meta, template, subs in self.launches:
             args = template.copy()
             for pos, idx in subs:

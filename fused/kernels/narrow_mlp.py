@@ -54,7 +54,7 @@ _HAS_DESC = hasattr(tl, "make_tensor_descriptor")  # older triton: the TMA candi
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, sm_count
 from fused.kernels.epilogue import activation
-from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.launch import empty, ensure_scratch_allocator, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
 from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
 
@@ -331,18 +331,6 @@ def tma_ok(x: torch.Tensor, d0: int) -> bool:
             and (x.stride(0) * es) % 16 == 0 and d0 * es >= 16 and _HAS_DESC)
 
 
-def _scratch(size: int, alignment: int, stream):
-    return torch.empty(size, device="cuda", dtype=torch.int8)
-
-
-def _ensure_allocator() -> None:
-    """Device-made descriptors need Triton's scratch allocator (per thread: a ContextVar); set ours (torch's
-    caching allocator, so CUDA-graph captures take the graph's pool) unless the caller has set one."""
-    from triton.runtime import _allocation
-
-    cur = _allocation._allocator.get() if hasattr(_allocation._allocator, "get") else _allocation._allocator
-    if isinstance(cur, _allocation.NullAllocator):
-        triton.set_allocator(_scratch)
 
 
 def rows_bucket(M: int) -> int:
@@ -389,7 +377,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
         tma = bool(cfg.get("tma")) and tma_ok(x, pads[0])
         if tma and x.is_cuda:
-            _ensure_allocator()
+            ensure_scratch_allocator()
         launch_kernel(_narrow_mlp_kernel, grid,
             x, weights, params, y, M,
             x.stride(0), x.stride(1), y.stride(0), y.stride(1),
