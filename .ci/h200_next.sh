@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `narrowtma2` (the narrow TMA candidates, opt-in FUSED_NARROW_TMA=1, not yet timed: their first run
-# failed in our cached launcher, fixed since), then `narrowtma` with FUSED_NARROW_TMA=1 if they win.
-# (2026-12-01, tenth: W8A16 on cuBLAS from M=1024 on by default after `tenth`/`tenth3`; narrow relu on packed pairs
-# after `relu16`; the whole `tests` set passed on the tenth session's second commit, the narrow file after relu16).
-# After a change to a kernel or a route, run `tests` (~500 s) and `tests2` (~215 s), then the mode that measures it.
-# See examples/results/h200/NOTES.md, "tenth".
+# Next session: `tests` and `tests2` (the whole cuda suite after the eleventh session's changes: narrow TMA on by default
+# with device descriptors, the narrow module replaying, launch.py's scratch allocator, the decode chain in the decode
+# block's tuner, the block route on graph time; the narrow file and the chain / decode-block / GEMV files passed in
+# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), then `bench` for the
+# README table. See examples/results/h200/NOTES.md, "eleventh".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
