@@ -759,9 +759,11 @@ def narrow_w64():
 
 
 if "narrowncu" in what:
-    # one launch of the narrow MLP's pick for ncu (tenth session: where the 215 us go after the packed relu)
+    # one launch of the narrow MLP's pick for ncu (tenth session: where the 215 us go after the packed relu;
+    # since the eleventh, the TMA pick: 3 input stages, 2 programs per SM)
     from fused.kernels.narrow_mlp import narrow_mlp
     mod, x, cfg = narrow_w64()
+    cfg = dict(cfg, num_stages=3, programs_per_sm=2, tma=True)
     for _ in range(3):
         narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
     torch.cuda.synchronize()
@@ -816,26 +818,35 @@ if "narrowhost" in what:
             p(f"narrowhost {name}: {us:.1f} us per eager call at 2**14 rows, launches {delta}, "
               f"replay {dispatch.replay_status(mod)}")
 
+def gus(fn):
+    """GPU µs of ``fn`` replayed from a CUDA graph (do_bench median)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+
+
+def llama_decode_weights(fmt):
+    """Random Llama-3-8B MLP weights quantized to ``fmt``: stacked gate/up [2H, K] and down [D, H] with scales."""
+    from lowbit import quantize_weight
+    K, H, D = 4096, 14336, 4096
+    q1, s1 = quantize_weight(torch.randn(2 * H, K, device="cuda") * K ** -0.5, fmt)
+    q2, s2 = quantize_weight(torch.randn(D, H, device="cuda") * H ** -0.5, fmt)
+    return q1, s1, q2, s2
+
+
 if "chainparts" in what:
     # eleventh session: where the decode chain loses to the two launches (graph µs, Llama block, M = 1 / 16):
     # each GEMV alone with the chain's tiles, the two in one graph, the chain's first-layer items alone, its down
     # items alone (no waits), the chain
     from fused.kernels import decode_chain as dc
     from fused.kernels.w8a16_gemv import w8a16_gemv
-    from lowbit import quantize_weight
-
-    def gus(fn):
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
     K, H, D = 4096, 14336, 4096
     for fmt in ("int8", "float8_e4m3"):
-        q1, s1 = quantize_weight(torch.randn(2 * H, K, device="cuda") * K ** -0.5, fmt)
-        q2, s2 = quantize_weight(torch.randn(D, H, device="cuda") * H ** -0.5, fmt)
+        q1, s1, q2, s2 = llama_decode_weights(fmt)
         for M in (1, 16):
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             for c in dc.candidates(M, True)[::3][:3]:
@@ -859,20 +870,10 @@ if "chainreg" in what:
     # items take two waves where the standalone GEMV (448 CTAs) takes one; a register cap fits 4 (graph µs)
     from fused import dispatch
     from fused.kernels import decode_chain as dc
-    from lowbit import quantize_weight
-
-    def gus(fn):
-        fn()
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
 
     K, H, D = 4096, 14336, 4096
     for fmt in ("int8", "float8_e4m3"):
-        q1, s1 = quantize_weight(torch.randn(2 * H, K, device="cuda") * K ** -0.5, fmt)
-        q2, s2 = quantize_weight(torch.randn(D, H, device="cuda") * H ** -0.5, fmt)
+        q1, s1, q2, s2 = llama_decode_weights(fmt)
         for M in (1, 16):
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             two = gus(lambda: dispatch.linear(dispatch.gated(x, q1, s1, None, "silu"), q2, s2, None))

@@ -70,7 +70,7 @@ for k, v in json.load(open('$OUT/narrowtma/narrow_mlp.json'))['tuning_timings'].
     timeout 80 python3 examples/narrow_mlp_bench.py --width 32 --no-compile --out "$OUT/narrowtma32" 2>&1 | filt | tail -1 ;;
   narrowtma2)  # the narrow TMA candidates after the launcher fix (host descriptors take Triton's path), explicit configs
     timeout 150 python3 .ci/diag.py narrowtma2 2>&1 | filt | grep "narrowtma2\|Error" ;;
-  narrowncu)  # ncu of the narrow MLP pick after the packed relu (tenth session): stalls, pipes, occupancy
+  narrowncu)  # ncu of the narrow MLP pick (TMA input tiles since the eleventh session): stalls, pipes, occupancy
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     timeout 300 "$NCU" --clock-control none --kernel-name regex:narrow --launch-skip 2 --launch-count 1 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats \

@@ -39,6 +39,27 @@ def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: in
             "kernel": kernel}
 
 
+def memory_ops_in_subprocess(configs: str):
+    """{label: PTX memory ops} for every config of ``configs`` (a function of this file), compiled in a process
+    without TRITON_INTERPRET (a test process runs the interpreter); None when this Triton has no ptxas."""
+    import json
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(root)
+    code = (f"import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import compile_sm90, {configs}; "
+            f"print(json.dumps({{c[0]: compile_sm90(*c[1:])['memory_ops'] for c in {configs}()}}))")
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
+        return None
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def decode_block_configs():
     """(label, kernel, pointers, ints, constexprs, num_warps) for the decode block's default configs on the
     Llama-3-8B block: M = 1 and 16, int8 and fp8, one-launch and deterministic, plus the reduce kernel."""

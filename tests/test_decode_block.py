@@ -401,22 +401,11 @@ def test_profile_lists_the_block_op():
 def test_compiles_for_sm90_and_deterministic_mode_has_no_atomics():
     """ptxas (from the Triton wheel) compiles the default configs for the H200 here, without a GPU; the
     one-launch kernel reduces with fp32 atomics, the deterministic one has no atomic at all."""
-    import json
-    import os
-    import pathlib
-    import subprocess
-    import sys
+    from sm90_compile import memory_ops_in_subprocess
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(root)
-    code = ("import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import compile_sm90, decode_block_configs; "
-            "print(json.dumps({c[0]: compile_sm90(*c[1:])['memory_ops'] for c in decode_block_configs()}))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=300)
-    if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
+    ops = memory_ops_in_subprocess("decode_block_configs")
+    if ops is None:
         pytest.skip("no ptxas in this Triton install")
-    assert run.returncode == 0, run.stderr[-3000:]
-    ops = json.loads(run.stdout.strip().splitlines()[-1])
     assert len(ops) == 12  # 2 M x (int8, fp8) x (atomic, deterministic) + 2 int8 split + 2 reduce
     for label, names in ops.items():
         atomics = [n for n in names if n.startswith(("red.", "atom."))]

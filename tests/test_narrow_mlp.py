@@ -509,6 +509,16 @@ def test_tma_candidates_offered(monkeypatch):
             assert all(weight_smem_bytes(pads) + c["num_stages"] * c["BLOCK_M"] * width * 2 <= nm.SMEM_BUDGET
                        for c in tma)
             assert width != 128 or all(c["BLOCK_M"] == 64 for c in tma)
+            assert not any(c.get("tma") for c in candidates(width, weight_smem_bytes(pads), tma=False))
+    # the tuning key tells an x a descriptor can take from one it cannot (that one is tuned without TMA)
+    from fused.kernels import tuning
+
+    mod = FusedNarrowMLP.from_module(make_seq([64, 64, 8], ["relu", "none"]), "fp16")
+    for x, ok in ((torch.randn(8, 64, dtype=torch.float16), True),
+                  (torch.randn(8, 128, dtype=torch.float16)[:, ::2], False)):
+        tuning._cache.clear()
+        run_kernel(mod, x)
+        assert [k[-1] for k in tuning._cache if k[0] == "narrow_mlp"] == [ok]
 
 
 @pytest.mark.cuda

@@ -45,8 +45,8 @@ import triton.language as tl
 from fused.kernels import cdiv, check_out, dot_mode
 from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes
+from fused.kernels.decode_chain import block_operands, decode_chain
 from fused.kernels.decode_chain import candidates as chain_candidates
-from fused.kernels.decode_chain import decode_chain
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.splitk import buffers as splitk_buffers
@@ -262,13 +262,7 @@ def decode_block(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         deterministic = torch.are_deterministic_algorithms_enabled()
     w1_dtype = w1.dtype
     w1_in, w2_in = w1, w2
-    w1_fp8, w2_fp8 = w1.dtype == torch.float8_e4m3fn, w2.dtype == torch.float8_e4m3fn
-    w1 = w1.view(torch.uint8) if w1_fp8 else w1
-    w2 = w2.view(torch.uint8) if w2_fp8 else w2
-    # per-row vectors are indexed as contiguous (no-ops for module buffers)
-    s1, s2 = s1.contiguous(), s2.contiguous()
-    b1 = b1.contiguous() if b1 is not None else None
-    b2 = b2.contiguous() if b2 is not None else None
+    w1, w1_fp8, s1, b1, w2, w2_fp8, s2, b2 = block_operands(w1, s1, b1, w2, s2, b2)
     smooth_x = smooth_x.contiguous() if smooth_x is not None else None
     smooth_h = smooth_h.contiguous() if smooth_h is not None else None
     y = check_out(out, (M, D), x.dtype, x.device) if out is not None else empty((M, D), device=x.device,

@@ -52,6 +52,14 @@ _SYNC_HEAD = 2
 _sync: dict = {}
 
 
+def block_operands(w1, s1, b1, w2, s2, b2):
+    """The decode kernels' view of a block's operands: fp8 weights as uint8 (bitcast in registers) with a flag
+    each, per-row vectors contiguous (no-ops for module buffers). -> (w1, w1_fp8, s1, b1, w2, w2_fp8, s2, b2)"""
+    w1_fp8, w2_fp8 = w1.dtype == torch.float8_e4m3fn, w2.dtype == torch.float8_e4m3fn
+    return (w1.view(torch.uint8) if w1_fp8 else w1, w1_fp8, s1.contiguous(), b1.contiguous() if b1 is not None else None,
+            w2.view(torch.uint8) if w2_fp8 else w2, w2_fp8, s2.contiguous(), b2.contiguous() if b2 is not None else None)
+
+
 def _sync_buffer(device, chunks: int) -> torch.Tensor:
     buf = _sync.get(device)
     if buf is None or buf.numel() < _SYNC_HEAD + chunks:
@@ -148,12 +156,7 @@ def decode_chain(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
         raise ValueError(f"decode_chain: x {tuple(x.shape)}, w1 {tuple(w1.shape)}, w2 {tuple(w2.shape)}, gated={gated}")
     if M > min(config["BM1"], config["BM2"]):
         raise ValueError(f"decode_chain: config tiles of {config['BM1']}/{config['BM2']} rows < M={M}")
-    w1_fp8, w2_fp8 = w1.dtype == torch.float8_e4m3fn, w2.dtype == torch.float8_e4m3fn
-    w1 = w1.view(torch.uint8) if w1_fp8 else w1
-    w2 = w2.view(torch.uint8) if w2_fp8 else w2
-    s1, s2 = s1.contiguous(), s2.contiguous()
-    b1 = b1.contiguous() if b1 is not None else None
-    b2 = b2.contiguous() if b2 is not None else None
+    w1, w1_fp8, s1, b1, w2, w2_fp8, s2, b2 = block_operands(w1, s1, b1, w2, s2, b2)
     y = check_out(out, (M, D), x.dtype, x.device) if out is not None else empty((M, D), device=x.device, dtype=x.dtype)
     if M == 0 or D == 0:
         return y

@@ -225,7 +225,7 @@ def _narrow_mlp_kernel(
 
 # ------------------------------------------------------------------------------------------ launching
 
-def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
+def candidates(max_width: int, hoist_bytes: int | None = None, tma: bool = True) -> list[dict]:
     """Configs to time, the heuristic default first: (BLOCK_M, num_warps, num_stages, programs_per_sm,
     prefetch, hoist). ``programs_per_sm`` 0: one program per row tile (the hardware overlaps one program's
     loads with another's dots); k > 0: a persistent grid of k programs per SM looping over tiles, where
@@ -279,7 +279,7 @@ def candidates(max_width: int, hoist_bytes: int | None = None) -> list[dict]:
         # of width 128 x 5 layers: 196 KB at 1 stage, 262 KB at 2)
         out += [dict(BLOCK_M=bm, num_warps=w, num_stages=s, programs_per_sm=p, prefetch=bool(f), hoist=True)
                 for bm, w, s, p, f in h if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
-    if hoist_bytes is not None and TMA:
+    if hoist_bytes is not None and TMA and tma:
         # ncu of the hoisted pick (H200, tenth session, 215 µs): DRAM 49%, 0.42 eligible warps per scheduler,
         # long-scoreboard stalls on the input loads, 3 programs per SM (154 registers). Hoisted, with the
         # input tiles brought by TMA into shared memory and pipelined (num_stages >= 2): the next tile's copy
@@ -375,7 +375,7 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         tiles = cdiv(M, cfg["BLOCK_M"])
         # "programs" (an absolute grid size; tests use it to run the persistent loop on the CPU) wins
         grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
-        tma = bool(cfg.get("tma")) and tma_ok(x, pads[0])
+        tma = bool(cfg.get("tma")) and tma_ok(x, pads[0])  # (an explicit config on another x: pointer loads)
         if tma and x.is_cuda:
             ensure_scratch_allocator()
         launch_kernel(_narrow_mlp_kernel, grid,
@@ -392,11 +392,14 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         )
 
     if config is None:
+        # an x that no descriptor can take (strided columns, unaligned rows) is tuned without the TMA candidates,
+        # so no pick silently runs as something it was not timed as
+        x_tma = tma_ok(x, pads[0])
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, num_warps=4, num_stages=1, programs_per_sm=0, prefetch=False)]  # noqa: E731
         else:
-            cands = lambda: candidates(max(pads), weight_smem_bytes(pads))  # noqa: E731
-        key = (rows_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype, relu16)
+            cands = lambda: candidates(max(pads), weight_smem_bytes(pads), x_tma)  # noqa: E731
+        key = (rows_bucket(M), tuple(dims), tuple(acts), weights.dtype, x.dtype, relu16, x_tma)
         config = pick("narrow_mlp", key, cands, launch)
     launch(config)
     return y
