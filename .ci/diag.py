@@ -885,3 +885,20 @@ if "chainreg" in what:
                     y = dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, cfg)
                     row.append(f"reg {r or '-'} pps {pps}: {gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, 'silu', True, cfg)):.1f}")
             p(f"chainreg {fmt} M={M} two launches (tuned) {two:.1f} | " + ", ".join(row))
+
+if "narrowtmaout" in what:
+    # prepared in the eleventh session: the narrow TMA picks with the output tile by TMA store too (µs, same bits?)
+    from triton.testing import do_bench
+
+    from fused.kernels.narrow_mlp import narrow_mlp
+    mod, x, base = narrow_w64()
+    ref = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=base)
+    for bm, w, st, pp in ((128, 4, 3, 2), (64, 4, 3, 3), (128, 8, 3, 2)):
+        for out in (False, True):
+            cfg = dict(base, BLOCK_M=bm, num_warps=w, num_stages=st, programs_per_sm=pp, tma=True, tma_out=out)
+            try:
+                y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
+                t = do_bench(lambda: narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg), warmup=5, rep=40)
+                p(f"narrowtmaout {cfg}: {t * 1e3:.1f} us, equal to the pointer pick: {bool(torch.equal(y, ref))}")
+            except Exception as e:  # noqa: BLE001
+                p(f"narrowtmaout {cfg}: {type(e).__name__} {str(e)[:200]}")

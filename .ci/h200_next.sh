@@ -19,6 +19,13 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  narrowtmaout)  # prepared in the eleventh session, not yet run: the narrow MLP's output tiles by TMA store (opt-in
+                 # FUSED_NARROW_TMA_OUT=1). Its cuda tests (bits vs pointer stores), explicit configs (µs, bits), then
+                 # the width 64 bench with it offered to the tuner. Prediction: 197 -> 185-195 µs (stores leave the
+                 # LSU path and drain while the next tile runs; 10 fewer registers per thread in the sm_90 compile)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py -k "tma" 2>&1 | filt | tail -3
+    timeout 120 python3 .ci/diag.py narrowtmaout 2>&1 | filt | grep "narrowtmaout\|Error"
+    FUSED_NARROW_TMA_OUT=1 timeout 150 python3 examples/narrow_mlp_bench.py --out "$OUT/narrowtmaout" 2>&1 | filt | grep "^| [0-9]" ;;
   eleventh3)  # the decode chain's cuda tests (with the workspace check fixed) and its timing per candidate, where it loses
               # (chainparts), the GEMV cuda tests (its item now returns `live`), the narrow eager host cost (TMA replayed?)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py 2>&1 | filt | grep -v "^$" | grep -v "^\.*$" | tail -24

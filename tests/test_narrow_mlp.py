@@ -518,7 +518,7 @@ def test_tma_candidates_offered(monkeypatch):
                   (torch.randn(8, 128, dtype=torch.float16)[:, ::2], False)):
         tuning._cache.clear()
         run_kernel(mod, x)
-        assert [k[-1] for k in tuning._cache if k[0] == "narrow_mlp"] == [ok]
+        assert [k[-2] for k in tuning._cache if k[0] == "narrow_mlp"] == [ok]
 
 
 @pytest.mark.cuda
@@ -571,3 +571,34 @@ def test_cuda_tma_replay_in_another_thread():
     t.start()
     t.join()
     assert out["replayed"] == 1 and torch.equal(out["y"], want)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_tma_output_tiles_equal_pointer_stores(device, monkeypatch):
+    """Output tiles by TMA store (clipped at M and at N_OUT) give the same bits as pointer stores, into a fresh
+    output and into an out= view a descriptor can take; an output it cannot take (rows of 12 bytes) is stored
+    by pointers. Offered to the tuner only with FUSED_NARROW_TMA_OUT=1."""
+    from fused.kernels import narrow_mlp as nm
+
+    bm = 16 if device == "cpu" else 128
+    for dims, acts in (([64, 64, 24], ["relu", "none"]), ([40, 64, 64, 64], ["relu", "silu", "none"]),
+                       ([64, 32, 6], ["gelu", "none"])):
+        mod = FusedNarrowMLP.from_module(make_seq(dims, acts), "fp16").to(device)
+        for M in (1, 37, 300):
+            x = torch.randn(M, dims[0], dtype=torch.float16, device=device)
+            ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+            cfg = dict(BLOCK_M=bm, num_warps=4, num_stages=2, programs=3, hoist=True, tma=True)
+            ys = [run_kernel(mod, x, config=dict(cfg, tma_out=t), out=torch.full_like(ref, float("nan")))
+                  for t in (True, False)]
+            assert torch.equal(ys[0], ys[1]) and sqnr(ref.float(), ys[0].float()) > MIN_SQNR_KERNEL[torch.float16]
+            assert nm.tma_ok(ys[0], 16) == (dims[-1] % 8 == 0)
+            wide = torch.full((M, 2 * dims[-1] + 8), float("nan"), dtype=torch.float16, device=device)
+            view = wide[:, 8:8 + dims[-1]]  # 16-byte aligned start, row stride 2·N + 8 elements
+            run_kernel(mod, x, config=dict(cfg, tma_out=True), out=view)
+            assert torch.equal(view, ys[1]) and torch.isnan(wide[:, :8]).all() and torch.isnan(wide[:, 8 + dims[-1]:]).all()
+    monkeypatch.setattr(nm, "TMA_OUT", False)
+    assert not any(c.get("tma_out") for c in candidates(64, weight_smem_bytes([64] * 6)))
+    monkeypatch.setattr(nm, "TMA_OUT", True)
+    outs = [c for c in candidates(64, weight_smem_bytes([64] * 6)) if c.get("tma_out")]
+    assert len(outs) == 3 and all(c["tma"] for c in outs)
+    assert not any(c.get("tma_out") for c in candidates(64, weight_smem_bytes([64] * 6), tma_out=False))
