@@ -2,8 +2,8 @@
 
 Per call: the device, M, the weight format, weight-only vs dynamic activations and the op pick a path.
   * CPU                -> "cpu:<kernel>" (aten kernels, fused/cpu.py; rules in `_plan_cpu`)
-  * CUDA, M <= 16      -> split-K GEMV, weight-only (also for W8A8 configs: see GEMV_MAX_M / A8_GEMV_MAX_M)
-  * CUDA, M > 16       -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
+  * CUDA, M <= GEMV_MAX_M (16) -> split-K GEMV, weight-only (also for W8A8 configs: see A8_GEMV_MAX_M)
+  * CUDA, larger M      -> tiled GEMM: W8A16 (from WIDEN_MIN_M on a transient 16-bit copy of the weight), or
                           per-token activation quantization + W8A8 GEMM (inside the GEMM at M <= QX_MAX_M)
   * W8A16 int8 (bf16/fp16 x) at SPLIT_MIN_M <= M <= SPLIT_MAX_M through split activations
     (act_split + two int8 MMAs per weight tile); the same for fp8 weights with bf16 x (FP8_SPLIT, on by
@@ -71,7 +71,12 @@ def force_path(path: str | None):
 # At M <= GEMV_MAX_M the weight-only split-K GEMV runs (dense: w8a16_gemv, 2:4: sparse24_gemv), also for
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
-GEMV_MAX_M = 16
+GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 32)
+# FUSED_GEMV_MAX_M=32 (prepared in the eleventh session, not yet measured): the dense GEMV up to M=32, with a
+# 32-row tile. Why: at M=17 the tiled GEMM takes over and the Llama block goes 66.4 -> 76.8 µs (+16% for +6% of
+# the rows: a cliff by issue 3's rule); the GEMV still reads each weight once, so M=17..32 should stay near the
+# M=16 time (prediction: 67-72 µs). The 2:4 decode kernel stays at M <= SPARSE_GEMV_MAX_M.
+SPARSE_GEMV_MAX_M = 16
 # The same bound for dense W8A8 configs (FUSED_A8_GEMV_MAX_M=0: act_quant + the tiled W8A8 GEMM from M=1,
 # whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
 # GEMV's ~6; to be measured on the H200).
@@ -147,7 +152,10 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
             large = "widen+w8_gemm_bf16"
     if M is None:
         return f"{small}|{large}"
-    bound = A8_GEMV_MAX_M if (dynamic and op not in SPARSE_OPS) else GEMV_MAX_M
+    if op in SPARSE_OPS:
+        bound = SPARSE_GEMV_MAX_M
+    else:
+        bound = A8_GEMV_MAX_M if dynamic else GEMV_MAX_M
     return small if M <= bound else large
 
 
@@ -168,7 +176,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         if "w8_gemm_split" in kernel and (dtype == torch.float32 or (fmt == "float8_e4m3" and dtype == torch.float16)):
             kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
-            why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={GEMV_MAX_M} (weight-only), tiled sparse kernel above"
+            why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={SPARSE_GEMV_MAX_M} (weight-only), tiled sparse kernel above"
             if fmt != "bfloat16":
                 why += ("; per shape, the first call also times unpacking to dense (transient) + the dense kernels "
                         "and, on CUDA, cuSPARSELt's 2:4 tensor cores (8-bit operands: W8A8 per-token, W8A16 split "
@@ -986,7 +994,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             from fused.kernels.sparse24_linear import sparse24_linear as kernel
 
             return kernel(q_in.q[:M], values, meta, wscale, bias, act, True, x_scale=q_in.s, out_dtype=xdtype)
-        if M <= GEMV_MAX_M:
+        if M <= SPARSE_GEMV_MAX_M:
             # decode: weight-only even for a W8A8 config (dynamic ignored), as for the dense ops
             from fused.kernels.sparse24_gemv import sparse24_gemv
 

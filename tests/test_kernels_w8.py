@@ -60,6 +60,41 @@ def test_gemv_interpreted(fmt, act, gated, monkeypatch):
 
 
 @pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_gemv_32_row_tile_interpreted(fmt, gated, monkeypatch):
+    """17 <= M <= 32: the GEMV's 32-row tile (dispatch.GEMV_MAX_M=32, opt-in), and the dispatch taking it there
+    for dense ops (W8A8 configs too) while 2:4 ops keep their GEMV at M <= 16."""
+    from fused import dispatch
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    _poisoned_empty(monkeypatch)
+    for M, N, K, bias, dtype, view, act in [(17, 37, 50, True, torch.bfloat16, "plain", "silu"),
+                                            (32, 20, 70, False, torch.float16, "3d_offset", "gelu_tanh"),
+                                            (24, 9, 130, True, torch.float32, "transposed", "relu")]:
+        x, q, s, b = _case(M, N, K, fmt, gated, bias, dtype, "cpu", view)
+        y = w8a16_gemv(x, q, s, b, act, gated)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
+        assert y.shape == ref.shape and y.dtype == dtype
+        assert sqnr(ref, y) > _min_db(dtype), (M, N, K, dtype, view)
+    assert all(c["BLOCK_M"] == 32 for c in _candidates(17, 4096, 14336, gated))
+    with pytest.raises(AssertionError):
+        w8a16_gemv(torch.randn(33, 50), *_case(1, 37, 50, fmt, gated, False, torch.float32, "cpu", "plain")[1:3])
+    monkeypatch.setattr(dispatch, "GEMV_MAX_M", 32)
+    monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", 32)
+    op = "gated" if gated else "linear"
+    for dyn in (False, True):
+        assert dispatch.plan(op, fmt, dyn, "cuda", M=32)[0] == "triton:w8a16_gemv"
+        assert dispatch.plan(op, fmt, dyn, "cuda", M=33)[0] != "triton:w8a16_gemv"
+        assert dispatch.plan("sparse24_" + op, fmt, dyn, "cuda", M=17)[0] == "triton:sparse24_linear"
+    with dispatch.force_path("triton"):
+        x, q, s, b = _case(20, 37, 50, fmt, gated, True, torch.bfloat16, "cpu", "plain")
+        dispatch.stats.clear()
+        y = (dispatch.gated if gated else dispatch.linear)(x, q, s, b, "silu")
+        assert dispatch.stats[(op, "triton:w8a16_gemv")] == 1
+        assert sqnr((gated_ref if gated else linear_ref)(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("a8", [False, True])
 @pytest.mark.parametrize("gated", [False, True])
 def test_gemm_interpreted(fmt, a8, gated, monkeypatch):
@@ -324,6 +359,23 @@ def test_gemv_deterministic_cuda():
     x, q, s, b = _case(4, 4096, 14336, "int8", False, False, torch.bfloat16, "cuda", "plain")
     ys = [w8a16_gemv(x, q, s, b, "none", False) for _ in range(5)]
     assert all(torch.equal(ys[0], y) for y in ys[1:])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_gemv_32_row_tile_cuda(fmt):
+    """Every 32-row GEMV candidate on Llama shapes at M = 17 and 32 against the reference (prepared in the
+    eleventh session after its last GPU call; FUSED_GEMV_MAX_M=32 routes these M to it)."""
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    for M in (17, 32):
+        for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336))):
+            x, q, s, b = _case(M, N, K, fmt, gated, False, torch.bfloat16, "cuda", "plain")
+            ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu" if gated else "none")
+            for cfg in _candidates(M, N, K, gated):
+                y = w8a16_gemv(x, q, s, b, "silu" if gated else "none", gated, config=cfg,
+                               out=torch.full_like(ref, float("nan")))
+                assert sqnr(ref, y) > 45, (M, gated, cfg)
 
 
 @pytest.mark.parametrize("fmt", FMTS)

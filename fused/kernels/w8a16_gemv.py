@@ -1,4 +1,5 @@
-"""Small-M (decode) weight-only kernel: y = epilogue(x · dequant(W)ᵀ) for M <= 16, split over K.
+"""Small-M (decode) weight-only kernel: y = epilogue(x · dequant(W)ᵀ) for M <= 32 (the dispatch uses it up to
+fused.dispatch.GEMV_MAX_M, 16 by default), split over K.
 
 x [M, K] bf16/fp16/fp32 (any strides); W [R, K] int8, or float8 e4m3 passed as uint8 (bitcast in
 registers); s_w [R] fp32; optional bias [R]. Linear: R = N outputs. Gated: rows [0, H) are the gate,
@@ -182,6 +183,15 @@ def _gemv_item(
     return live  # > 0 where this program stored the tile (fused.kernels.decode_chain publishes it)
 
 
+MAX_M = 32
+
+
+def _block_m(M: int) -> int:
+    """The row tile: 1 (broadcast GEMV) at M=1, else the 16-row tensor-core tile, or 32 rows above 16 (rows past
+    M are masked; the weight is still read once, so time follows the weight bytes, not M)."""
+    return 1 if M == 1 else (16 if M <= 16 else 32)
+
+
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     """Smallest power-of-two split giving ~2 programs per SM (132 on the H200), K/split >= bk."""
     split = 1
@@ -196,11 +206,11 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     out = []
     if M == 1:  # the 16-row tensor-core tile with 15 rows masked off competes too
         out += [c for c in _candidates(2, N, K, gated) if c["BLOCK_N"] == 32]
-    bm = 1 if M == 1 else 16
+    bm = _block_m(M)
     bks = (256, 512) if bm == 1 else (128, 256)
     for bn in (32, 64):
         for bk in bks:
-            if bm == 16 and bn * bk > 64 * 256:
+            if bm >= 16 and bn * bk > 64 * 256:
                 continue
             split = _split_for(cdiv(N, bn), K, bk)
             base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=4, CVT="magic")
@@ -217,17 +227,17 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
 
 
 def _interpret_config(M, N, K):
-    return dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4,
+    return dict(BLOCK_M=_block_m(M), BLOCK_N=16, BLOCK_K=32, SPLIT_K=2 if K > 32 else 1, num_warps=4,
                 CVT="magic")
 
 
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
                act: str = "none", gated: bool = False, config: dict | None = None,
                out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
-    """Launch on a 2-D x [M <= 16, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
+    """Launch on a 2-D x [M <= 32, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
     with ``up`` = (qweight, scale, bias) of the up projection (gated only), [M, R] with qweight the gate."""
     M, K = x.shape
-    assert M <= 16 and qweight.shape[1] == K, (x.shape, qweight.shape)
+    assert M <= MAX_M and qweight.shape[1] == K, (x.shape, qweight.shape)
     N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
     w_fp8 = qweight.dtype == torch.float8_e4m3fn
     w = qweight.view(torch.uint8) if w_fp8 else qweight
