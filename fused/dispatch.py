@@ -71,11 +71,12 @@ def force_path(path: str | None):
 # At M <= GEMV_MAX_M the weight-only split-K GEMV runs (dense: w8a16_gemv, 2:4: sparse24_gemv), also for
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
-GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 32)
-# FUSED_GEMV_MAX_M=32 (prepared in the eleventh session, not yet measured): the dense GEMV up to M=32, with a
-# 32-row tile. Why: at M=17 the tiled GEMM takes over and the Llama block goes 66.4 -> 76.8 µs (+16% for +6% of
-# the rows: a cliff by issue 3's rule); the GEMV still reads each weight once, so M=17..32 should stay near the
-# M=16 time (prediction: 67-72 µs). The 2:4 decode kernel stays at M <= SPARSE_GEMV_MAX_M.
+GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 64)
+# FUSED_GEMV_MAX_M=32 or 64 (prepared in the eleventh session, not yet measured): the dense GEMV up to that M, with
+# 32- / 64-row tiles (split activations then start above it). Why: at M=17 the tiled GEMM takes over and the Llama
+# block goes 66.4 -> 76.8 µs (+16% for +6% of the rows: a cliff by issue 3's rule), and W8A16 at 33-64 takes four
+# launches (act_split twice); the GEMV still reads each weight once, so M=17..32 should stay near the M=16 time
+# (prediction: 67-72 µs) and M=64 near 75 (split path: 86.7). The 2:4 decode kernel stays at M <= SPARSE_GEMV_MAX_M.
 SPARSE_GEMV_MAX_M = 16
 # The same bound for dense W8A8 configs (FUSED_A8_GEMV_MAX_M=0: act_quant + the tiled W8A8 GEMM from M=1,
 # whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
@@ -99,7 +100,7 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # 512 476.8 -> 364.9; M=1024 widen path 695.1, split 718.9. At M <= 16 the GEMV wins (split inside the GEMM:
 # 178 vs 66 µs at M=1, every program re-reading its rows over the whole K for the token's scale).
 # FUSED_SPLIT_MAX_M=0 turns it off.
-SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", "33"))
+SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", str(max(33, GEMV_MAX_M + 1))))
 SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
 # Split activations made inside the GEMM (w8_gemm quantize_x + x_split, one launch per layer: every program
 # re-reads its rows over the whole K for the token's scale) for SPLIT_MIN_M <= M <= SPLIT_QX_MAX_M; above it

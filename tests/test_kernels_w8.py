@@ -62,23 +62,25 @@ def test_gemv_interpreted(fmt, act, gated, monkeypatch):
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("gated", [False, True])
 def test_gemv_32_row_tile_interpreted(fmt, gated, monkeypatch):
-    """17 <= M <= 32: the GEMV's 32-row tile (dispatch.GEMV_MAX_M=32, opt-in), and the dispatch taking it there
-    for dense ops (W8A8 configs too) while 2:4 ops keep their GEMV at M <= 16."""
+    """17 <= M <= 64: the GEMV's 32- and 64-row tiles (dispatch.GEMV_MAX_M=32 or 64, opt-in), and the dispatch
+    taking it there for dense ops (W8A8 configs too) while 2:4 ops keep their GEMV at M <= 16."""
     from fused import dispatch
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
     _poisoned_empty(monkeypatch)
     for M, N, K, bias, dtype, view, act in [(17, 37, 50, True, torch.bfloat16, "plain", "silu"),
                                             (32, 20, 70, False, torch.float16, "3d_offset", "gelu_tanh"),
-                                            (24, 9, 130, True, torch.float32, "transposed", "relu")]:
+                                            (24, 9, 130, True, torch.float32, "transposed", "relu"),
+                                            (48, 21, 40, True, torch.bfloat16, "plain", "gelu")]:
         x, q, s, b = _case(M, N, K, fmt, gated, bias, dtype, "cpu", view)
         y = w8a16_gemv(x, q, s, b, act, gated)
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
         assert y.shape == ref.shape and y.dtype == dtype
         assert sqnr(ref, y) > _min_db(dtype), (M, N, K, dtype, view)
     assert all(c["BLOCK_M"] == 32 for c in _candidates(17, 4096, 14336, gated))
+    assert all(c["BLOCK_M"] == 64 for c in _candidates(33, 4096, 14336, gated))
     with pytest.raises(AssertionError):
-        w8a16_gemv(torch.randn(33, 50), *_case(1, 37, 50, fmt, gated, False, torch.float32, "cpu", "plain")[1:3])
+        w8a16_gemv(torch.randn(65, 50), *_case(1, 37, 50, fmt, gated, False, torch.float32, "cpu", "plain")[1:3])
     monkeypatch.setattr(dispatch, "GEMV_MAX_M", 32)
     monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", 32)
     op = "gated" if gated else "linear"
@@ -364,11 +366,11 @@ def test_gemv_deterministic_cuda():
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemv_32_row_tile_cuda(fmt):
-    """Every 32-row GEMV candidate on Llama shapes at M = 17 and 32 against the reference (prepared in the
-    eleventh session after its last GPU call; FUSED_GEMV_MAX_M=32 routes these M to it)."""
+    """Every 32- and 64-row GEMV candidate on Llama shapes at M = 17, 32 and 64 against the reference (prepared in
+    the eleventh session after its last GPU call; FUSED_GEMV_MAX_M=32 / 64 routes these M to it)."""
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
-    for M in (17, 32):
+    for M in (17, 32, 64):
         for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336))):
             x, q, s, b = _case(M, N, K, fmt, gated, False, torch.bfloat16, "cuda", "plain")
             ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu" if gated else "none")

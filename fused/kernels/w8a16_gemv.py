@@ -1,4 +1,4 @@
-"""Small-M (decode) weight-only kernel: y = epilogue(x · dequant(W)ᵀ) for M <= 32 (the dispatch uses it up to
+"""Small-M (decode) weight-only kernel: y = epilogue(x · dequant(W)ᵀ) for M <= 64 (the dispatch uses it up to
 fused.dispatch.GEMV_MAX_M, 16 by default), split over K.
 
 x [M, K] bf16/fp16/fp32 (any strides); W [R, K] int8, or float8 e4m3 passed as uint8 (bitcast in
@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, sm_count, up_operands
+from fused.kernels import cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -183,13 +183,13 @@ def _gemv_item(
     return live  # > 0 where this program stored the tile (fused.kernels.decode_chain publishes it)
 
 
-MAX_M = 32
+MAX_M = 64
 
 
 def _block_m(M: int) -> int:
-    """The row tile: 1 (broadcast GEMV) at M=1, else the 16-row tensor-core tile, or 32 rows above 16 (rows past
-    M are masked; the weight is still read once, so time follows the weight bytes, not M)."""
-    return 1 if M == 1 else (16 if M <= 16 else 32)
+    """The row tile: 1 (broadcast GEMV) at M=1, else the 16-row tensor-core tile, 32 or 64 rows above 16 (rows
+    past M are masked; the weight is still read once, so time follows the weight bytes while the MMAs hide)."""
+    return 1 if M == 1 else max(16, next_pow2(M))
 
 
 def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
@@ -234,7 +234,7 @@ def _interpret_config(M, N, K):
 def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
                act: str = "none", gated: bool = False, config: dict | None = None,
                out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
-    """Launch on a 2-D x [M <= 32, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
+    """Launch on a 2-D x [M <= 64, K]. Returns [M, N] (linear) or [M, R/2] (gated, stacked) in x's dtype;
     with ``up`` = (qweight, scale, bias) of the up projection (gated only), [M, R] with qweight the gate."""
     M, K = x.shape
     assert M <= MAX_M and qweight.shape[1] == K, (x.shape, qweight.shape)
