@@ -4,8 +4,8 @@
 # Next session: `tests` and `tests2` (the whole cuda suite after the eleventh session's changes: narrow TMA on by default
 # with device descriptors, the narrow module replaying, launch.py's scratch allocator, the decode chain in the decode
 # block's tuner, the block route on graph time; the narrow file and the chain / decode-block / GEMV files passed in
-# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), then `bench` for the
-# README table. See examples/results/h200/NOTES.md, "eleventh".
+# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), then the prepared
+# A/Bs `gemv32` and `narrowtmaout`, then `bench` for the README table. See examples/results/h200/NOTES.md, "eleventh".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
