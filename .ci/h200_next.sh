@@ -4,8 +4,8 @@
 # Next session: `tests` and `tests2` (the whole cuda suite after the eleventh session's changes: narrow TMA on by default
 # with device descriptors, the narrow module replaying, launch.py's scratch allocator, the decode chain in the decode
 # block's tuner, the block route on graph time; the narrow file and the chain / decode-block / GEMV files passed in
-# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), then the prepared
-# A/Bs `gemv32` and `narrowtmaout`, then `bench` for the README table. See examples/results/h200/NOTES.md, "eleventh".
+# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), `tests3` (the decode
+# files, then the prepared narrowtmaout A/B), then `gemv32` (prepared A/B), then `bench` for the README table. See examples/results/h200/NOTES.md, "eleventh".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -32,9 +32,9 @@ case "${1:-}" in
                  # FUSED_NARROW_TMA_OUT=1). Its cuda tests (bits vs pointer stores), explicit configs (µs, bits), then
                  # the width 64 bench with it offered to the tuner. Prediction: 197 -> 185-195 µs (stores leave the
                  # LSU path and drain while the next tile runs; 10 fewer registers per thread in the sm_90 compile)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py -k "tma" 2>&1 | filt | tail -3
-    timeout 120 python3 .ci/diag.py narrowtmaout 2>&1 | filt | grep "narrowtmaout\|Error"
-    FUSED_NARROW_TMA_OUT=1 timeout 150 python3 examples/narrow_mlp_bench.py --out "$OUT/narrowtmaout" 2>&1 | filt | grep "^| [0-9]" ;;
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_narrow_mlp.py -k "tma" 2>&1 | filt | tail -3
+    timeout 100 python3 .ci/diag.py narrowtmaout 2>&1 | filt | grep "narrowtmaout\|Error"
+    FUSED_NARROW_TMA_OUT=1 timeout 120 python3 examples/narrow_mlp_bench.py --out "$OUT/narrowtmaout" 2>&1 | filt | grep "^| [0-9]" ;;
   eleventh3)  # the decode chain's cuda tests (with the workspace check fixed) and its timing per candidate, where it loses
               # (chainparts), the GEMV cuda tests (its item now returns `live`), the narrow eager host cost (TMA replayed?)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py 2>&1 | filt | grep -v "^$" | grep -v "^\.*$" | tail -24
@@ -206,10 +206,15 @@ for t in (1, 0):
   graphprof)  # where the W8A8 blocks' graph time goes (per-kernel µs of graph replays) + rowwise _scaled_mm probe (eighth)
     timeout 250 python3 .ci/diag.py rowwise 2>&1 | filt | grep "^rowwise\|Error"
     timeout 330 python3 .ci/diag.py graphprof 2>&1 | filt | grep "us\|Error" ;;
-  tests)  # the cuda suite but the files of tests2 (~470 s on 2026-12-01); run tests2 (~190 s) as well
+  tests)  # the cuda suite but the files of tests2 and tests3 (~470 s on 2026-12-01); run tests2 (~330 s) and tests3 as well
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests --ignore=tests/test_narrow_mlp.py \
       --ignore=tests/test_profile.py --ignore=tests/test_save_load.py --ignore=tests/test_smoothing.py \
-      --ignore=tests/test_unpack24.py 2>&1 | filt | tail -25 ;;
+      --ignore=tests/test_unpack24.py --ignore=tests/test_decode_chain.py --ignore=tests/test_decode_block.py \
+      -k "not 32_row" 2>&1 | filt | tail -25 ;;
+  tests3)  # the decode-block files (the chain's timing prints included), then narrowtmaout (eleventh session)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py tests/test_decode_block.py \
+      2>&1 | filt | grep -v "^$" | grep -v "^\.*$" | tail -20
+    bash "$0" narrowtmaout ;;
   testsnarrow)  # the whole cuda suite, then the narrow bench (width 64 x 5, 2**21) and width 16 / 32 at 2**21
     timeout 470 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests 2>&1 | filt | tail -25
     for w in 64 16; do timeout 50 python3 examples/narrow_mlp_bench.py --width $w --no-compile --out "$OUT/narrow$w" 2>&1 | filt | grep "^| [0-9]"; done ;;
