@@ -820,12 +820,8 @@ if "narrowhost" in what:
 
 def gus(fn):
     """GPU µs of ``fn`` replayed from a CUDA graph (do_bench median)."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return triton.testing.do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+    from fused.dispatch import _graph_replay
+    return triton.testing.do_bench(_graph_replay(fn).replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
 def llama_decode_weights(fmt):
@@ -850,11 +846,7 @@ if "chainparts" in what:
         for M in (1, 16):
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
             for c in dc.candidates(M, True)[::3][:3]:
-                kps1 = dc.cdiv(dc.cdiv(K, c["SPLIT1"]), c["BK1"]) * c["BK1"]
-                step = max(c["BN1"], c["BK2"])
-                kps2 = dc.cdiv(dc.cdiv(H, c["SPLIT2"]), step) * step
-                g = dict(BLOCK_M=c["BM1"], BLOCK_N=c["BN1"], BLOCK_K=c["BK1"], SPLIT_K=dc.cdiv(K, kps1), num_warps=4, CVT=c["CVT"])
-                d = dict(BLOCK_M=c["BM2"], BLOCK_N=c["BN2"], BLOCK_K=c["BK2"], SPLIT_K=dc.cdiv(H, kps2), num_warps=4, CVT=c["CVT"])
+                g, d = dc.gemv_configs(c, K, H)
                 h = w8a16_gemv(x, q1, s1, None, "silu", True, config=g)
                 t1 = gus(lambda: w8a16_gemv(x, q1, s1, None, "silu", True, config=g))
                 t2 = gus(lambda: w8a16_gemv(h, q2, s2, None, "none", False, config=d))

@@ -113,12 +113,11 @@ def decode_chain_configs():
         pointers = dict(x_ptr="*bf16", w1_ptr=w, s1_ptr="*fp32", b1_ptr="*bf16", w2_ptr=w, s2_ptr="*fp32",
                         b2_ptr="*bf16", h_ptr="*bf16", y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32",
                         sync_ptr="*i32")
-        step = max(c["BN1"], c["BK2"])
-        kps2 = dc.cdiv(dc.cdiv(H, c["SPLIT2"]), step) * step
-        ints = dict(M=M, K=K, H=H, D=D, KPS1=K, KPS2=kps2, PART2=0, stride_xm=K, stride_xk=1, stride_w1r=K,
+        kps1, _, kps2, split2 = dc.split_sizes(c, K, H)
+        ints = dict(M=M, K=K, H=H, D=D, KPS1=kps1, KPS2=kps2, PART2=0, stride_xm=K, stride_xk=1, stride_w1r=K,
                     stride_w1k=1, stride_w2d=H, stride_w2h=1, stride_ym=D, stride_yd=1)
         consts = dict(GATED=True, ACT="silu", HAS_B1=True, HAS_B2=True, W1_FP8=fp8, W2_FP8=fp8, DOT="native",
                       CVT=c["CVT"], BM1=c["BM1"], BN1=c["BN1"], BK1=c["BK1"], SPLIT1=c["SPLIT1"], JOINT=False,
-                      BM2=c["BM2"], BN2=c["BN2"], BK2=c["BK2"], SPLIT2=dc.cdiv(H, kps2), CHUNKS_P2=8, PHASES=3)
+                      BM2=c["BM2"], BN2=c["BN2"], BK2=c["BK2"], SPLIT2=split2, CHUNKS_P2=8, PHASES=3)
         out.append((f"M={M} {'fp8' if fp8 else 'int8'}", dc._decode_chain_kernel, pointers, ints, consts, c["num_warps"]))
     return out

@@ -35,16 +35,11 @@ def _x(M, K, view, device="cpu", dtype=torch.bfloat16):
 def two_launches(x, q1, s1, b1, q2, s2, b2, act, gated, cfg):
     """The two-launch path with the chain's tiles: w8a16_gemv (first layer) then w8a16_gemv (down)."""
     K, H = x.shape[1], q2.shape[1]
-    kps1 = dc.cdiv(dc.cdiv(K, cfg["SPLIT1"]), cfg["BK1"]) * cfg["BK1"]
-    step = max(cfg["BN1"], cfg["BK2"])
-    kps2 = dc.cdiv(dc.cdiv(H, cfg["SPLIT2"]), step) * step
-    g = dict(BLOCK_M=cfg["BM1"], BLOCK_N=cfg["BN1"], BLOCK_K=cfg["BK1"], SPLIT_K=dc.cdiv(K, kps1), num_warps=4,
-             CVT=cfg["CVT"])
+    g, d = dc.gemv_configs(cfg, K, H)
     h = w8a16_gemv(x, q1, s1, b1, act, gated, config=g)
     # the GEMV's own split sizing (cdiv(K, split) rounded to BK) must give the chain's chunk size
-    split2 = dc.cdiv(H, kps2)
+    _, _, kps2, split2 = dc.split_sizes(cfg, K, H)
     assert dc.cdiv(dc.cdiv(H, split2), cfg["BK2"]) * cfg["BK2"] == kps2 or split2 == 1
-    d = dict(BLOCK_M=cfg["BM2"], BLOCK_N=cfg["BN2"], BLOCK_K=cfg["BK2"], SPLIT_K=split2, num_warps=4, CVT=cfg["CVT"])
     return w8a16_gemv(h, q2, s2, b2, "none", False, config=d)
 
 
@@ -111,8 +106,7 @@ def test_candidates_tile_the_llama_block():
         cands = dc.candidates(M, True)
         assert cands and all(c["CHAIN"] and c["BM1"] >= M and c["BM2"] >= M for c in cands)
         for c in cands:  # a chunk holds whole first-layer tiles: the ready counts are exact
-            step = max(c["BN1"], c["BK2"])
-            kps2 = dc.cdiv(dc.cdiv(14336, c["SPLIT2"]), step) * step
+            kps2 = dc.split_sizes(c, 4096, 14336)[2]
             assert kps2 % c["BN1"] == 0 and kps2 % c["BK2"] == 0
 
 
@@ -183,12 +177,7 @@ def test_chain_timing_cuda(M, capsys):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
 
         def graph_us(fn):
-            fn()
-            torch.cuda.synchronize()
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                fn()
-            return do_bench(g.replay, warmup=25, rep=200, return_mode="median") * 1e3
+            return do_bench(dispatch._graph_replay(fn).replay, warmup=25, rep=200, return_mode="median") * 1e3
 
         two = graph_us(lambda: dispatch.linear(dispatch.gated(x, q1, s1, b1, "silu"), q2, s2, b2))
         rows = sorted((graph_us(lambda: dc.decode_chain(x, q1, s1, b1, q2, s2, b2, "silu", True, c)), str(c))

@@ -137,6 +137,22 @@ def candidates(M: int, gated: bool) -> list[dict]:
                  programs_per_sm=p) for a, b, c, d, e, f, g, h, cvt in pairs for p in (3, 4, 0)]
 
 
+def split_sizes(c: dict, K: int, H: int) -> tuple[int, int, int, int]:
+    """(K per first-layer split, first-layer splits, H per chunk, chunks) for config ``c``: a chunk holds whole
+    first-layer tiles and whole down K steps (powers of two), and no split is empty."""
+    kps1 = cdiv(cdiv(K, c["SPLIT1"]), c["BK1"]) * c["BK1"]
+    step = max(c["BN1"], c["BK2"])
+    kps2 = cdiv(cdiv(H, c["SPLIT2"]), step) * step
+    return kps1, cdiv(K, kps1), kps2, cdiv(H, kps2)
+
+
+def gemv_configs(c: dict, K: int, H: int) -> tuple[dict, dict]:
+    """The w8a16_gemv configs of the two-launch path with the same tiles and splits as chain config ``c``."""
+    _, split1, _, split2 = split_sizes(c, K, H)
+    return (dict(BLOCK_M=c["BM1"], BLOCK_N=c["BN1"], BLOCK_K=c["BK1"], SPLIT_K=split1, num_warps=4, CVT=c["CVT"]),
+            dict(BLOCK_M=c["BM2"], BLOCK_N=c["BN2"], BLOCK_K=c["BK2"], SPLIT_K=split2, num_warps=4, CVT=c["CVT"]))
+
+
 def interpret_config(M: int) -> dict:
     bm = 1 if M == 1 else 16
     return dict(CHAIN=True, BM1=bm, BN1=16, BK1=32, SPLIT1=2, BM2=bm, BN2=16, BK2=32, SPLIT2=2, CVT="magic",
@@ -163,11 +179,7 @@ def decode_chain(x: torch.Tensor, w1: torch.Tensor, s1: torch.Tensor, b1: torch.
     h = empty((M, H), device=x.device, dtype=x.dtype)
     c = config
     bm1, bn1, bk1, bm2, bn2, bk2 = c["BM1"], c["BN1"], c["BK1"], c["BM2"], c["BN2"], c["BK2"]
-    kps1 = cdiv(cdiv(K, c["SPLIT1"]), bk1) * bk1
-    split1 = cdiv(K, kps1)  # no empty splits
-    step = max(bn1, bk2)  # a chunk holds whole first-layer tiles and whole down K steps (powers of two)
-    kps2 = cdiv(cdiv(H, c["SPLIT2"]), step) * step
-    split2 = cdiv(H, kps2)
+    kps1, split1, kps2, split2 = split_sizes(c, K, H)
     tiles1, tiles2 = cdiv(H, bn1), cdiv(D, bn2)
     npart1 = 2 if gated else 1
     part1 = tiles1 * split1 * npart1 * bm1 * bn1 if split1 > 1 else 0

@@ -63,8 +63,8 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
     try:
         hit = _cache.get(key)
     except TypeError:
-        # an unhashable argument: a host TMA descriptor, which Triton's own binder expands (and which holds a
-        # tensor's address, so a replay would reuse it): Triton's path, not recorded
+        # an unhashable argument, e.g. a host TMA descriptor (Triton's own binder expands it; it holds a tensor's
+        # address, so a replay would reuse it): Triton's path, not recorded. Our kernels make theirs on the device.
         with _Env(compile_env):
             fn[grid](*args, **kw)
         if _rec is not None:

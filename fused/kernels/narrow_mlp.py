@@ -50,13 +50,13 @@ import torch
 import triton
 import triton.language as tl
 
-_HAS_DESC = hasattr(tl, "make_tensor_descriptor")  # older triton: the TMA candidates run pointer loads
-
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, sm_count
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, ensure_scratch_allocator, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
 from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
+
+_HAS_DESC = hasattr(tl, "make_tensor_descriptor")  # older triton: the TMA candidates run pointer loads
 
 
 @triton.jit
@@ -348,8 +348,6 @@ def tma_ok(x: torch.Tensor, d0: int) -> bool:
             and (x.stride(0) * es) % 16 == 0 and d0 * es >= 16 and _HAS_DESC)
 
 
-
-
 def rows_bucket(M: int) -> int:
     """The tuning key's row bucket: m_bucket's powers of two, continued past its 8192 cap up to 2**24. The pick
     depends on the number of row tiles per SM (at 2**14 rows launch cost dominates, at 2**21 rows in flight do)."""
@@ -387,13 +385,16 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
     relu16 = _relu16_mode(x.dtype) if "relu" in acts else 0
     D = pads + [MIN_PAD] * (MAX_LAYERS + 1 - len(pads))
     A = list(acts) + ["none"] * (MAX_LAYERS - L)
+    # whether a descriptor can take x / y (a TMA config on another x or y loads / stores by pointers; the tuning
+    # key tells them apart, so no pick silently runs as something it was not timed as)
+    x_tma, y_tma = tma_ok(x, pads[0]), tma_ok(y, pads[-1])
 
     def launch(cfg):
         tiles = cdiv(M, cfg["BLOCK_M"])
         # "programs" (an absolute grid size; tests use it to run the persistent loop on the CPU) wins
         grid = (min(tiles, cfg.get("programs") or _programs(x.device, cfg.get("programs_per_sm", 0), tiles)),)
-        tma = bool(cfg.get("tma")) and tma_ok(x, pads[0])  # (an explicit config on another x: pointer loads)
-        tma_y = bool(cfg.get("tma_out")) and tma_ok(y, pads[-1])  # likewise for the output
+        tma = bool(cfg.get("tma")) and x_tma
+        tma_y = bool(cfg.get("tma_out")) and y_tma
         if (tma or tma_y) and x.is_cuda:
             ensure_scratch_allocator()
         launch_kernel(_narrow_mlp_kernel, grid,
@@ -410,9 +411,6 @@ def narrow_mlp(x: torch.Tensor, weights: torch.Tensor, params: torch.Tensor, dim
         )
 
     if config is None:
-        # an x that no descriptor can take (strided columns, unaligned rows) is tuned without the TMA candidates,
-        # so no pick silently runs as something it was not timed as
-        x_tma, y_tma = tma_ok(x, pads[0]), tma_ok(y, pads[-1])
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, num_warps=4, num_stages=1, programs_per_sm=0, prefetch=False)]  # noqa: E731
         else:
