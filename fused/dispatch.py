@@ -120,8 +120,8 @@ FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
 # 68-70 µs for the two GEMV launches) and M=16 (116 vs 66-77 µs): the fp32 atomics of the per-slice
 # down-projection partials and the strided [D, BLOCK_H] reads of W2 cost more than the saved launch.
 # The eleventh session added a second design to the same tuner, the deterministic decode chain (both layers' GEMV
-# tiles as one chain of work items): best 73.1 / 63.6 µs (int8 / fp8, M=1) and 77.2 / 76.4 (M=16) against
-# 66.9 / 61.5 and 66.7 / 66.2 for the two launches (fused.kernels.decode_chain says why).
+# tiles as one chain of work items): slower too, e.g. int8 M=1 73.1 vs 66.9 µs for the two launches in one bench
+# run, best candidates 63.6-77.2 against 61.5-66.7 (fused.kernels.decode_chain gives the pairs and says why).
 # Set it to 16 (or FUSED_DECODE_BLOCK_MAX_M=16) to let the measurement decide; int8 blocks then also try
 # the int8-MMA (split activations) configs.
 DECODE_BLOCK_MAX_M = int(os.environ.get("FUSED_DECODE_BLOCK_MAX_M", "0"))

@@ -29,8 +29,10 @@ and the launch saved is the second kernel's ramp and the first one's tail:
 Deterministic: every sum has a fixed order (no atomics on data), so runs are bit-identical.
 
 Measured (H200, eleventh session, Llama-3-8B block, CUDA-graph µs): slower than the two launches, so the block
-route (fused.dispatch.DECODE_BLOCK_MAX_M, off by default) keeps two launches. Best chain candidate vs two launches:
-int8 M=1 73.1 vs 66.9, fp8 M=1 63.6 vs 61.5, int8 M=16 77.2 vs 66.7, fp8 M=16 76.4 vs 66.2. The kernel takes
+route (fused.dispatch.DECODE_BLOCK_MAX_M, off by default) keeps two launches. Two launches / chain in one run:
+int8 M=1 66.9 / 73.1, fp8 M=16 66.2 / 78.3 (bench, route off / on); int8 M=1 66.1 / 77.0, fp8 M=1 61.7 / 77.1
+(.ci/diag.py chainreg). The best candidates (fp8 M=1 63.6, int8 / fp8 M=16 77.2 / 76.4) stayed above the tuned
+two launches of the same day (61.5, 66.7, 66.2). The kernel takes
 128-146 registers (both layers' code), so 3 programs of 4 warps fit per SM: at 3 per SM the 448 first-layer items
 run in two waves (alone: 70.9 µs against 46.1 for the same tiles as one GEMV launch, whose 448 CTAs fit in one);
 with more programs (4 per SM, or one per item) some of them hold down items that wait, and a register cap of
