@@ -19,6 +19,17 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  eagergraph)  # twelfth session: eager calls replayed from a CUDA graph of the module where the graph picks save GPU
+               # time (2:4 on cuSPARSELt, W8A8 on cuBLAS). Its cuda tests, then plain calls of the 2:4 blocks and dense
+               # fp8 W8A8 at M = 1 / 16 / 128 with it off and on. Prediction (plain µs): int8 2:4 W8A8 80.7 / 135.7 /
+               # 168.8 -> 62-66 / 62-66 / 68-72, fp8 2:4 W8A8 78.0 / 121.8 / 167.1 -> same, int8 2:4 W8A16 80.8 /
+               # 135.6 / 207.2 -> 62-66 / 62-66 / 88-92, fp8 W8A8 M=128 83.6 -> ~78; graph times unchanged
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py 2>&1 | filt | tail -4
+    for g in 0 128; do
+      FUSED_EAGER_GRAPH_MAX_M=$g timeout 170 python3 -m fused bench --blocks llama --m 1,16,128 --no-baselines \
+        --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
+      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -14
+    done ;;
   gemv32)  # prepared in the eleventh session, not yet run: the dense GEMV up to M=32 / 64 (FUSED_GEMV_MAX_M, 32- / 64-row
            # tiles). Its cuda test, then the Llama block at M = 16, 17, 32, 48, 64 with the bound at 16 and 64. Prediction:
            # M=17..32 75-79 -> 67-72 µs for every dense config (the weight is still read once), M=64 86.7 -> ~75 (W8A16)

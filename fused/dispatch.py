@@ -479,7 +479,11 @@ def _graph_pick(key, triton, cublas, op, w8a16=False) -> str:
         _offer(cands, "cublas", cublas, cublas, op, f"cuBLAS {what}")
         routes = _dense_routes[key] = measure_route(f"dense_{what.lower()}_route", key, cands, graph=True)
     if routes is None or not (capturing or w8a16):
+        if routes is not None and not capturing:
+            _note_gain(f"dense_{'w8a16' if w8a16 else 'w8a8'}_route", key, "triton", routes[1])
         return "triton"
+    if not capturing:
+        _note_gain(f"dense_{'w8a16' if w8a16 else 'w8a8'}_route", key, routes[0], routes[1])
     return routes[1 if capturing else 0]
 
 
@@ -597,6 +601,100 @@ def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
 epoch = 0
 _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout of x)
 
+# Eager calls from a CUDA graph of the module's forward. A recording replays the routes an eager call takes;
+# where a layer's fastest route on the GPU (its CUDA-graph pick) is one a recording cannot replay (cuSPARSELt,
+# whose 0.3-0.9 ms of host time per call keeps plain calls on the Triton routes; cuBLAS for W8A8), the call's
+# signature is instead captured in a CUDA graph (the graph picks) and later calls copy x into its static input,
+# replay it and clone the output. Taken when the route timings say the graph picks save at least
+# EAGER_GRAPH_GAIN_US of GPU time over the eager picks (the copy and the clone cost ~2-4 µs), for M <=
+# EAGER_GRAPH_MAX_M. The graphs of one device and stream share one memory pool (calls on a stream run one after
+# the other, and each copies in and clones out around its replay, so one graph's temporaries may reuse
+# another's); the static inputs and outputs they keep count against EAGER_GRAPH_MB, past which signatures are
+# recorded as before. FUSED_EAGER_GRAPH_MAX_M=0: off.
+EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "128"))
+EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "4"))
+EAGER_GRAPH_MB = float(os.environ.get("FUSED_EAGER_GRAPH_MB", "512"))
+_graph_gain = None  # during a recording: µs of GPU time the graph picks save over the eager picks taken
+_graph_pools: dict = {}  # (device index, stream) -> pool handle
+_graph_bytes = Counter()  # device index -> bytes of static inputs and outputs held by eager graphs
+
+
+def _note_gain(kind: str, key, eager_pick: str, graph_pick: str) -> None:
+    """Add to the recording's gain what a route's graph pick saves over its eager pick (measure_route timings)."""
+    global _graph_gain
+    if _graph_gain is None or eager_pick == graph_pick:
+        return
+    from fused.kernels import tuning
+
+    t = {n: us for us, n in tuning.timings.get((kind + "_graph",) + key, ())}
+    if eager_pick in t and graph_pick in t:
+        _graph_gain += t[eager_pick] - t[graph_pick]
+
+
+class GraphedCall:
+    """One eager call signature of a module, replayed from a CUDA graph of its forward (see EAGER_GRAPH_MAX_M).
+    ``versions``: the module's buffers and their versions at capture (a derived copy, e.g. a cuSPARSELt
+    compressed weight, was made from them): a change drops the graph. Bit-equal to the module's calls under a
+    CUDA-graph capture (the same routes), not necessarily to its plain calls (those take the eager picks)."""
+
+    __slots__ = ("graph", "x", "y", "stats", "versions", "keep", "gain", "nbytes", "dev")
+
+    def __call__(self, x: torch.Tensor):
+        for t, v in self.versions:
+            if t._version != v:
+                return None
+        self.x.copy_(x)
+        self.graph.replay()
+        launch.counts["graph_replayed"] += 1
+        return self.y.clone()
+
+    def __del__(self):
+        if _graph_bytes is not None:  # None at interpreter exit
+            _graph_bytes[self.dev] -= self.nbytes
+
+
+def _capture_call(owner, x: torch.Tensor, fn, gain: float):
+    """A GraphedCall for ``fn`` on x's signature, or a string saying why not (the caller keeps the recording)."""
+    dev = x.get_device()
+    xs = (torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
+          if all(st > 0 or n <= 1 for n, st in zip(x.shape, x.stride())) else torch.empty_like(x))
+    xs.copy_(x)
+    cur = torch.cuda.current_stream(x.device)
+    pool = _graph_pools.get((dev, cur.cuda_stream))
+    if pool is None:
+        pool = _graph_pools[(dev, cur.cuda_stream)] = torch.cuda.graph_pool_handle()
+    saved = Counter(stats)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream(x.device)
+    s.wait_stream(cur)
+    try:
+        with torch.cuda.stream(s):
+            fn(xs)  # warm-up off the capture, as torch.cuda.graph asks
+        cur.wait_stream(s)
+        stats.clear()
+        stats.update(saved)
+        with torch.cuda.graph(g, pool=pool, stream=s, capture_error_mode="thread_local"):
+            y = fn(xs)
+    except RuntimeError as e:  # an op that cannot be captured, out of memory
+        cur.wait_stream(s)
+        stats.clear()
+        stats.update(saved)
+        return f"no graph: capture failed ({str(e).splitlines()[0][:120]})"
+    cur.wait_stream(s)
+    captured = tuple((stats - saved).items())
+    stats.clear()
+    stats.update(saved)
+    if not isinstance(y, torch.Tensor):
+        return "no graph: the forward returns no tensor"
+    c = GraphedCall()
+    c.graph, c.x, c.y, c.stats, c.gain, c.dev = g, xs, y, captured, gain, dev
+    c.versions = tuple((t, t._version) for t in owner.buffers())
+    # the cuSPARSELt copies the graph reads (a copy dropped from the cache stays valid for it)
+    c.keep = tuple(_cslt_weights.get(t) for t, _ in c.versions) if _cslt_weights is not None else ()
+    c.nbytes = xs.untyped_storage().nbytes() + y.untyped_storage().nbytes()
+    _graph_bytes[dev] += c.nbytes
+    return c
+
 
 def eager(owner, x: torch.Tensor, fn):
     """``fn(x)``, the eager forward of a converted module; on CUDA replayed from a recording after the
@@ -610,10 +708,12 @@ def eager(owner, x: torch.Tensor, fn):
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
            GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE,
+           torch._C._cuda_getCurrentRawStream(x.get_device()),  # eager graphs share a pool per stream
            torch.cuda.is_current_stream_capturing())  # a graph capture may take other routes (see _run_sparse)
     cache = owner.__dict__.get("_replays")
-    if cache is None:
+    if cache is None or owner.__dict__.get("_replays_epoch") != epoch:  # older states' entries: dropped
         cache = owner.__dict__["_replays"] = {}
+        owner.__dict__["_replays_epoch"] = epoch
     r = cache.get(key)
     if r.__class__ is launch.Replay:
         if not launch._hooked():
@@ -621,6 +721,15 @@ def eager(owner, x: torch.Tensor, fn):
                 stats[k] += n
             return r(x)
         return fn(x)
+    if r.__class__ is GraphedCall:
+        if launch._hooked():  # a profiler's launch hooks see each kernel as the Python path issues it
+            return fn(x)
+        y = r(x)
+        if y is not None:
+            for k, n in r.stats:
+                stats[k] += n
+            return y
+        r = cache[key] = False  # a buffer changed in place: record (or capture) again
     if r is None or key[5] or key[6] or key[-1]:  # first call (tunes), grad/autocast, a capture: not recorded
         if len(cache) >= _REPLAY_CAP:
             cache.clear()
@@ -630,12 +739,15 @@ def eager(owner, x: torch.Tensor, fn):
         return fn(x)
     from fused.kernels import tuning
 
+    global _graph_gain
     before, tuned = Counter(stats), len(tuning._cache)
     rec = launch.start_recording(x, owner.buffers())
+    _graph_gain = 0.0
     try:
         y = fn(x)
     finally:
         launch.stop_recording()
+        gain, _graph_gain = _graph_gain, None
     out = rec.live.get(y.data_ptr()) if isinstance(y, torch.Tensor) else None
     if len(tuning._cache) != tuned:
         return y  # a config was still being tuned: record on the next call (cache[key] stays False)
@@ -650,6 +762,17 @@ def eager(owner, x: torch.Tensor, fn):
     else:
         shape = None if tuple(y.shape) == rec.allocs[out][0] else tuple(y.shape)
         cache[key] = launch.Replay(rec, out, shape, tuple((stats - before).items()))
+    M = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
+    if gain >= EAGER_GRAPH_GAIN_US and 0 < M <= EAGER_GRAPH_MAX_M and isinstance(y, torch.Tensor):
+        # the graph picks save `gain` µs of GPU time per call: replay this signature from a CUDA graph instead
+        if _graph_bytes[x.get_device()] + 2 * x.numel() * x.element_size() > EAGER_GRAPH_MB * 2**20:
+            stats[("eager graph", f"not captured: FUSED_EAGER_GRAPH_MB={EAGER_GRAPH_MB:g} reached")] += 1
+        else:
+            c = _capture_call(owner, x, fn, gain)
+            if c.__class__ is GraphedCall:
+                cache[key] = c
+            else:
+                stats[("eager graph", c)] += 1
     return y
 
 
@@ -659,7 +782,7 @@ def replay_status(model) -> tuple[int, list[tuple[str, str]]]:
     replayed, refused = 0, []
     for name, mod in model.named_modules():
         for r in mod.__dict__.get("_replays", {}).values():
-            if r.__class__ is launch.Replay:
+            if r.__class__ is launch.Replay or r.__class__ is GraphedCall:
                 replayed += 1
             elif isinstance(r, str):
                 refused.append((name or "<root>", r))
@@ -1055,6 +1178,8 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             # GPU (cuSPARSELt costs 0.3-0.9 ms of host time per call, which a graph replay does not pay). First
             # met under capture (no timing possible there): packed, and measured at the next eager call
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
+            if routes is not None and not capturing:
+                _note_gain("sparse24_route", key, routes[0], routes[1])
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"

@@ -276,3 +276,110 @@ def test_scratch_kernels_get_an_allocator_in_every_thread():
     t.join()
     assert isinstance(seen["before"], _allocation.NullAllocator)
     assert seen["after"] is launch._scratch and seen["kept"]
+
+
+def test_note_gain_adds_what_the_graph_pick_saves(monkeypatch):
+    """A recording's gain is the route timings' graph-time difference between the eager and the graph pick."""
+    from fused import dispatch
+    from fused.kernels import tuning
+
+    monkeypatch.setitem(tuning.timings, ("k_graph", 1), [(90.0, "packed"), (30.0, "cslt")])
+    monkeypatch.setattr(dispatch, "_graph_gain", None)
+    dispatch._note_gain("k", (1,), "packed", "cslt")  # no recording: nothing noted
+    assert dispatch._graph_gain is None
+    monkeypatch.setattr(dispatch, "_graph_gain", 0.0)
+    dispatch._note_gain("k", (1,), "packed", "cslt")
+    dispatch._note_gain("k", (1,), "cslt", "cslt")
+    dispatch._note_gain("k", (2,), "packed", "cslt")  # never timed: no gain
+    assert dispatch._graph_gain == 60.0
+
+
+def _graph_picks_cslt(monkeypatch):
+    """2:4 routes measured as usual, then made to pick packed per eager call and cuSPARSELt in graphs, with
+    graph timings that make the eager graph pay."""
+    from fused import dispatch
+    from fused.kernels import tuning
+
+    monkeypatch.setattr(dispatch, "_sparse_routes", {})
+    real = dispatch.measure_route
+
+    def fake(kind, key, cands, **kw):
+        r = real(kind, key, cands, **kw)
+        if kind == "sparse24_route" and "cslt" in cands:
+            tuning.timings[(kind + "_graph",) + key] = [(100.0, "packed"), (90.0, "unpacked"), (30.0, "cslt")]
+            return "packed", "cslt"
+        return r
+
+    monkeypatch.setattr(dispatch, "measure_route", fake)
+
+
+@pytest.mark.cuda
+def test_eager_graph_cuda(monkeypatch):
+    """Eager calls whose graph picks save GPU time are replayed from a CUDA graph of the module's forward: bit-equal
+    to the same model captured by the user (the same routes), on fresh inputs (no stale rows), 3-D and strided x;
+    M above EAGER_GRAPH_MAX_M is recorded as before; a buffer changed in place drops the graph; past
+    EAGER_GRAPH_MB nothing is captured (and stats says so)."""
+    import copy
+
+    import fused
+    from fused import dispatch
+    from fused.bench import make_block
+
+    _graph_picks_cslt(monkeypatch)
+    base = make_block("llama", 128, 256, "cuda")
+
+    def captured(model, x):  # the user's own CUDA graph of the model (routes picked for capture)
+        xs = x.clone()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            model(xs)
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            y = model(xs)
+        return lambda v: (xs.copy_(v), g.replay(), y.clone())[2]
+
+    for config in (fused.FusedInt8MLP(sparsity="2:4", weight_only=False), fused.FusedInt8MLP(sparsity="2:4")):
+        for blocks in (True, False):
+            model = fused.quantize(copy.deepcopy(base), config, blocks=blocks)
+            for shape in ((1, 128), (3, 128), (2, 17, 128), (5, 160), (300, 128)):
+                with torch.no_grad():
+                    xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16)[..., :128] for _ in range(6)]
+                    before = launch.counts["graph_replayed"]
+                    outs = []
+                    for x in xs:
+                        y = model(x)
+                        outs.append(y.clone())
+                        y.fill_(float("nan"))  # a clone: the graph's own output is not handed out
+                    graphed = launch.counts["graph_replayed"] - before
+                    ref = captured(model, xs[0])
+                    want = [ref(x) for x in xs]
+                M = xs[0].numel() // 128
+                if M > dispatch.EAGER_GRAPH_MAX_M:
+                    assert graphed == 0, (config, blocks, shape)
+                    continue
+                assert graphed >= 4, (config, blocks, shape, graphed)  # calls 3..6, per graphed module
+                for i in range(2, 6):
+                    assert torch.equal(outs[i], want[i]), (config, blocks, shape, i)
+            # a buffer changed in place: the graph is dropped and made again from the new state
+            x = torch.randn(4, 128, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                for _ in range(3):
+                    old = model(x)
+                scale = next(t for t in model.buffers() if t.dtype == torch.float32 and t.dim() == 1)
+                scale.mul_(2)
+                new = [model(x) for _ in range(4)]
+                want = captured(model, x)(x)
+            assert not torch.equal(old, new[-1]) and torch.equal(new[-1], want)
+    # past the memory cap: no graph, said in stats, the recording replays as before
+    monkeypatch.setattr(dispatch, "EAGER_GRAPH_MB", 0)
+    model = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4", weight_only=False))
+    x = torch.randn(4, 128, device="cuda", dtype=torch.bfloat16)
+    dispatch.stats.clear()
+    before = launch.counts["graph_replayed"]
+    with torch.no_grad():
+        for _ in range(4):
+            model(x)
+    assert launch.counts["graph_replayed"] == before
+    assert any(k[0] == "eager graph" and "EAGER_GRAPH_MB" in k[1] for k in dispatch.stats), dispatch.stats

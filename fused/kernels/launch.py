@@ -24,7 +24,7 @@ from fused.kernels import INTERPRET
 ENABLED = not INTERPRET and os.environ.get("FUSED_FAST_LAUNCH", "1") != "0"
 _cache: dict = {}
 # launches through Triton's own path ("jit": first call of a key, or a hook installed) vs the cache
-counts = {"jit": 0, "cached": 0, "replayed": 0}
+counts = {"jit": 0, "cached": 0, "replayed": 0, "graph_replayed": 0}
 _Tensor = torch.Tensor
 
 
