@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|s24eager|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `tests` and `tests2` (the whole cuda suite after the eleventh session's changes: narrow TMA on by default
 # with device descriptors, the narrow module replaying, launch.py's scratch allocator, the decode chain in the decode
 # block's tuner, the block route on graph time; the narrow file and the chain / decode-block / GEMV files passed in
@@ -256,14 +256,6 @@ for t in (1, 0):
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24split" > "$OUT/s24split.log" 2>&1
     routes "$OUT/s24split/bench.json" > "$OUT/routes.txt"
     grep "^|" "$OUT/s24split.log" | head -14 ;;
-  s24eager)  # eager (plain-call) 2:4 at M <= 16 with the cslt steps replayed from per-layer CUDA graphs (prepared
-             # 2026-12-01, off by default: FUSED_CSLT_EAGER_GRAPH=16), A/B in one call (~150 s)
-    timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short -s tests/test_unpack24.py -k "eager_graph" 2>&1 | filt | grep "passed\|failed\|host µs\|Error" | tail -8
-    for g in 0 16; do
-      FUSED_CSLT_EAGER_GRAPH=$g timeout 120 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
-        --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8" --out "$OUT/s24eager$g" > "$OUT/s24eager$g.log" 2>&1
-      echo "FUSED_CSLT_EAGER_GRAPH=$g"; grep "^|" "$OUT/s24eager$g.log" | head -12
-    done ;;
   cublas)  # dense W8A8 with the GEMM on cuBLAS (prepared 2026-12-01, off by default: FUSED_CUBLAS_W8A8=1), A/B in one
            # call (~250 s): the cuda tests, then fp8 / int8 W8A8 at M = 32..8192 with the route off and on
     timeout 60 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k cublas 2>&1 | filt | tail -4

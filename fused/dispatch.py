@@ -72,11 +72,13 @@ def force_path(path: str | None):
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
 GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 64)
-# FUSED_GEMV_MAX_M=32 or 64 (prepared in the eleventh session, not yet measured): the dense GEMV up to that M, with
-# 32- / 64-row tiles (split activations then start above it). Why: at M=17 the tiled GEMM takes over and the Llama
-# block goes 66.4 -> 76.8 µs (+16% for +6% of the rows: a cliff by issue 3's rule), and W8A16 at 33-64 takes four
-# launches (act_split twice); the GEMV still reads each weight once, so M=17..32 should stay near the M=16 time
-# (prediction: 67-72 µs) and M=64 near 75 (split path: 86.7). The 2:4 decode kernel stays at M <= SPARSE_GEMV_MAX_M.
+# FUSED_GEMV_MAX_M=32 or 64 (opt-in, measured and slower): the dense GEMV up to that M, with 32- / 64-row tiles (split
+# activations then start above it), meant for the step at M=17, where the tiled GEMM takes over (+16% for +6% of
+# the rows). Predicted 67-72 µs at M=17..32 (the weight is still read once); measured on the H200 (2026-12-01,
+# twelfth session, `bash .ci/h200_next.sh gemv32`, Llama block, graph µs, bound 16 -> 64): int8 W8A16 M=17 77.5 ->
+# 88.8, M=32 75.9 -> 87.9, M=48 80.2 -> 123.6; fp8 W8A16 91.5 -> 88.2, 90.7 -> 86.1, 98.3 -> 123.6; fp8 W8A8 M=17
+# 69.5 -> 87.6. The GEMV's FMA work grows with the rows (gate/up 61 µs and down 31 at 32 rows, against ~41 and 25
+# at 16): past 16 rows it is no longer bound by the weight stream. The 2:4 decode kernel stays at M <= 16.
 SPARSE_GEMV_MAX_M = 16
 # The same bound for dense W8A8 configs (FUSED_A8_GEMV_MAX_M=0: act_quant + the tiled W8A8 GEMM from M=1,
 # whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
@@ -606,13 +608,17 @@ _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout 
 # whose 0.3-0.9 ms of host time per call keeps plain calls on the Triton routes; cuBLAS for W8A8), the call's
 # signature is instead captured in a CUDA graph (the graph picks) and later calls copy x into its static input,
 # replay it and clone the output. Taken when the route timings say the graph picks save at least
-# EAGER_GRAPH_GAIN_US of GPU time over the eager picks (the copy and the clone cost ~2-4 µs), for M <=
-# EAGER_GRAPH_MAX_M. The graphs of one device and stream share one memory pool (calls on a stream run one after
-# the other, and each copies in and clones out around its replay, so one graph's temporaries may reuse
-# another's); the static inputs and outputs they keep count against EAGER_GRAPH_MB, past which signatures are
-# recorded as before. FUSED_EAGER_GRAPH_MAX_M=0: off.
+# EAGER_GRAPH_GAIN_US of GPU time over the eager picks, for M <= EAGER_GRAPH_MAX_M. The graphs of one device and
+# stream share one memory pool (calls on a stream run one after the other, and each copies in and clones out
+# around its replay, so one graph's temporaries may reuse another's); the static inputs and outputs they keep
+# count against EAGER_GRAPH_MB, past which signatures are recorded as before. FUSED_EAGER_GRAPH_MAX_M=0: off.
+# H200, 2026-12-01 (twelfth session, `bash .ci/h200_next.sh eagergraph`), Llama block, plain calls, off -> on, M =
+# 1 / 16 / 128: int8 2:4 W8A8 80.8 / 135.7 / 169.0 -> 68.0 / 69.9 / 72.6 µs, fp8 2:4 W8A8 77.3 / 122.0 / 166.9 ->
+# 68.0 / 69.0 / 73.3, int8 2:4 W8A16 80.8 / 135.7 / 206.9 -> 68.7 / 70.3 / 93.8 (graph times 61-66 / 86: a graphed
+# call costs 6-7 µs over its graph, a replayed recording ~1). fp8 W8A8 M=128 (cuBLAS down, 4.2 µs of gain) 82.4 ->
+# 81.9: no better than the recording, hence the 8 µs bound. Above M=128 not yet measured.
 EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "128"))
-EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "4"))
+EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "8"))
 EAGER_GRAPH_MB = float(os.environ.get("FUSED_EAGER_GRAPH_MB", "512"))
 _graph_gain = None  # during a recording: µs of GPU time the graph picks save over the eager picks taken
 _graph_pools: dict = {}  # (device index, stream) -> pool handle
@@ -968,8 +974,6 @@ def _cslt_weight(values, meta):
 def _drop_cslt_weight(values):
     if _cslt_weights is not None and values in _cslt_weights:
         del _cslt_weights[values]
-    if _cslt_graphs is not None and values in _cslt_graphs:
-        del _cslt_graphs[values]  # their graphs read that copy (each entry holds it: freed only here)
 
 
 def _cslt_alg(c, b, out_dtype) -> int:
@@ -991,16 +995,16 @@ def _cslt_w8a16_ok(values_dtype, x_dtype) -> bool:
     return x_dtype == torch.bfloat16 or (x_dtype == torch.float16 and values_dtype == torch.int8)
 
 
-def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None, q_in=None, q_rows=None):
+def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=None, q_rows=None):
     """2:4 on the sparse tensor cores (cuSPARSELt) with 8-bit operands, on the layer's compressed copy
     (_cslt_weight). W8A8 (``dynamic``): x quantized per token (act_quant). W8A16: x split per token into two
     8-bit planes (act_split: int8 x ≈ s·(256·hi + lo), 15 bits; e4m3 x ≈ s·(hi + lo/16)), stacked as twice
     the rows, so one product gives both and the numerics stay weight-only. Then y = x_q · W_qᵀ in bf16 by
     torch._cslt_sparse_mm, and the planes' sum, per-token and per-channel scales, bias, activation and gate
     in one pass (scale_epilogue). The weight scale is not cuSPARSELt's alpha vector: on the H200 only int8
-    takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products. ``c``: the
-    compressed copy to use (default: the layer's, _cslt_weight). W8A8 only: ``q_in`` x already quantized (a
-    QuantizedAct), ``q_rows`` the output quantized (epilogue_quant, a QuantizedAct with that many rows)."""
+    takes one. bf16 output whatever x's dtype: fp16 would overflow on the raw int8 products. W8A8 only: ``q_in``
+    x already quantized (a QuantizedAct), ``q_rows`` the output quantized (epilogue_quant, a QuantizedAct with
+    that many rows)."""
     from fused.kernels.scale_epilogue import scale_epilogue
 
     fp8 = values.dtype == torch.float8_e4m3fn
@@ -1016,8 +1020,7 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None, q_in=None
         xq, xs = k.act_split(x2, fp8=fp8, rows=rows)
         xq = xq.view(2 * rows, x2.shape[1])
         planes = (rows, 1.0, 1.0 / FP8_SPLIT_LO) if fp8 else (rows, 256.0, 1.0)
-    if c is None:
-        c = _cslt_weight(values, meta)
+    c = _cslt_weight(values, meta)
     b = xq.t()
     y = torch._cslt_sparse_mm(c, b, out_dtype=torch.bfloat16, transpose_result=True,
                               alg_id=_cslt_alg(c, b, torch.bfloat16))
@@ -1027,50 +1030,6 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, c=None, q_in=None
         return QuantizedAct(*epilogue_quant(y, xs, wscale, bias, act, gated, dtype, fp8, M, rows=q_rows,
                                             planes=planes), M, dtype)
     return scale_epilogue(y, xs, wscale, bias, act, gated, dtype, m=M, planes=planes)
-
-
-# Eager cslt calls at M <= CSLT_EAGER_GRAPH_MAX_M replay the route's steps from a CUDA graph captured per layer
-# and padded row count (x copied into the graph's static rows, the output cloned out): cuSPARSELt's 0.3-0.9 ms
-# of host time per call becomes one graph launch, for two extra small copies. H200, 2026-12-01 (seventh session),
-# plain calls of the Llama block, off -> FUSED_CSLT_EAGER_GRAPH=16: int8 2:4 W8A16 M=1 73.7 -> 95.6 µs, M=16
-# 146.7 -> 114.2; fp8 2:4 W8A8 M=1 71.3 -> 73.7, M=16 137.3 -> 247.8. The per-candidate eager timing picks it,
-# but a block call with it is no longer replayed by dispatch.eager (the graph's output is no kernel's). So off
-# (0) by default. Each graph holds its own memory (at M <= 16 on a Llama gate/up layer: ~2 MB).
-CSLT_EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_CSLT_EAGER_GRAPH", "0"))
-# A graph reads the compressed copy it was captured with: its entry holds that copy, so a copy dropped from the
-# cache (or never cached, FUSED_CSLT_CACHE=0) stays valid for it; _drop_cslt_weight drops the graphs too.
-_cslt_graphs = None  # WeakIdKeyDictionary: values -> {signature: (versions, (meta, wscale, bias), graph, x, out, c)}
-
-
-def _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic):
-    """_cslt for an eager call, replayed from the layer's graph for x's padded row count (captured on first
-    use and again when a weight, scale or bias tensor is replaced or changed in place). Rows past M of the
-    static input hold an earlier call's data: every step is per row, so they only fill output rows that are
-    sliced off. None if the capture fails (the caller then runs _cslt and says so)."""
-    global _cslt_graphs
-    if _cslt_graphs is None:
-        from torch.utils.weak import WeakIdKeyDictionary
-
-        _cslt_graphs = WeakIdKeyDictionary()
-    M, K = x2.shape
-    rows = -(-M // 16) * 16
-    sig = (rows, K, x2.dtype, x2.device, gated, dynamic, act)
-    deps = (meta, wscale, bias)
-    versions = tuple(None if t is None else _version(t) for t in (values,) + deps)
-    held = _cslt_graphs.setdefault(values, {})
-    e = held.get(sig)
-    if e is None or e[0] != versions or any(a is not b for a, b in zip(e[1], deps)):
-        xs = torch.zeros((rows, K), device=x2.device, dtype=x2.dtype)
-        outs = []
-        c = _cslt_weight(values, meta)
-        g = _graph_replay(lambda: outs.append(_cslt(xs, values, meta, wscale, bias, act, gated, dynamic, c=c)))
-        e = held[sig] = (versions, deps, g, xs, outs[-1] if g is not None else None, c)
-    g, xs, out = e[2:5]
-    if g is None:
-        return None
-    xs[:M].copy_(x2)
-    g.replay()
-    return out[:M].clone()
 
 
 def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
@@ -1143,14 +1102,6 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
                      q_rows=_handoff_rows(M) if q_out else None)
 
-    def cslt_eager():  # an eager call: from the layer's graph where CSLT_EAGER_GRAPH_MAX_M allows
-        if device.type == "cuda" and M <= CSLT_EAGER_GRAPH_MAX_M and not handoff:
-            y = _cslt_graphed(x2, values, meta, wscale, bias, act, gated, dynamic)
-            if y is not None:
-                return y
-            stats[(op, "cslt eager graph: capture failed, plain call")] += 1
-        return cslt()
-
     route = "packed"
     is_cuda = device.type == "cuda"
     capturing = is_cuda and torch.cuda.is_current_stream_capturing()
@@ -1166,11 +1117,10 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
                 # weight-only GEMV), W8A16 on split planes
                 if (is_cuda and (dynamic or _cslt_w8a16_ok(values.dtype, xdtype))
                         and _cslt_shape_ok(values.shape[0], 2 * values.shape[1])):
-                    why = _offer(cands, "cslt", cslt, cslt_eager, op, "cuSPARSELt")
+                    why = _offer(cands, "cslt", cslt, cslt, op, "cuSPARSELt")
                     if why is not None:
                         cslt_errors[key] = why
-                r = measure_route("sparse24_route", key, cands, graph=is_cuda,
-                                  graph_candidates=dict(cands, cslt=cslt) if "cslt" in cands else None)
+                r = measure_route("sparse24_route", key, cands, graph=is_cuda)
                 routes = _sparse_routes[key] = r if is_cuda else (r, r)
                 if "cslt" in cands and not any("cslt" in v for v in _sparse_picks_all(values).values()):
                     _drop_cslt_weight(values)  # made for the timing only (no route of this shape takes it)
@@ -1183,10 +1133,8 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"
-    elif route == "cslt" and not capturing and is_cuda and M <= CSLT_EAGER_GRAPH_MAX_M and not handoff:
-        label += " (eager graph)"
     stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1
-    y = {"unpacked": unpacked, "cslt": cslt if capturing else cslt_eager}.get(route, packed)()
+    y = {"unpacked": unpacked, "cslt": cslt}.get(route, packed)()
     return y if handoff else y.reshape(*x.shape[:-1], y.shape[-1])
 
 
@@ -1279,14 +1227,12 @@ def _graph_replay(fn):
     return g
 
 
-def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False,
-                  graph_candidates: dict | None = None):
+def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False):
     """The name of the fastest of ``candidates`` {name: fn} for a shape, timed interleaved, best of 3 rounds
     each (one do_bench per candidate proved noisy: a 68 µs path once measured 103); another candidate must
     beat the first (the incumbent) by 3%. With FUSED_TUNE=0 or under the interpreter: ``untimed`` (default:
     the first). ``graph``: a pair (the fastest per eager call, the fastest replayed from a CUDA graph, i.e.
-    GPU time alone), the latter timed on ``graph_candidates`` where given (same names: the form each takes
-    under capture). The timings and the picks are kept in fused.kernels.tuning (bench.json shows them)."""
+    GPU time alone). The timings and the picks are kept in fused.kernels.tuning (bench.json shows them)."""
     from fused.kernels import INTERPRET, tuning
 
     names = list(candidates)
@@ -1306,7 +1252,7 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, 
         saved = Counter(stats)  # the timing runs are not calls of the model: keep them out of `stats`
         for fn in candidates.values():
             fn()  # each tunes its own configs first
-        graphs = {n: _graph_replay(fn) for n, fn in (graph_candidates or candidates).items()} if graph else {}
+        graphs = {n: _graph_replay(fn) for n, fn in candidates.items()} if graph else {}
         best = dict.fromkeys(names, float("inf"))
         gbest = dict.fromkeys(names, float("inf"))
         for _ in range(3):

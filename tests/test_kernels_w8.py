@@ -801,8 +801,8 @@ def _cublas_picked(monkeypatch, gated):
 
     monkeypatch.setattr(dispatch, "_dense_routes", {})
     offered = []
-    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False,
-                        graph_candidates=None: offered.extend(cands) or ("cublas", "cublas"))
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+                        offered.extend(cands) or ("cublas", "cublas"))
     dispatch.stats.clear()
     return offered, dispatch.gated if gated else dispatch.linear, "gated" if gated else "linear"
 
