@@ -655,7 +655,7 @@ class GraphedCall:
         return self.y.clone()
 
     def __del__(self):
-        if _graph_bytes is not None:  # None at interpreter exit
+        if _graph_bytes is not None and hasattr(self, "nbytes"):  # None at interpreter exit; set once captured
             _graph_bytes[self.dev] -= self.nbytes
 
 
@@ -665,35 +665,27 @@ def _capture_call(owner, x: torch.Tensor, fn, gain: float):
     xs = (torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
           if all(st > 0 or n <= 1 for n, st in zip(x.shape, x.stride())) else torch.empty_like(x))
     xs.copy_(x)
-    cur = torch.cuda.current_stream(x.device)
-    pool = _graph_pools.get((dev, cur.cuda_stream))
+    cur = torch.cuda.current_stream(x.device).cuda_stream
+    pool = _graph_pools.get((dev, cur))
     if pool is None:
-        pool = _graph_pools[(dev, cur.cuda_stream)] = torch.cuda.graph_pool_handle()
-    saved = Counter(stats)
-    g = torch.cuda.CUDAGraph()
-    s = torch.cuda.Stream(x.device)
-    s.wait_stream(cur)
-    try:
-        with torch.cuda.stream(s):
-            fn(xs)  # warm-up off the capture, as torch.cuda.graph asks
-        cur.wait_stream(s)
-        stats.clear()
-        stats.update(saved)
-        with torch.cuda.graph(g, pool=pool, stream=s, capture_error_mode="thread_local"):
-            y = fn(xs)
-    except RuntimeError as e:  # an op that cannot be captured, out of memory
-        cur.wait_stream(s)
-        stats.clear()
-        stats.update(saved)
-        return f"no graph: capture failed ({str(e).splitlines()[0][:120]})"
-    cur.wait_stream(s)
-    captured = tuple((stats - saved).items())
+        pool = _graph_pools[(dev, cur)] = torch.cuda.graph_pool_handle()
+    saved, runs = Counter(stats), []
+
+    def run():  # the warm-up takes the eager picks, the capture the graph picks: keep the latter's counts
+        before = Counter(stats)
+        runs.append((fn(xs), stats - before))
+
+    with torch.cuda.device(x.device):  # the side stream and the capture on x's device
+        g = _graph_replay(run, pool)
     stats.clear()
     stats.update(saved)
+    if g is None:
+        return "no graph: capture failed"
+    y, captured = runs[-1]
     if not isinstance(y, torch.Tensor):
         return "no graph: the forward returns no tensor"
     c = GraphedCall()
-    c.graph, c.x, c.y, c.stats, c.gain, c.dev = g, xs, y, captured, gain, dev
+    c.graph, c.x, c.y, c.stats, c.gain, c.dev = g, xs, y, tuple(captured.items()), gain, dev
     c.versions = tuple((t, t._version) for t in owner.buffers())
     # the cuSPARSELt copies the graph reads (a copy dropped from the cache stays valid for it)
     c.keep = tuple(_cslt_weights.get(t) for t, _ in c.versions) if _cslt_weights is not None else ()
@@ -782,17 +774,20 @@ def eager(owner, x: torch.Tensor, fn):
     return y
 
 
-def replay_status(model) -> tuple[int, list[tuple[str, str]]]:
-    """(input signatures replayed, [(module, reason)] for signatures refused) over the modules of ``model``
-    that ran eager CUDA calls (fused.explain prints it)."""
-    replayed, refused = 0, []
+def replay_status(model) -> tuple[int, list[tuple[str, str]], int]:
+    """(input signatures replayed from recorded launches, [(module, reason)] for signatures refused, signatures
+    replayed from a CUDA graph of the module) over the modules of ``model`` that ran eager CUDA calls
+    (fused.explain prints it)."""
+    replayed, refused, graphed = 0, [], 0
     for name, mod in model.named_modules():
         for r in mod.__dict__.get("_replays", {}).values():
-            if r.__class__ is launch.Replay or r.__class__ is GraphedCall:
+            if r.__class__ is launch.Replay:
                 replayed += 1
+            elif r.__class__ is GraphedCall:
+                graphed += 1
             elif isinstance(r, str):
                 refused.append((name or "<root>", r))
-    return replayed, refused
+    return replayed, refused, graphed
 
 
 def linear(x, qweight, wscale, bias=None, act="none", dynamic=False):
@@ -1209,9 +1204,10 @@ def block_applies(device: torch.device) -> bool:
 _block_routes: dict = {}
 
 
-def _graph_replay(fn):
+def _graph_replay(fn, pool=None):
     """``fn`` captured in a CUDA graph (after a warm-up call on a side stream), or None if it cannot be
-    (an op that cannot be captured, or out of memory: each graph keeps its own outputs and temporaries)."""
+    (an op that cannot be captured, or out of memory: each graph keeps its own outputs and temporaries, in
+    ``pool`` if given)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
@@ -1219,7 +1215,7 @@ def _graph_replay(fn):
         with torch.cuda.stream(s):
             fn()
         torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, pool=pool):
             fn()
     except RuntimeError:
         torch.cuda.current_stream().wait_stream(s)

@@ -72,9 +72,11 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
     if print_table:
         print(format_table(rows))
-        replayed, refused = dispatch.replay_status(model)
-        if replayed or refused:
+        replayed, refused, graphed = dispatch.replay_status(model)
+        if replayed or refused or graphed:
             print(f"eager CUDA calls: {replayed} input signature(s) replayed from recorded launches"
+                  + (f", {graphed} from CUDA graphs of the module (graph picks that a recording cannot replay)"
+                     if graphed else "")
                   + "".join(f"\n  {m}: {why}" for m, why in dict(refused).items()))
     return rows
 

@@ -236,7 +236,9 @@ def test_replay_status_reports_recorded_and_refused_signatures():
     model = torch.nn.Sequential(Owner(), Owner())
     model[0].__dict__["_replays"] = {"a": launch.Replay(launch.Recording(torch.zeros(1), []), 0, None, ())}
     model[1].__dict__["_replays"] = {"b": "no replay: no kernel launch", "c": False}
-    assert dispatch.replay_status(model) == (1, [("1", "no replay: no kernel launch")])
+    assert dispatch.replay_status(model) == (1, [("1", "no replay: no kernel launch")], 0)
+    model[1].__dict__["_replays"]["d"] = dispatch.GraphedCall.__new__(dispatch.GraphedCall)
+    assert dispatch.replay_status(model)[2] == 1
 
 
 def test_scratch_kernels_get_an_allocator_in_every_thread():
@@ -327,16 +329,9 @@ def test_eager_graph_cuda(monkeypatch):
     base = make_block("llama", 128, 256, "cuda")
 
     def captured(model, x):  # the user's own CUDA graph of the model (routes picked for capture)
-        xs = x.clone()
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            model(xs)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            y = model(xs)
-        return lambda v: (xs.copy_(v), g.replay(), y.clone())[2]
+        xs, ys = x.clone(), []
+        g = dispatch._graph_replay(lambda: ys.append(model(xs)))
+        return lambda v: (xs.copy_(v), g.replay(), ys[-1].clone())[2]
 
     for config in (fused.FusedInt8MLP(sparsity="2:4", weight_only=False), fused.FusedInt8MLP(sparsity="2:4")):
         for blocks in (True, False):
