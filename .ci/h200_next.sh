@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `tests` and `tests2` (the whole cuda suite after the eleventh session's changes: narrow TMA on by default
-# with device descriptors, the narrow module replaying, launch.py's scratch allocator, the decode chain in the decode
-# block's tuner, the block route on graph time; the narrow file and the chain / decode-block / GEMV files passed in
-# `eleventh2` / `eleventh3` / `chain`, but `test_cuda_tma_replay_in_another_thread` has not run), `tests3` (the decode
-# files, then the prepared narrowtmaout A/B), then `gemv32` (prepared A/B), then `bench` for the README table. See examples/results/h200/NOTES.md, "eleventh".
+# usage: bash .ci/h200_next.sh eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# Next session: `tests3` (the decode-chain / decode-block files were cut by their timeout in the twelfth session; then
+# the prepared narrowtmaout A/B), the test_launch file (eager graphs, after the twelfth session's last refactor: capture
+# through _graph_replay), then `eagergraph1024` (prepared A/B), then `bench` for the README table (last full run: the
+# seventh session). See examples/results/h200/NOTES.md, "twelfth".
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -19,6 +18,14 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  eagergraph1024)  # prepared in the twelfth session: eager graphs up to M=1024 (FUSED_EAGER_GRAPH_MAX_M, default 128). Plain
+                   # calls of the 2:4 blocks at M = 256 / 1024, bound 128 vs 1024. Prediction (plain µs, M=1024): int8 2:4
+                   # W8A8 438.5 -> ~240, fp8 2:4 W8A8 426.5 -> ~250, int8 2:4 W8A16 807.9 -> ~450 (graph 232 / 244 / 440)
+    for g in 128 1024; do
+      FUSED_EAGER_GRAPH_MAX_M=$g timeout 250 python3 -m fused bench --blocks llama --m 256,1024 --no-baselines \
+        --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
+      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -10
+    done ;;
   eagergraph)  # twelfth session: eager calls replayed from a CUDA graph of the module where the graph picks save GPU
                # time (2:4 on cuSPARSELt, W8A8 on cuBLAS). Its cuda tests, then plain calls of the 2:4 blocks and dense
                # fp8 W8A8 at M = 1 / 16 / 128 with it off and on. Prediction (plain µs): int8 2:4 W8A8 80.7 / 135.7 /
