@@ -647,7 +647,7 @@ class GraphedCall:
 
     def __call__(self, x: torch.Tensor):
         for t, v in self.versions:
-            if t._version != v:
+            if _version(t) != v:
                 return None
         self.x.copy_(x)
         self.graph.replay()
@@ -659,12 +659,20 @@ class GraphedCall:
             _graph_bytes[self.dev] -= self.nbytes
 
 
+def _static_like(x: torch.Tensor) -> torch.Tensor:
+    """A graph's static input for x's signature (x's strides unless they overlap), holding x. A normal tensor even
+    under torch.inference_mode: later calls copy into it, which an inference tensor refuses outside that mode."""
+    with torch.inference_mode(False):
+        xs = (torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
+              if all(st > 0 or n <= 1 for n, st in zip(x.shape, x.stride())) else torch.empty_like(x))
+        xs.copy_(x)
+    return xs
+
+
 def _capture_call(owner, x: torch.Tensor, fn, gain: float):
     """A GraphedCall for ``fn`` on x's signature, or a string saying why not (the caller keeps the recording)."""
     dev = x.get_device()
-    xs = (torch.empty_strided(x.shape, x.stride(), device=x.device, dtype=x.dtype)
-          if all(st > 0 or n <= 1 for n, st in zip(x.shape, x.stride())) else torch.empty_like(x))
-    xs.copy_(x)
+    xs = _static_like(x)
     cur = torch.cuda.current_stream(x.device).cuda_stream
     pool = _graph_pools.get((dev, cur))
     if pool is None:
@@ -686,7 +694,7 @@ def _capture_call(owner, x: torch.Tensor, fn, gain: float):
         return "no graph: the forward returns no tensor"
     c = GraphedCall()
     c.graph, c.x, c.y, c.stats, c.gain, c.dev = g, xs, y, tuple(captured.items()), gain, dev
-    c.versions = tuple((t, t._version) for t in owner.buffers())
+    c.versions = tuple((t, _version(t)) for t in owner.buffers())
     # the cuSPARSELt copies the graph reads (a copy dropped from the cache stays valid for it)
     c.keep = tuple(_cslt_weights.get(t) for t, _ in c.versions) if _cslt_weights is not None else ()
     c.nbytes = xs.untyped_storage().nbytes() + y.untyped_storage().nbytes()

@@ -365,6 +365,18 @@ def test_eager_graph_cuda(monkeypatch):
                 new = [model(x) for _ in range(4)]
                 want = captured(model, x)(x)
             assert not torch.equal(old, new[-1]) and torch.equal(new[-1], want)
+    # captured under torch.inference_mode, called outside it (and back)
+    model = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4", weight_only=False))
+    x = torch.randn(4, 128, device="cuda", dtype=torch.bfloat16)
+    with torch.inference_mode():
+        first = [model(x) for _ in range(3)]
+    before = launch.counts["graph_replayed"]
+    with torch.no_grad():
+        y = model(x)
+    with torch.inference_mode():
+        y2 = model(x)
+    assert launch.counts["graph_replayed"] == before + 2
+    assert torch.equal(y, first[-1]) and torch.equal(y2, first[-1])
     # past the memory cap: no graph, said in stats, the recording replays as before
     monkeypatch.setattr(dispatch, "EAGER_GRAPH_MB", 0)
     model = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4", weight_only=False))
@@ -376,3 +388,35 @@ def test_eager_graph_cuda(monkeypatch):
             model(x)
     assert launch.counts["graph_replayed"] == before
     assert any(k[0] == "eager graph" and "EAGER_GRAPH_MB" in k[1] for k in dispatch.stats), dispatch.stats
+
+
+def test_graphed_call_inputs_and_buffers_across_inference_mode():
+    """An eager graph made under torch.inference_mode serves calls outside it and the other way round: its static
+    input is a normal tensor (an inference tensor refuses in-place copies outside that mode), and buffers made
+    under inference mode (no version counter) do not break the staleness check. Run on the CPU with a stand-in
+    for the CUDA graph (the replay computes 2·x into the static output)."""
+    from fused import dispatch
+
+    class FakeGraph:  # a CUDA graph's replay writes its output's memory whatever the mode
+        def replay(self):
+            with torch.inference_mode(False):
+                c.y.copy_(c.x * 2)
+
+    for make_mode, call_mode in ((True, False), (False, True), (True, True)):
+        with torch.inference_mode(make_mode):
+            x0 = torch.randn(3, 8)[:, :5]  # strided
+            buf = torch.ones(4)
+            c = dispatch.GraphedCall()
+            c.graph, c.x, c.y, c.stats, c.keep, c.gain, c.dev = FakeGraph(), dispatch._static_like(x0), None, (), (), 9.0, -1
+            with torch.inference_mode(False):
+                c.y = torch.empty(3, 5)
+            c.versions = ((buf, dispatch._version(buf)),)
+            c.nbytes = 0
+        assert not c.x.is_inference() and c.x.stride() == x0.stride() and torch.equal(c.x, x0)
+        with torch.inference_mode(call_mode):
+            x = torch.randn(3, 5)
+            y = c(x)
+        assert torch.equal(y, 2 * x)
+        if not buf.is_inference():
+            buf.add_(1)  # changed in place: the graph is stale
+            assert c(x) is None
