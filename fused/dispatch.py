@@ -708,7 +708,9 @@ def eager(owner, x: torch.Tensor, fn):
     configs, without the Python between them (host time of a Llama-3-8B decode block 95 -> 44 µs on the
     H200's host). Call 1 of a signature runs (and tunes), call 2 runs and records, later calls replay. A call
     whose launches take a tensor the recording cannot place (smoothing, autocast, copies) is never replayed.
-    ``dispatch.stats`` counts replayed calls as the recorded call counted them."""
+    Where the recorded call's routes leave GPU time on the table that a CUDA graph would not (see
+    EAGER_GRAPH_MAX_M), call 2 also captures the forward in a CUDA graph, and later calls replay that instead.
+    ``dispatch.stats`` counts replayed calls as the recorded (or captured) call counted them."""
     if not x.is_cuda or _forced is not None or not launch.ENABLED or launch._rec is not None:
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
@@ -1215,7 +1217,8 @@ _block_routes: dict = {}
 def _graph_replay(fn, pool=None):
     """``fn`` captured in a CUDA graph (after a warm-up call on a side stream), or None if it cannot be
     (an op that cannot be captured, or out of memory: each graph keeps its own outputs and temporaries, in
-    ``pool`` if given)."""
+    ``pool`` if given). Captured in thread-local mode: these captures happen inside a user's call, and the
+    global mode would make other threads' unsafe CUDA calls (a cudaMalloc, a sync) fail meanwhile."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
@@ -1223,7 +1226,7 @@ def _graph_replay(fn, pool=None):
         with torch.cuda.stream(s):
             fn()
         torch.cuda.current_stream().wait_stream(s)
-        with torch.cuda.graph(g, pool=pool):
+        with torch.cuda.graph(g, pool=pool, capture_error_mode="thread_local"):
             fn()
     except RuntimeError:
         torch.cuda.current_stream().wait_stream(s)
