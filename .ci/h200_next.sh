@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh split17|eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `tests3` (the decode-chain / decode-block files were cut by their timeout in the twelfth session; then
 # the prepared narrowtmaout A/B), the test_launch file (eager graphs, after the twelfth session's last refactor: capture
 # through _graph_replay), then `eagergraph1024` (prepared A/B), then `bench` for the README table (last full run: the
@@ -18,6 +18,15 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  split17)  # the M=16 -> 17 step of W8A16 (twelfth session: int8 66.4 -> 77.5, fp8 66.5 -> 91.5 µs, mixed-input tiled GEMM
+            # at 17..32): split activations from M=17 (an env knob, no code change) against the default, Llama block,
+            # graph µs. Prediction: fp8 W8A16 91 -> 75-80 at 17..32 (no per-weight fp8 widening; the two e4m3 MMAs are
+            # cheap at these M); int8 W8A16 about even (77.5 / 75.9)
+    for s in 33 17; do
+      FUSED_SPLIT_MIN_M=$s timeout 200 python3 -m fused bench --blocks llama --m 16,17,24,32,48 --no-baselines \
+        --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/split$s" > "$OUT/split$s.log" 2>&1
+      echo "SPLIT_MIN_M=$s"; grep "^|" "$OUT/split$s.log" | grep -v "^|--" | head -8
+    done ;;
   eagergraph1024)  # prepared in the twelfth session: eager graphs up to M=1024 (FUSED_EAGER_GRAPH_MAX_M, default 128). Plain
                    # calls of the 2:4 blocks at M = 256 / 1024, bound 128 vs 1024. Prediction (plain µs, M=1024): int8 2:4
                    # W8A8 438.5 -> ~240, fp8 2:4 W8A8 426.5 -> ~250, int8 2:4 W8A16 807.9 -> ~450 (graph 232 / 244 / 440)
