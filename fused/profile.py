@@ -205,7 +205,7 @@ def _peak_from_memory_events(prof, device_type) -> int | None:
     return peak
 
 
-def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 1, label: str | None = None,
+def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 2, label: str | None = None,
             trace_path: str | Path | None = None, top: int = 10, profile_memory: bool = True) -> ProfileReport:
     """Profile ``forwards`` calls of ``model(inputs)`` (Tensor / tuple of args / dict of kwargs) under
     torch.no_grad and return a ProfileReport (see the module docstring). ``trace_path``: also write a
@@ -219,7 +219,9 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 1, lab
     label = label or type(model).__name__
 
     with torch.no_grad():
-        for _ in range(warmup):  # compile Triton kernels, warm the allocator
+        # compile and tune (call 1), record or capture for replay (call 2: see fused.dispatch.eager), warm the
+        # allocator: the profiled calls are then the steady state a user's eager calls reach
+        for _ in range(warmup):
             call(model, inputs)
         sync()
         if cuda:
