@@ -894,3 +894,28 @@ if "narrowtmaout" in what:
                 p(f"narrowtmaout {cfg}: {t * 1e3:.1f} us, equal to the pointer pick: {bool(torch.equal(y, ref))}")
             except Exception as e:  # noqa: BLE001
                 p(f"narrowtmaout {cfg}: {type(e).__name__} {str(e)[:200]}")
+
+if "smootheager" in what:
+    # prepared in the twelfth session: a SmoothQuant-smoothed int8 W8A8 Llama block is never recorded (x·s⁻¹ is a
+    # torch op); plain-call µs with FUSED_EAGER_GRAPH_REFUSED off / on (dispatch.EAGER_GRAPH_REFUSED toggled in
+    # process, recordings dropped between), beside the block's graph time
+    import fused
+    from triton.testing import do_bench
+
+    from fused import dispatch
+    from fused.bench import make_block
+    base = make_block("llama", 4096, 14336, "cuda")
+    s = fused.calibrate_smoothing(base, [torch.randn(64, 4096, device="cuda", dtype=torch.bfloat16) for _ in range(2)])
+    model = fused.quantize(base, fused.FusedInt8MLP(weight_only=False, smoothing=s))
+    with torch.no_grad():
+        for M in (1, 16, 128):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            row = [f"graph {gus(lambda: model(x)):.1f}"]
+            for on in (False, True):
+                dispatch.EAGER_GRAPH_REFUSED = on
+                for m in model.modules():
+                    m.__dict__.pop("_replays", None)
+                for _ in range(3):
+                    model(x)
+                row.append(f"plain {'on' if on else 'off'} {do_bench(lambda: model(x), warmup=25, rep=100) * 1e3:.1f}")
+            p(f"smootheager M={M}: " + ", ".join(row) + f", replay {dispatch.replay_status(model)[::2]}")

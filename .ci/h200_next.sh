@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh split17|eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh smootheager|split17|eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `tests3` (the decode-chain / decode-block files were cut by their timeout in the twelfth session; then
 # the prepared narrowtmaout A/B), the test_launch file (eager graphs, after the twelfth session's last refactor: capture
 # through _graph_replay), then `eagergraph1024` (prepared A/B), then `bench` for the README table (last full run: the
@@ -18,6 +18,11 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  smootheager)  # prepared in the twelfth session: eager graphs of refused signatures (FUSED_EAGER_GRAPH_REFUSED=1, off),
+                # for SmoothQuant-smoothed blocks, which are never recorded. Its cuda test, then plain-call µs of a smoothed
+                # int8 W8A8 Llama block at M = 1 / 16 / 128, off / on, beside its graph time. Prediction: M=1 ~95 -> ~74
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py -k "refused" 2>&1 | filt | tail -3
+    timeout 200 python3 .ci/diag.py smootheager 2>&1 | filt | grep "smootheager\|Error" ;;
   split17)  # the M=16 -> 17 step of W8A16 (twelfth session: int8 66.4 -> 77.5, fp8 66.5 -> 91.5 µs, mixed-input tiled GEMM
             # at 17..32): split activations from M=17 (an env knob, no code change) against the default, Llama block,
             # graph µs. Prediction: fp8 W8A16 91 -> 75-80 at 17..32 (no per-weight fp8 widening; the two e4m3 MMAs are

@@ -620,6 +620,11 @@ _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout 
 EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "128"))
 EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "8"))
 EAGER_GRAPH_MB = float(os.environ.get("FUSED_EAGER_GRAPH_MB", "512"))
+# FUSED_EAGER_GRAPH_REFUSED=1 (prepared in the twelfth session, not yet measured, off): also graph signatures whose
+# recording is refused (a torch op between the kernels, e.g. SmoothQuant's x·s⁻¹), which otherwise run the Python
+# path on every call (~40-95 µs of host per Llama block on the H200's host, above a decode block's GPU time).
+# Prediction: a smoothed int8 W8A8 Llama block, plain call at M=1 from ~host-bound (~95 µs) to ~GPU + 7 (~74).
+EAGER_GRAPH_REFUSED = os.environ.get("FUSED_EAGER_GRAPH_REFUSED", "0") == "1"
 _graph_gain = None  # during a recording: µs of GPU time the graph picks save over the eager picks taken
 _graph_pools: dict = {}  # (device index, stream) -> pool handle
 _graph_bytes = Counter()  # device index -> bytes of static inputs and outputs held by eager graphs
@@ -771,8 +776,10 @@ def eager(owner, x: torch.Tensor, fn):
         shape = None if tuple(y.shape) == rec.allocs[out][0] else tuple(y.shape)
         cache[key] = launch.Replay(rec, out, shape, tuple((stats - before).items()))
     M = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    if gain >= EAGER_GRAPH_GAIN_US and 0 < M <= EAGER_GRAPH_MAX_M and isinstance(y, torch.Tensor):
-        # the graph picks save `gain` µs of GPU time per call: replay this signature from a CUDA graph instead
+    pays = gain >= EAGER_GRAPH_GAIN_US or (EAGER_GRAPH_REFUSED and not rec.ok)
+    if pays and 0 < M <= EAGER_GRAPH_MAX_M and isinstance(y, torch.Tensor):
+        # the graph picks save `gain` µs of GPU time per call (or the call cannot be replayed otherwise): replay
+        # this signature from a CUDA graph instead
         if _graph_bytes[x.get_device()] + 2 * x.numel() * x.element_size() > EAGER_GRAPH_MB * 2**20:
             stats[("eager graph", f"not captured: FUSED_EAGER_GRAPH_MB={EAGER_GRAPH_MB:g} reached")] += 1
         else:

@@ -420,3 +420,40 @@ def test_graphed_call_inputs_and_buffers_across_inference_mode():
         if not buf.is_inference():
             buf.add_(1)  # changed in place: the graph is stale
             assert c(x) is None
+
+
+@pytest.mark.cuda
+def test_eager_graph_of_refused_signatures_cuda(monkeypatch):
+    """FUSED_EAGER_GRAPH_REFUSED: a smoothed W8A8 block (a torch op between the kernels: never recorded) is replayed
+    from a CUDA graph from its third call, bit-equal to the user's own capture; off, it stays refused."""
+    import copy
+
+    import fused
+    from fused import dispatch
+    from fused.bench import make_block
+
+    base = make_block("llama", 128, 256, "cuda")
+    calib = [torch.randn(8, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    s = fused.calibrate_smoothing(base, calib)
+    for on in (False, True):
+        monkeypatch.setattr(dispatch, "EAGER_GRAPH_REFUSED", on)
+        model = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(weight_only=False, smoothing=s))
+        for shape in ((1, 128), (2, 17, 128)):
+            xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16) for _ in range(5)]
+            before = launch.counts["graph_replayed"]
+            with torch.no_grad():
+                outs = [model(x).clone() for x in xs]
+                x0, ys = xs[0].clone(), []
+                g = dispatch._graph_replay(lambda: ys.append(model(x0)))
+                want = []
+                for x in xs:
+                    x0.copy_(x)
+                    g.replay()
+                    want.append(ys[-1].clone())
+            graphed = launch.counts["graph_replayed"] - before
+            replayed, refused, n_graphs = dispatch.replay_status(model)
+            if on:
+                assert graphed >= 3 and n_graphs >= 1, (shape, graphed)
+                assert all(torch.equal(outs[i], want[i]) for i in range(2, 5)), shape
+            else:
+                assert graphed == 0 and refused, shape
