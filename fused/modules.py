@@ -37,7 +37,8 @@ class _Replayable(nn.Module):
     attributes, buffers or device drops every recording (dispatch.epoch)."""
 
     def __setattr__(self, name, value):
-        dispatch.epoch += 1
+        if name != "training":  # model.eval() / .train(): no forward here depends on it (inference only)
+            dispatch.epoch += 1
         super().__setattr__(name, value)
 
     def __delattr__(self, name):

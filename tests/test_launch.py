@@ -457,3 +457,20 @@ def test_eager_graph_of_refused_signatures_cuda(monkeypatch):
                 assert all(torch.equal(outs[i], want[i]) for i in range(2, 5)), shape
             else:
                 assert graphed == 0 and refused, shape
+
+
+def test_eval_and_train_keep_recordings():
+    """model.eval() / .train() set `training` on every module: no forward here depends on it, so recordings (and
+    eager graphs, costly to capture again) survive them; any other attribute change drops them (dispatch.epoch)."""
+    import fused
+    from fused import dispatch
+    from fused.bench import make_block
+
+    model = fused.quantize(make_block("llama", 64, 96, "cpu"), fused.FusedInt8MLP())
+    e = dispatch.epoch
+    model.eval()
+    model.train()
+    model.eval()
+    assert dispatch.epoch == e
+    next(m for m in model.modules() if isinstance(m, fused.modules._Replayable)).act = "silu"
+    assert dispatch.epoch > e
