@@ -758,6 +758,19 @@ def narrow_w64():
     return mod, x, dict(BLOCK_M=128, num_warps=4, num_stages=1, programs_per_sm=3, prefetch=False, hoist=True)
 
 
+
+def narrow_config_us(tag, mod, x, cfg, ref, ref_name):
+    """Prints µs of the narrow kernel with an explicit config and whether its output equals ``ref`` bit for bit."""
+    from triton.testing import do_bench
+
+    from fused.kernels.narrow_mlp import narrow_mlp
+    try:
+        y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
+        t = do_bench(lambda: narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg), warmup=5, rep=40)
+        p(f"{tag} {cfg}: {t * 1e3:.1f} us, equal to {ref_name}: {bool(torch.equal(y, ref))}")
+    except Exception as e:  # noqa: BLE001
+        p(f"{tag} {cfg}: {type(e).__name__} {str(e)[:200]}")
+
 if "narrowncu" in what:
     # one launch of the narrow MLP's pick for ncu (tenth session: where the 215 us go after the packed relu;
     # since the eleventh, the TMA pick: 3 input stages, 2 programs per SM)
@@ -771,8 +784,6 @@ if "narrowncu" in what:
 
 if "narrowtma2" in what:
     # the narrow MLP's TMA candidates against the pick (tenth session), explicit configs: same bits, µs
-    from triton.testing import do_bench
-
     from fused.kernels.narrow_mlp import narrow_mlp
     from fused.reference import narrow_mlp_ref
     mod, x, base = narrow_w64()
@@ -782,12 +793,7 @@ if "narrowtma2" in what:
     p("narrowtma2 pick sqnr vs reference", round(float(sqnr(r.float(), ref[:4096].float())), 1))
     for st, pp, bm, w in ((0, 0, 0, 0), (2, 3, 128, 4), (2, 2, 128, 4), (3, 2, 128, 4), (2, 4, 64, 4), (2, 2, 128, 8), (1, 3, 128, 4)):
         cfg = base if st == 0 else dict(base, BLOCK_M=bm, num_warps=w, num_stages=st, programs_per_sm=pp, tma=True)
-        try:
-            y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
-            t = do_bench(lambda: narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg), warmup=5, rep=40)
-            p(f"narrowtma2 {cfg}: {t * 1e3:.1f} us, equal to the pick: {bool(torch.equal(y, ref))}")
-        except Exception as e:  # noqa: BLE001
-            p(f"narrowtma2 {cfg}: {type(e).__name__} {str(e)[:200]}")
+        narrow_config_us("narrowtma2", mod, x, cfg, ref, "the pick")
 
 if "narrowhost" in what:
     # eleventh session: a TMA pick (device-made descriptor) stays on the cached launcher and is replayed in eager
@@ -833,6 +839,14 @@ def llama_decode_weights(fmt):
     return q1, s1, q2, s2
 
 
+def llama_decode_cases():
+    """(fmt, weights as llama_decode_weights gives them, M, x) for int8 / fp8 weights at M = 1 / 16."""
+    for fmt in ("int8", "float8_e4m3"):
+        weights = llama_decode_weights(fmt)
+        for M in (1, 16):
+            yield fmt, weights, M, torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+
+
 if "chainparts" in what:
     # eleventh session: where the decode chain loses to the two launches (graph µs, Llama block, M = 1 / 16):
     # each GEMV alone with the chain's tiles, the two in one graph, the chain's first-layer items alone, its down
@@ -840,22 +854,18 @@ if "chainparts" in what:
     from fused.kernels import decode_chain as dc
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
-    K, H, D = 4096, 14336, 4096
-    for fmt in ("int8", "float8_e4m3"):
-        q1, s1, q2, s2 = llama_decode_weights(fmt)
-        for M in (1, 16):
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            for c in dc.candidates(M, True)[::3][:3]:
-                g, d = dc.gemv_configs(c, K, H)
-                h = w8a16_gemv(x, q1, s1, None, "silu", True, config=g)
-                t1 = gus(lambda: w8a16_gemv(x, q1, s1, None, "silu", True, config=g))
-                t2 = gus(lambda: w8a16_gemv(h, q2, s2, None, "none", False, config=d))
-                t12 = gus(lambda: w8a16_gemv(w8a16_gemv(x, q1, s1, None, "silu", True, config=g), q2, s2, None, "none", False, config=d))
-                tc = {ph: gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, dict(c, PHASES=ph)))
-                      for ph in (1, 2, 3)}
-                p(f"chainparts {fmt} M={M} pps={c['programs_per_sm']} tiles {c['BM1']}x{c['BN1']}x{c['BK1']}/{c['SPLIT1']} "
-                  f"{c['BM2']}x{c['BN2']}x{c['BK2']}/{c['SPLIT2']}: gemv1 {t1:.1f} gemv2 {t2:.1f} both {t12:.1f} | "
-                  f"chain first {tc[1]:.1f} down {tc[2]:.1f} block {tc[3]:.1f}")
+    for fmt, (q1, s1, q2, s2), M, x in llama_decode_cases():
+        for c in dc.candidates(M, True)[::3][:3]:
+            g, d = dc.gemv_configs(c, 4096, 14336)
+            h = w8a16_gemv(x, q1, s1, None, "silu", True, config=g)
+            t1 = gus(lambda: w8a16_gemv(x, q1, s1, None, "silu", True, config=g))
+            t2 = gus(lambda: w8a16_gemv(h, q2, s2, None, "none", False, config=d))
+            t12 = gus(lambda: w8a16_gemv(w8a16_gemv(x, q1, s1, None, "silu", True, config=g), q2, s2, None, "none", False, config=d))
+            tc = {ph: gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, dict(c, PHASES=ph)))
+                  for ph in (1, 2, 3)}
+            p(f"chainparts {fmt} M={M} pps={c['programs_per_sm']} tiles {c['BM1']}x{c['BN1']}x{c['BK1']}/{c['SPLIT1']} "
+              f"{c['BM2']}x{c['BN2']}x{c['BK2']}/{c['SPLIT2']}: gemv1 {t1:.1f} gemv2 {t2:.1f} both {t12:.1f} | "
+              f"chain first {tc[1]:.1f} down {tc[2]:.1f} block {tc[3]:.1f}")
 
 if "chainreg" in what:
     # eleventh session: the chain's registers (128-146) leave 3 programs of 4 warps per SM, so its 448 first-layer
@@ -863,37 +873,26 @@ if "chainreg" in what:
     from fused import dispatch
     from fused.kernels import decode_chain as dc
 
-    K, H, D = 4096, 14336, 4096
-    for fmt in ("int8", "float8_e4m3"):
-        q1, s1, q2, s2 = llama_decode_weights(fmt)
-        for M in (1, 16):
-            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            two = gus(lambda: dispatch.linear(dispatch.gated(x, q1, s1, None, "silu"), q2, s2, None))
-            c = dc.candidates(M, True)[1 if M == 1 else 0]
-            row = []
-            for r in (0, 128, 96):
-                for pps in (4, 0):
-                    cfg = dict(c, programs_per_sm=pps, **({"maxnreg": r} if r else {}))
-                    y = dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, cfg)
-                    row.append(f"reg {r or '-'} pps {pps}: {gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, 'silu', True, cfg)):.1f}")
-            p(f"chainreg {fmt} M={M} two launches (tuned) {two:.1f} | " + ", ".join(row))
+    for fmt, (q1, s1, q2, s2), M, x in llama_decode_cases():
+        two = gus(lambda: dispatch.linear(dispatch.gated(x, q1, s1, None, "silu"), q2, s2, None))
+        c = dc.candidates(M, True)[1 if M == 1 else 0]
+        row = []
+        for r in (0, 128, 96):
+            for pps in (4, 0):
+                cfg = dict(c, programs_per_sm=pps, **({"maxnreg": r} if r else {}))
+                y = dc.decode_chain(x, q1, s1, None, q2, s2, None, "silu", True, cfg)
+                row.append(f"reg {r or '-'} pps {pps}: {gus(lambda: dc.decode_chain(x, q1, s1, None, q2, s2, None, 'silu', True, cfg)):.1f}")
+        p(f"chainreg {fmt} M={M} two launches (tuned) {two:.1f} | " + ", ".join(row))
 
 if "narrowtmaout" in what:
     # prepared in the eleventh session: the narrow TMA picks with the output tile by TMA store too (µs, same bits?)
-    from triton.testing import do_bench
-
     from fused.kernels.narrow_mlp import narrow_mlp
     mod, x, base = narrow_w64()
     ref = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=base)
     for bm, w, st, pp in ((128, 4, 3, 2), (64, 4, 3, 3), (128, 8, 3, 2)):
         for out in (False, True):
             cfg = dict(base, BLOCK_M=bm, num_warps=w, num_stages=st, programs_per_sm=pp, tma=True, tma_out=out)
-            try:
-                y = narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg)
-                t = do_bench(lambda: narrow_mlp(x, mod.weights, mod.params, mod.dims, mod.acts, config=cfg), warmup=5, rep=40)
-                p(f"narrowtmaout {cfg}: {t * 1e3:.1f} us, equal to the pointer pick: {bool(torch.equal(y, ref))}")
-            except Exception as e:  # noqa: BLE001
-                p(f"narrowtmaout {cfg}: {type(e).__name__} {str(e)[:200]}")
+            narrow_config_us("narrowtmaout", mod, x, cfg, ref, "the pointer pick")
 
 if "smootheager" in what:
     # prepared in the twelfth session: a SmoothQuant-smoothed int8 W8A8 Llama block is never recorded (x·s⁻¹ is a

@@ -475,18 +475,19 @@ def _graph_pick(key, triton, cublas, op, w8a16=False) -> str:
     the eager pick for W8A16 from WIDEN_MIN_M (``w8a16``: at those M host time does not matter)."""
     routes = _dense_routes.get(key)
     capturing = torch.cuda.is_current_stream_capturing()
+    what = "W8A16" if w8a16 else "W8A8"
+    kind = f"dense_{what.lower()}_route"
     if routes is None and not capturing:
-        what = "W8A16" if w8a16 else "W8A8"
         cands = {"triton": triton}
         _offer(cands, "cublas", cublas, cublas, op, f"cuBLAS {what}")
-        routes = _dense_routes[key] = measure_route(f"dense_{what.lower()}_route", key, cands, graph=True)
-    if routes is None or not (capturing or w8a16):
-        if routes is not None and not capturing:
-            _note_gain(f"dense_{'w8a16' if w8a16 else 'w8a8'}_route", key, "triton", routes[1])
+        routes = _dense_routes[key] = measure_route(kind, key, cands, graph=True)
+    if routes is None:
         return "triton"
-    if not capturing:
-        _note_gain(f"dense_{'w8a16' if w8a16 else 'w8a8'}_route", key, routes[0], routes[1])
-    return routes[1 if capturing else 0]
+    if capturing:
+        return routes[1]
+    pick = routes[0] if w8a16 else "triton"
+    _note_gain(kind, key, pick, routes[1])
+    return pick
 
 
 # W8A16 from WIDEN_MIN_M, bf16 activations: the weight widened to bf16 (exact), cuBLAS's bf16 GEMM on it (bf16
@@ -648,7 +649,7 @@ class GraphedCall:
     compressed weight, was made from them): a change drops the graph. Bit-equal to the module's calls under a
     CUDA-graph capture (the same routes), not necessarily to its plain calls (those take the eager picks)."""
 
-    __slots__ = ("graph", "x", "y", "stats", "versions", "keep", "gain", "nbytes", "dev")
+    __slots__ = ("graph", "x", "y", "stats", "versions", "keep", "nbytes", "dev")
 
     def __call__(self, x: torch.Tensor):
         for t, v in self.versions:
@@ -674,7 +675,7 @@ def _static_like(x: torch.Tensor) -> torch.Tensor:
     return xs
 
 
-def _capture_call(owner, x: torch.Tensor, fn, gain: float):
+def _capture_call(owner, x: torch.Tensor, fn):
     """A GraphedCall for ``fn`` on x's signature, or a string saying why not (the caller keeps the recording)."""
     dev = x.get_device()
     xs = _static_like(x)
@@ -698,7 +699,7 @@ def _capture_call(owner, x: torch.Tensor, fn, gain: float):
     if not isinstance(y, torch.Tensor):
         return "no graph: the forward returns no tensor"
     c = GraphedCall()
-    c.graph, c.x, c.y, c.stats, c.gain, c.dev = g, xs, y, tuple(captured.items()), gain, dev
+    c.graph, c.x, c.y, c.stats, c.dev = g, xs, y, tuple(captured.items()), dev
     c.versions = tuple((t, _version(t)) for t in owner.buffers())
     # the cuSPARSELt copies the graph reads (a copy dropped from the cache stays valid for it)
     c.keep = tuple(_cslt_weights.get(t) for t, _ in c.versions) if _cslt_weights is not None else ()
@@ -719,7 +720,7 @@ def eager(owner, x: torch.Tensor, fn):
     if not x.is_cuda or _forced is not None or not launch.ENABLED or launch._rec is not None:
         return fn(x)
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
-           torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(), epoch,
+           torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(),
            GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE,
            torch._C._cuda_getCurrentRawStream(x.get_device()),  # eager graphs share a pool per stream
            torch.cuda.is_current_stream_capturing())  # a graph capture may take other routes (see _run_sparse)
@@ -783,7 +784,7 @@ def eager(owner, x: torch.Tensor, fn):
         if _graph_bytes[x.get_device()] + 2 * x.numel() * x.element_size() > EAGER_GRAPH_MB * 2**20:
             stats[("eager graph", f"not captured: FUSED_EAGER_GRAPH_MB={EAGER_GRAPH_MB:g} reached")] += 1
         else:
-            c = _capture_call(owner, x, fn, gain)
+            c = _capture_call(owner, x, fn)
             if c.__class__ is GraphedCall:
                 cache[key] = c
             else:

@@ -407,7 +407,7 @@ def test_graphed_call_inputs_and_buffers_across_inference_mode():
             x0 = torch.randn(3, 8)[:, :5]  # strided
             buf = torch.ones(4)
             c = dispatch.GraphedCall()
-            c.graph, c.x, c.y, c.stats, c.keep, c.gain, c.dev = FakeGraph(), dispatch._static_like(x0), None, (), (), 9.0, -1
+            c.graph, c.x, c.y, c.stats, c.keep, c.dev = FakeGraph(), dispatch._static_like(x0), None, (), (), -1
             with torch.inference_mode(False):
                 c.y = torch.empty(3, 5)
             c.versions = ((buf, dispatch._version(buf)),)
