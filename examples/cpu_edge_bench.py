@@ -10,6 +10,9 @@ Variants, all on the same float weights:
   ours int8 W8A16 (bf16 acts)                 fused.FusedInt8MLP()                 -> one gated op + one linear
   ours int8 W8A8 (bf16 acts)                  fused.FusedInt8MLP(weight_only=False)
   ours fp8 W8A16, emulated (bf16 acts)        fused.FusedFloat8MLP(weight_only=True), with --fp8
+  ours int8 2:4 W8A16 / W8A8 (bf16 acts)      fused.FusedInt8MLP(sparsity="2:4"), with --sparse: the weights
+                                              magnitude-pruned to 2:4 first; their SQNR is against the pruned
+                                              fp32 model (the kernels' error, not the pruning's)
 
 Method: for each M, every variant runs `calls` forwards per timing window; windows are interleaved
 across variants `repeats` times and the best window is reported (ms per forward), so a burst of load
@@ -52,7 +55,9 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
 
 
-def build(d: int, h: int, with_fp8: bool, with_torchao: bool) -> dict[str, tuple[nn.Module, torch.dtype]]:
+def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False
+          ) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
+    """The variants, and the fp32 model the 2:4 variants were pruned from (None without --sparse)."""
     torch.manual_seed(0)
     base = LlamaMLP(d, h).eval()
     variants = {
@@ -66,8 +71,8 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool) -> dict[str, tuple
         quantize_(ao, Int8WeightOnlyConfig())
         variants["torchao int8 weight-only (bf16 acts)"] = (ao, torch.bfloat16)
 
-    def ours(cfg):
-        holder = nn.Sequential(copy.deepcopy(base))  # quantize_ replaces children, not the root
+    def ours(cfg, model=base):
+        holder = nn.Sequential(copy.deepcopy(model))  # quantize_ replaces children, not the root
         fused.quantize(holder, cfg)
         return holder
 
@@ -75,7 +80,16 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool) -> dict[str, tuple
     variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
     if with_fp8:
         variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
-    return variants
+    pruned = None
+    if with_sparse:
+        from sparsity import prune_24_
+
+        pruned = copy.deepcopy(base)
+        prune_24_(pruned)
+        variants["ours int8 2:4 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP(sparsity="2:4"), pruned), torch.bfloat16)
+        variants["ours int8 2:4 W8A8 (bf16 acts)"] = (
+            ours(fused.FusedInt8MLP(weight_only=False, sparsity="2:4"), pruned), torch.bfloat16)
+    return variants, pruned
 
 
 def time_variants(variants, x32: torch.Tensor, calls: int, repeats: int) -> dict[str, float]:
@@ -105,6 +119,7 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     ap.add_argument("--fp8", action="store_true", help="also time the emulated fp8 path")
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
+    ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632
@@ -112,7 +127,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
 
     load0 = os.getloadavg()
-    variants = build(args.d, args.h, args.fp8, not args.no_torchao)
+    variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse)
     results, accuracy, paths = {}, {}, {}
     for m in args.m:
         x = torch.randn(m, args.d)
@@ -121,7 +136,8 @@ def main(argv=None):
         paths[m] = sorted({p for (_, p) in dispatch.stats})
         with torch.inference_mode():
             ref = variants["fp32 eager"][0](x)
-            accuracy[m] = {n: sqnr(ref, mod(x.to(dt)).float()) for n, (mod, dt) in variants.items()}
+            ref24 = pruned(x) if pruned is not None else None
+            accuracy[m] = {n: sqnr(ref24 if "2:4" in n else ref, mod(x.to(dt)).float()) for n, (mod, dt) in variants.items()}
     load1 = os.getloadavg()
     mem = {name: weight_bytes(model) for name, (model, _) in variants.items()}  # after the runs: caches filled
 

@@ -15,6 +15,13 @@ Paths (names as `dispatch.plan` and `explain` print them):
                       exactly to bf16 by integer bit arithmetic (3x faster than ``.to(bfloat16)``) and
                       multiplied with ``F.linear``. Computed from the fp8 data on every call: no cached
                       dequantized copy, so memory stays 1 byte/weight, at the cost of speed.
+  cpu:bf16_mm         bf16 weights (2:4 bf16 values, FusedBF16MLP): ``F.linear`` per N-tile.
+  cpu:s24+<path>      a 2:4 weight (values + 2-bit positions, sparsity.pack_24): each N-tile of rows is
+                      expanded exactly to its dense 8-/16-bit rows (sparsity.expand_24: integer shifts),
+                      then runs <path> above. The dense weight never exists at once (one tile, ~2M
+                      weights, plus its expansion temporaries), so a 2:4 layer keeps its 0.625 B/weight;
+                      the expansion costs ~0.2 ns per weight per call on a 2-core AVX512 x86 (~4 ms for a
+                      TinyLlama gate/up weight): on the CPU 2:4 saves memory, not time.
 
 Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
 fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.
@@ -32,13 +39,17 @@ Threads: every kernel here is an aten op parallelised with at::parallel_for, so 
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from lowbit import quantize_activation
+from sparsity.packing import expand_24
 
-PATHS = ("cpu:int8pack", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm")
+DENSE_PATHS = ("cpu:int8pack", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm", "cpu:bf16_mm")
+PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS)
 
 # torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
 # weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
@@ -54,6 +65,10 @@ _ALIGN = 64
 # Bytes of one dequantized weight tile: the temporary memory of the tiled paths. Larger tiles make
 # fewer, larger GEMMs: TinyLlama block at M=64, 2 threads: 1 MiB 17.5 ms, 4 MiB 14.4 ms, 16 MiB 14.8 ms.
 TILE_BYTES = 4 << 20
+
+# Weights per tile of the 2:4 expansion, whatever the compute dtype: TinyLlama gate/up (11264 x 2048), int8,
+# 2 threads, ms per expanded weight: 128 rows 11.4, 512 5.3, 1024 4.2, 2048 6.3 (temporaries past L2/L3).
+EXPAND_TILE_WEIGHTS = 2 << 20
 
 # tensor -> (version, {dtype: cast copy})
 _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -124,26 +139,75 @@ def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch
     return t.view(torch.bfloat16).mul_(2.0 ** 120)
 
 
+class Packed24(NamedTuple):
+    """A 2:4 weight as sparsity.pack_24 packs it (values [N, K/2], row-major meta [N, ceil(K/8)]): the
+    kernels here take it where they take a dense weight and expand one tile of rows at a time."""
+    values: torch.Tensor
+    meta: torch.Tensor
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.values.shape[0], 2 * self.values.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.values.dtype
+
+
+def _tile_rows(w, K: int, itemsize: int) -> int:
+    """Rows per N-tile: TILE_BYTES of the converted tile, and for a 2:4 weight at most
+    EXPAND_TILE_WEIGHTS (its expansion's temporaries stay in cache)."""
+    rows = TILE_BYTES // (K * itemsize)
+    if isinstance(w, Packed24):
+        rows = min(rows, EXPAND_TILE_WEIGHTS // max(K, 1))
+    return min(w.shape[0], max(16, rows))
+
+
+def _rows(w, i: int, j: int) -> torch.Tensor:
+    """Rows i:j of the weight, dense and exact (a 2:4 weight expanded from its packed rows, a fresh and
+    so 64-byte-aligned tensor)."""
+    if isinstance(w, Packed24):
+        return expand_24(w.values[i:j], w.meta[i:j], "fused CPU 2:4 path")
+    return w[i:j]
+
+
 def _tiled_mm(x2, qweight, col_scale) -> torch.Tensor:
     """(x2 [M, K] · q[N, K]ᵀ) · col_scale, converting one N-tile of q at a time to x2's dtype in one
-    reused buffer (the only temporary besides the output).
+    reused buffer (the only temporary besides the output and, for a 2:4 weight, the tile's expansion).
 
-    The tile holds exact integers (int8) or exact fp8 values; the per-channel fp32 scale is applied to
-    the [M, N] output (one rounding), which is cheaper than scaling the [N, K] weight while M < K."""
+    The tile holds exact integers (int8), exact fp8 values or bf16 ones; the per-channel fp32 scale is
+    applied to the [M, N] output (one rounding), cheaper than scaling the [N, K] weight while M < K."""
     M, K = x2.shape
     N = qweight.shape[0]
-    rows = min(N, max(16, TILE_BYTES // (K * x2.element_size())))
+    rows = _tile_rows(qweight, K, x2.element_size())
     y = x2.new_empty(M, N)
-    fp8 = qweight.dtype != torch.int8
-    buf = x2.new_empty(rows, K, dtype=torch.int16 if fp8 else x2.dtype)
+    fp8 = qweight.dtype == torch.float8_e4m3fn
+    same = qweight.dtype == x2.dtype  # bf16 weights, bf16 x: no conversion
+    buf = None if same else x2.new_empty(rows, K, dtype=torch.int16 if fp8 else x2.dtype)
     for i in range(0, N, rows):
         j = min(i + rows, N)
+        w = _rows(qweight, i, j)
         if fp8:
-            w = _fp8_tile_to_bf16(qweight[i:j], buf[: j - i]).to(x2.dtype)  # .to: no-op for bf16
-        else:
-            w = buf[: j - i].copy_(qweight[i:j])  # |q| <= 127: exact in bf16 and fp32
+            w = _fp8_tile_to_bf16(w, buf[: j - i]).to(x2.dtype)  # .to: no-op for bf16
+        elif not same:
+            w = buf[: j - i].copy_(w)  # int8: |q| <= 127, exact in bf16 and fp32; bf16: exact in fp32
         y[:, i:j] = F.linear(x2, w)
     return y if col_scale is None else y.mul_(col_scale)
+
+
+def _tiled_int(x2, w, f) -> torch.Tensor:
+    """[M, N] of ``f(x2, tile)`` over the N-tiles of a 2:4 int8 weight (f: an int8-weight aten kernel)."""
+    M, K = x2.shape
+    N = w.shape[0]
+    rows = _tile_rows(w, K, 2)
+    y = None
+    for i in range(0, N, rows):
+        j = min(i + rows, N)
+        t = f(x2, _rows(w, i, j), i, j)
+        if y is None:
+            y = t.new_empty(M, N)
+        y[:, i:j] = t
+    return y
 
 
 def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -162,14 +226,27 @@ def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
 
 
 def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
-    """[M, N] = x2 · dequant(W)ᵀ, scales applied, in the compute dtype (fp32 for the W8A8 paths)."""
+    """[M, N] = x2 · dequant(W)ᵀ, scales applied, in the compute dtype (fp32 for the W8A8 paths). ``qweight``
+    dense, or Packed24 with a "cpu:s24+" path."""
+    packed = isinstance(qweight, Packed24)
+    if packed != path.startswith("cpu:s24+"):
+        raise ValueError(f"CPU path {path!r} does not take a {'2:4' if packed else 'dense'} weight")
+    path = path.replace("s24+", "")
     if path == "cpu:int8pack":
         # the kernel wants the scales in x's dtype: cast once, cached
-        return torch._weight_int8pack_mm(_aligned_rows(x2), qweight, cast_cached(wscale, x2.dtype))
+        xa, sc = _aligned_rows(x2), cast_cached(wscale, x2.dtype)
+        if packed:  # scale slices cloned: the kernel's vector loads want aligned buffers
+            return _tiled_int(xa, qweight, lambda x, t, i, j: torch._weight_int8pack_mm(x, t, sc[i:j].clone()))
+        return torch._weight_int8pack_mm(xa, qweight, sc)
     if path == "cpu:int_mm":
         xq, xs = quantize_activation(x2, "int8")
-        acc = torch._int_mm(xq, qweight.t())  # int32: exact, any M/N/K on the CPU
+        if packed:
+            acc = _tiled_int(xq, qweight, lambda x, t, i, j: torch._int_mm(x, t.t()))
+        else:
+            acc = torch._int_mm(xq, qweight.t())  # int32: exact, any M/N/K on the CPU
         return torch.mul(acc, xs).mul_(wscale)  # fp32, in the reference's order: (acc · s_x) · s_w
+    if path == "cpu:bf16_mm":
+        return _tiled_mm(x2, qweight, None)
     if path in ("cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
         if not dynamic:
             return _tiled_mm(x2, qweight, wscale)
@@ -180,7 +257,8 @@ def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
 
 
 def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dynamic: bool) -> torch.Tensor:
-    """Run ``op`` ("linear" or "gated") through CPU path ``path`` on N-D, possibly strided ``x``."""
+    """Run ``op`` ("linear" or "gated") through CPU path ``path`` on N-D, possibly strided ``x``; ``qweight``
+    a dense [N, K] tensor, or Packed24 (2:4, "cpu:s24+" paths)."""
     K = x.shape[-1]
     N = qweight.shape[0]
     n_out = N if op == "linear" else N // 2

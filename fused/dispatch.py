@@ -11,7 +11,7 @@ Per call: the device, M, the weight format, weight-only vs dynamic activations a
   * dense W8A8 above the GEMV range, with CUBLAS_W8A8, under CUDA-graph capture: a route timed per shape,
     the Triton GEMM or cuBLAS's (torch._scaled_mm / _int_mm) + scale_epilogue (eager calls: Triton)
 2:4-sparse ops ("sparse24_linear", "sparse24_gated") take packed weights (sparsity.packing): on the CPU the
-reference unpacks them to dense and runs the dense reference; on CUDA, 8-bit values take a route measured
+dense CPU kernels run on one tile of rows at a time, expanded from the packed weight ("cpu:s24+<kernel>"); on CUDA, 8-bit values take a route measured
 per shape on the first call (SPARSE_ROUTE), one pick for eager calls and one for CUDA-graph capture:
 the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
@@ -216,12 +216,10 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         else:
             why = f"fused Triton ({op}, {fmt})"
         return f"triton:{kernel}", why
-    if op in SPARSE_OPS:
-        return "reference", "CPU path (pure torch: unpacks the 2:4 weight to dense)"
     if op == "narrow_mlp":
         return "reference", "CPU path (pure torch, layer by layer)"
     if device.type == "cpu":
-        return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned)
+        return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
 
 
@@ -242,7 +240,16 @@ def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
     return ("triton:decode_block", one) if M <= DECODE_BLOCK_MAX_M else per_layer
 
 
-def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned) -> tuple[str, str]:
+def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False) -> tuple[str, str]:
+    if sparse:  # the dense path's kernel on tiles expanded from the packed weight (always fresh, aligned)
+        if fmt == "bfloat16":
+            path, why = "cpu:bf16_mm", "bf16 values: per-tile F.linear"
+        else:
+            path, why = _plan_cpu(fmt, dynamic, dtype, m, k, True)
+        return "cpu:s24+" + path.removeprefix("cpu:"), (
+            "2:4: each tile of rows expanded exactly from values + 2-bit positions (integer shifts; the dense "
+            f"weight never exists at once), then {why}. On the CPU 2:4 saves memory, not time: the expansion "
+            "runs on every call")
     described = dtype is None and m is None  # explain: no call at hand, describe decode in bf16
     dtype = torch.bfloat16 if dtype is None else dtype
     m = 1 if m is None else m
@@ -1072,7 +1079,13 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
     if handoff and not (dynamic and M >= HANDOFF_MIN_M and values.dtype != torch.bfloat16):
         raise ValueError(f"{op}: the quantized hand-off is for W8A8 8-bit values above M={HANDOFF_MIN_M - 1}")
     gated = op == "sparse24_gated"
-    path, why = plan(op, _fmt(values), dynamic, device, M)
+    path, why = plan(op, _fmt(values), dynamic, device, M, dtype=xdtype, k=2 * values.shape[1])
+    if path.startswith("cpu:"):
+        if handoff:
+            raise RuntimeError(f"{op}: the quantized hand-off runs the fused kernels only")
+        stats[(op, path)] += 1
+        return cpu.run(path, "linear" if op == "sparse24_linear" else "gated", x, cpu.Packed24(values, meta),
+                       wscale, bias, act, dynamic)
     if path == "reference":
         if handoff:
             raise RuntimeError(f"{op}: the quantized hand-off runs the fused kernels only")

@@ -30,8 +30,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
     for name, mod in converted_modules(model):
         dev = torch.device(device) if device is not None else next(mod.buffers()).device
         dense = hasattr(mod, "qweight")
-        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev,
-                                  k=mod.qweight.shape[1] if dense else None,
+        k = mod.qweight.shape[1] if dense else 2 * mod.values.shape[1] if hasattr(mod, "values") else None
+        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev, k=k,
                                   weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight))
         parent = name.rsplit(".", 1)[0] if "." in name else ""
         block_path = block_why = None

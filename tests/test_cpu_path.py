@@ -203,11 +203,14 @@ def test_cpu_edge_bench_smoke(capsys):
     spec = importlib.util.spec_from_file_location("cpu_edge_bench", path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8"])
+    results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8",
+                               "--sparse"])
     assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
     assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
     out = capsys.readouterr().out
     assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
+    assert mem["ours int8 2:4 W8A8 (bf16 acts)"] < 0.7 * mem["ours int8 W8A8 (bf16 acts)"]
+    assert "cpu:s24+int8pack" in out and "cpu:s24+int_mm" in out
 
 
 @pytest.mark.parametrize("fmt,dynamic", FORMATS)
@@ -222,3 +225,124 @@ def test_opcheck_on_the_cpu_path(fmt, dynamic, m):
                                                    "test_aot_dispatch_dynamic")}
     torch.library.opcheck(ops.linear, (x, q, s, b, "silu", dynamic), **kw)
     torch.library.opcheck(ops.gated, (x, q, s, None, "gelu", dynamic), **kw)
+
+
+# ---------------------------------------------------------------- 2:4 weights: tiles expanded from the packed form
+
+SPARSE = [("int8", False), ("int8", True), ("float8_e4m3", False), ("float8_e4m3", True), ("bfloat16", False)]
+SPARSE_OPS = {"sparse24_linear": (dispatch.sparse24_linear, reference.sparse24_linear_ref),
+              "sparse24_gated": (dispatch.sparse24_gated, reference.sparse24_gated_ref)}
+
+
+def _packed(n, k, fmt, bias=True, seed=0):
+    from sparsity import magnitude_mask_24, pack_24
+
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g)
+    w = w * magnitude_mask_24(w.abs())
+    q, s = (w.to(torch.bfloat16), None) if fmt == "bfloat16" else quantize_weight(w, fmt)
+    return (*pack_24(q), s, torch.randn(n, generator=g) if bias else None)
+
+
+def _run_sparse(op, x, packed, act="silu", dynamic=False):
+    f, r = SPARSE_OPS[op]
+    return f(x, *packed, act, dynamic), r(x, *packed, act, dynamic)
+
+
+@pytest.mark.parametrize("fmt,dynamic", SPARSE)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+@pytest.mark.parametrize("op", list(SPARSE_OPS))
+@pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 70, 36), (17, 130, 44), (300, 64, 132), (12, 48, 1000)])
+def test_sparse24_matches_reference(fmt, dynamic, dtype, op, m, n, k):
+    packed = _packed(n, k, fmt, seed=m + n + k)
+    x = torch.randn(m, k, dtype=dtype)
+    dispatch.stats.clear()
+    y, yr = _run_sparse(op, x, packed, "silu", dynamic)
+    _check(y, yr, dtype)
+    path = dispatch.plan(op, fmt, dynamic, "cpu", M=m, dtype=dtype, k=k)[0]
+    assert path.startswith("cpu:s24+") and dict(dispatch.stats) == {(op, path): 1}
+
+
+def test_sparse24_path_choice():
+    bf16, f32 = torch.bfloat16, torch.float32
+
+    def path(fmt, dynamic, dtype, m, k):
+        return dispatch.plan("sparse24_linear", fmt, dynamic, "cpu", M=m, dtype=dtype, k=k)[0]
+
+    assert path("int8", False, bf16, 1, 2048) == "cpu:s24+int8pack"  # the expanded tiles are aligned
+    assert path("int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:s24+int8_dequant_mm"
+    assert path("int8", False, bf16, 1, 2052) == "cpu:s24+int8_dequant_mm"  # K % 16 != 0
+    assert path("int8", True, bf16, 1, 2048) == "cpu:s24+int_mm"
+    assert path("float8_e4m3", True, f32, 1, 2048) == "cpu:s24+fp8_dequant_mm"
+    assert path("bfloat16", False, f32, 64, 2048) == "cpu:s24+bf16_mm"
+    with dispatch.force_path("reference"):
+        assert path("int8", False, bf16, 1, 2048) == "reference"
+    with pytest.raises(ValueError, match="does not take a 2:4 weight"):
+        cpu._matmul("cpu:int8pack", torch.randn(1, 64, dtype=bf16), cpu.Packed24(*_packed(8, 64, "int8")[:2]),
+                    torch.ones(8), False)
+
+
+@pytest.mark.parametrize("fmt,dynamic", SPARSE)
+@pytest.mark.parametrize("m,dtype", [(2, torch.bfloat16), (20, torch.float32)])  # int8pack and the GEMM tiles
+def test_sparse24_tiles_cover_every_row_and_bound_the_dense_weight(fmt, dynamic, m, dtype, monkeypatch):
+    # tiles of 16 rows over N = 75 (4 full tiles and a partial one), outputs poisoned: torch.empty is filled
+    # with NaN / the largest integer, so a column no tile wrote fails the check
+    monkeypatch.setattr(cpu, "EXPAND_TILE_WEIGHTS", 16 * 64)
+    tiles = []
+    real = cpu.expand_24
+    monkeypatch.setattr(cpu, "expand_24", lambda v, mt, where: tiles.append(v.shape[0]) or real(v, mt, where))
+    packed = _packed(75, 64, fmt)
+    x = torch.randn(m, 64, dtype=dtype)
+    det, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    try:
+        torch.use_deterministic_algorithms(True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        y, yr = _run_sparse("sparse24_linear", x, packed, "gelu", dynamic)
+    finally:
+        torch.use_deterministic_algorithms(det)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    _check(y, yr, dtype)
+    assert tiles == [16, 16, 16, 16, 11]  # never more than one tile of dense rows at a time
+
+
+@pytest.mark.parametrize("fmt,dynamic", SPARSE)
+def test_sparse24_views_empty_nan_and_zero_rows(fmt, dynamic):
+    packed = _packed(96, 64, fmt)
+    base = torch.randn(3, 64, 5, dtype=torch.bfloat16)
+    _check(*_run_sparse("sparse24_gated", base.transpose(1, 2), packed, "silu", dynamic), torch.bfloat16)  # 3-D, strided
+    flat = torch.randn(64 * 2 + 1, dtype=torch.bfloat16)
+    _check(*_run_sparse("sparse24_linear", flat[1:].view(2, 64), packed, "none", dynamic), torch.bfloat16)  # offset
+    y = dispatch.sparse24_gated(torch.zeros(2, 0, 64, dtype=torch.bfloat16), *packed, "silu", dynamic)
+    assert y.shape == (2, 0, 48) and y.dtype == torch.bfloat16
+    x = torch.randn(4, 64, dtype=torch.float32)
+    x[1, 3] = float("nan")
+    y, yr = _run_sparse("sparse24_linear", x, packed, "relu", dynamic)
+    assert torch.equal(y.isnan(), yr.isnan()) and y[1].isnan().all() and torch.isfinite(y[[0, 2, 3]]).all()
+    values, meta, s, b = packed
+    values = values.clone()
+    values[7] = 0  # a zero weight row (scale 0 for 8-bit values)
+    s = None if s is None else s.clone().index_fill_(0, torch.tensor([7]), 0.0)
+    y, yr = _run_sparse("sparse24_linear", x[[0, 2]], (values, meta, s, None), "none", dynamic)
+    assert (y[:, 7] == 0).all()
+    _check(y, yr, torch.float32)
+
+
+def test_sparse24_module_on_cpu_keeps_its_memory_and_names_the_path():
+    from sparsity import prune_24_
+
+    model = nn.Sequential(LlamaMLP(64, 96))
+    prune_24_(model)
+    x = torch.randn(2, 3, 64)
+    y_float = model(x)
+    fused.quantize(model, fused.FusedInt8MLP(sparsity="2:4"))
+    dispatch.stats.clear()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = model(x)
+    assert sqnr(y_float, y.float()) > 30
+    assert {p for (_, p) in dispatch.stats} == {"cpu:s24+int8pack"}
+    rows = fused.explain(model, print_table=False)
+    assert [r["path"] for r in rows] == ["cpu:s24+int8pack"] * 2
+    # no derived copy after the calls: 0.625 B/weight + the fp32 row scales
+    for r, mod in zip(rows, [model[0].gate_up, model[0].down]):
+        n, k = mod.values.shape[0], 2 * mod.values.shape[1]
+        assert r["bytes_after"] == mod.weight_bytes() == n * k * 0.625 + 4 * n

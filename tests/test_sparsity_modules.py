@@ -124,7 +124,7 @@ def test_memory_and_explain_rows():
     fused.quantize(model, fused.FusedInt8MLP(sparsity="2:4"))
     rows = fused.explain(model, print_table=False)
     assert rows[0]["format"] == "int8 2:4" and rows[0]["op"] == "sparse24_linear"
-    assert rows[0]["path"] == "reference" and "unpacks the 2:4 weight" in rows[0]["why"]
+    assert rows[0]["path"] == "cpu:s24+int8pack" and "saves memory, not time" in rows[0]["why"]
     # 0.5 (values) + 0.125 (positions) + 4/K (fp32 row scale) bytes per original weight
     assert rows[0]["bytes_after"] / (8 * 4096) == pytest.approx(0.625 + 4 / 4096)
     assert rows[0]["bytes_after"] / (8 * 4096) <= 0.65

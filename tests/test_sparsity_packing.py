@@ -5,8 +5,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lowbit import quantize_weight
-from sparsity import bytes_per_weight, is_24_sparse, magnitude_mask_24, pack_24, packed_bytes, unpack_24
-from sparsity.packing import meta_columns
+from sparsity import bytes_per_weight, expand_24, is_24_sparse, magnitude_mask_24, pack_24, packed_bytes, unpack_24
+from sparsity.packing import meta_columns, tile_meta
 
 DTYPES = [torch.int8, torch.float8_e4m3fn, torch.bfloat16]
 
@@ -85,6 +85,44 @@ def test_unpack_rejects_bad_meta():
     bad[0, 0] = 0  # group 0 names position 0 twice
     with pytest.raises(ValueError, match="corrupt metadata"):
         unpack_24(values, bad)
+
+
+def _bits(t):
+    return t.view(torch.uint8 if t.element_size() == 1 else torch.int16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES + [torch.float16])
+@pytest.mark.parametrize("k", [4, 12, 20, 36, 132])  # K % 8 == 4 and == 0
+def test_expand_is_unpack_bit_for_bit(dtype, k):
+    # the CPU path's fast expansion (integer shifts) against the scatter-based unpack, every bit: random
+    # values with every sign and byte pattern, every position pair, groups with 0/1 non-zeros
+    g = torch.Generator().manual_seed(k)
+    w = random_24(11, k, torch.float32 if dtype == torch.float16 else dtype, g, drop=0.3).to(dtype)
+    values, meta = pack_24(w)
+    if dtype.itemsize == 1:  # every byte value, kept positions as packed
+        values = torch.randint(-128, 128, values.shape, generator=g, dtype=torch.int8).view(dtype)
+    got = expand_24(values, meta)
+    assert got.dtype == dtype and got.shape == (11, k)
+    assert torch.equal(_bits(got), _bits(unpack_24(values, meta)))
+    # row slices (the CPU path's tiles) and tiled meta
+    assert torch.equal(_bits(expand_24(values[3:8], meta[3:8])), _bits(unpack_24(values, meta)[3:8]))
+    w64 = random_24(64, 64, torch.int8, g)
+    v64, m64 = pack_24(w64)
+    assert torch.equal(expand_24(v64, tile_meta(m64)), w64)
+
+
+def test_expand_errors_and_empty():
+    values, meta = pack_24(random_24(3, 16, torch.int8))
+    bad = meta.clone()
+    bad[2, 1] = 0b0101_0100  # group 3 of row 2 names position 1 twice
+    with pytest.raises(ValueError, match="corrupt metadata"):
+        expand_24(values, bad)
+    with pytest.raises(ValueError, match="meta must be uint8 of shape"):
+        expand_24(values, meta[:, :1])
+    assert expand_24(values[:0], meta[:0]).shape == (0, 16)
+    # 4-byte values take unpack_24 (same result)
+    v32, m32 = pack_24(random_24(2, 8, torch.float32))
+    assert torch.equal(expand_24(v32, m32), unpack_24(v32, m32))
 
 
 @settings(max_examples=40, deadline=None)
