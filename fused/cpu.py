@@ -20,8 +20,8 @@ Paths (names as `dispatch.plan` and `explain` print them):
                       expanded exactly to its dense 8-/16-bit rows (sparsity.expand_24: integer shifts),
                       then runs <path> above. The dense weight never exists at once (one tile, ~2M
                       weights, plus its expansion temporaries), so a 2:4 layer keeps its 0.625 B/weight;
-                      the expansion costs ~0.2 ns per weight per call on a 2-core AVX512 x86 (~4 ms for a
-                      TinyLlama gate/up weight): on the CPU 2:4 saves memory, not time.
+                      the expansion costs ~0.2-0.3 ns per weight per call on a 2-core AVX512 x86 (7-10 ms
+                      for a TinyLlama MLP block): on the CPU 2:4 saves memory, not time.
 
 Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
 fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.

@@ -290,7 +290,7 @@ def test_sparse24_tiles_cover_every_row_and_bound_the_dense_weight(fmt, dynamic,
     monkeypatch.setattr(cpu, "EXPAND_TILE_WEIGHTS", 16 * 64)
     tiles = []
     real = cpu.expand_24
-    monkeypatch.setattr(cpu, "expand_24", lambda v, mt, where: tiles.append(v.shape[0]) or real(v, mt, where))
+    monkeypatch.setattr(cpu, "expand_24", lambda v, mt, *a: tiles.append(v.shape[0]) or real(v, mt, *a))
     packed = _packed(75, 64, fmt)
     x = torch.randn(m, 64, dtype=dtype)
     det, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
@@ -346,3 +346,5 @@ def test_sparse24_module_on_cpu_keeps_its_memory_and_names_the_path():
     for r, mod in zip(rows, [model[0].gate_up, model[0].down]):
         n, k = mod.values.shape[0], 2 * mod.values.shape[1]
         assert r["bytes_after"] == mod.weight_bytes() == n * k * 0.625 + 4 * n
+
+
