@@ -21,7 +21,7 @@ from fused.activations import check_activation
 from fused.modules import _Fused8bit, _input_for, _use_op
 from lowbit import dequantize, quantize_weight
 from sparsity.masks import is_24_sparse, magnitude_mask_24
-from sparsity.packing import check_packable_k, meta_columns, pack_24, tile_meta, unpack_24, untile_meta
+from sparsity.packing import check_packable_k, expand_24, meta_columns, pack_24, tile_meta, untile_meta
 
 VALUE_FORMATS = {"int8": torch.int8, "float8_e4m3": torch.float8_e4m3fn, "bfloat16": torch.bfloat16}
 
@@ -136,7 +136,7 @@ class _Sparse24(_Fused8bit):
 
     def dense_weight(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The dequantized dense [N, K] weight (zeros where pruned)."""
-        w = unpack_24(self.values, self.meta)
+        w = expand_24(self.values, self.meta)  # = unpack_24, without its int64 scatter indices
         return w.to(dtype) if self.scale is None else dequantize(w, self.scale, dtype)
 
     def _run(self, op_name, x):
