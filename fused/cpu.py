@@ -294,3 +294,43 @@ def run_pair(path: str, x: torch.Tensor, wg, sg, bg, wu, su, bu, act: str, dynam
         g, u = g.add_(bg), u.add_(bu)
     y = _act_(g, act).mul_(u)
     return y.to(x.dtype).reshape(*x.shape[:-1], H)
+
+
+# ------------------------------------------------------------------------------------ narrow MLP (fused.narrow)
+
+# packed weights -> (weights version, params, params version, dims, [(W fp32 [N, K], b fp32 [N])])
+_narrow_cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _narrow_layers(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The dequantized fp32 layers of a packed narrow MLP, unpacked once and reused until either buffer is
+    modified in place (at most 8 x 128 x 128 x 4 B = 512 KiB; `narrow_cached_bytes`)."""
+    from fused.narrow import unpack_narrow  # (fused.narrow imports fused.dispatch, which imports this module)
+
+    if type(weights) is not torch.Tensor or weights.is_inference() or params.is_inference():
+        return unpack_narrow(weights, params, dims)
+    entry = _narrow_cache.get(weights)
+    key = (weights._version, params, params._version, tuple(dims))
+    if entry is None or entry[0] is not key[1] or entry[1] != (key[0], key[2], key[3]):
+        layers = [(w.contiguous(), b.contiguous()) for w, b in unpack_narrow(weights, params, dims)]
+        entry = _narrow_cache[weights] = (params, (key[0], key[2], key[3]), layers)
+    return entry[2]
+
+
+def narrow_cached_bytes(weights: torch.Tensor) -> int:
+    """Bytes of the fp32 layers cached for these packed narrow weights (what `explain` adds)."""
+    entry = _narrow_cache.get(weights)
+    return 0 if entry is None else sum(w.numel() * 4 + b.numel() * 4 for w, b in entry[2])
+
+
+def narrow_mlp(x: torch.Tensor, weights, params, dims, acts) -> torch.Tensor:
+    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one ``addmm`` (the bias added inside the GEMM) and
+    the activation in place, in fp32 like the reference (fused.reference.narrow_mlp_ref), on the cached
+    fp32 layers; the output in x's dtype."""
+    if torch.is_autocast_enabled("cpu"):
+        with torch.autocast("cpu", enabled=False):  # fp32 whatever the caller's autocast, as the reference
+            return narrow_mlp(x, weights, params, dims, acts)
+    h = x.reshape(-1, dims[0]).float()
+    for (w, b), act in zip(_narrow_layers(weights, params, dims), acts):
+        h = _act_(torch.addmm(b, h, w.t()), act)
+    return h.to(x.dtype).reshape(*x.shape[:-1], dims[-1])

@@ -217,7 +217,10 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
             why = f"fused Triton ({op}, {fmt})"
         return f"triton:{kernel}", why
     if op == "narrow_mlp":
-        return "reference", "CPU path (pure torch, layer by layer)"
+        if device.type == "cpu":
+            return "cpu:narrow_addmm", ("layer by layer: addmm (bias inside the GEMM) + in-place activation in fp32, "
+                                        "on fp32 layers unpacked once and cached")
+        return "reference", f"{device.type}: no kernels, pure-torch reference"
     if device.type == "cpu":
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
@@ -1204,7 +1207,8 @@ def sparse24_gated(x, values, meta, wscale=None, bias=None, act="silu", dynamic=
 
 
 def narrow_mlp(x, weights, params, dims, acts):
-    """A whole narrow MLP (packed by fused.narrow.pack_narrow): one fused launch on CUDA, the reference on CPU."""
+    """A whole narrow MLP (packed by fused.narrow.pack_narrow): one fused launch on CUDA, fused.cpu.narrow_mlp
+    on the CPU."""
     op = "narrow_mlp"
     _check_input(x, weights, op)
     if x.shape[-1] != dims[0]:
@@ -1214,6 +1218,8 @@ def narrow_mlp(x, weights, params, dims, acts):
         raise TypeError(f"{op}: packed weights must be int8/float16/bfloat16, got {weights.dtype}")
     path, why = plan(op, fmt, False, x.device)
     stats[(op, path)] += 1
+    if path == "cpu:narrow_addmm":
+        return cpu.narrow_mlp(x, weights, params, dims, acts)
     if path == "reference":
         if _strict and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")

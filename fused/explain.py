@@ -64,9 +64,10 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "block_why": block_why,
             "bytes_before": mod.source_bytes,
             # + derived copies: the CPU path's scales/bias in the activation dtype, the 2:4 cuSPARSELt route's
-            # compressed weight
+            # compressed weight, the CPU path's fp32 layers of a narrow MLP
             "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense
-                                                 else dispatch.cslt_cached_bytes(mod.values) if hasattr(mod, "values") else 0),
+                                                 else dispatch.cslt_cached_bytes(mod.values) if hasattr(mod, "values")
+                                                 else cpu.narrow_cached_bytes(mod.weights)),
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)

@@ -131,7 +131,7 @@ def test_noncontiguous_3d_and_strided_output():
 
 def test_empty_batch():
     mod = FusedNarrowMLP.from_module(make_seq([4, 8, 2], ["relu", "none"]), "fp16")
-    for path in ("triton", "reference"):
+    for path in ("triton", "reference", None):  # None: the CPU path
         with dispatch.force_path(path):
             y = mod(torch.randn(0, 4, dtype=torch.float16))
         assert y.shape == (0, 2) and y.dtype == torch.float16
@@ -159,10 +159,10 @@ def test_module_paths_agree_and_dropout_ignored():
     x = torch.randn(5, 6)
     dispatch.stats.clear()
     with torch.no_grad():
-        ref = mod(x)  # CPU: the reference path
+        ref = mod(x)  # the CPU path
         with dispatch.force_path("triton"):
             y = mod(x)
-    assert dispatch.stats[("narrow_mlp", "reference")] == 1
+    assert dispatch.stats[("narrow_mlp", "cpu:narrow_addmm")] == 1
     assert dispatch.stats[("narrow_mlp", "triton:narrow_mlp")] == 1
     assert sqnr(ref, y) > MIN_SQNR_KERNEL[torch.float32]
     assert sqnr(seq(x), y) > 60  # fp16 weights, fp32 activations, dropout off
@@ -251,7 +251,7 @@ def test_quantize_with_filter(wdtype):
     assert sqnr(ref, y) > MIN_SQNR_MODULE[wdtype]
     rows = fused.explain(model, print_table=False)
     assert [r["module"] for r in rows] == ["encoder", "head"]
-    assert rows[0]["path"] == "reference" and rows[0]["act"] == "relu,relu,none"
+    assert rows[0]["path"] == "cpu:narrow_addmm" and rows[0]["act"] == "relu,relu,none"
     assert fused.explain(model, device="cuda", print_table=False)[0]["path"] == "triton:narrow_mlp"
 
 
@@ -602,3 +602,38 @@ def test_tma_output_tiles_equal_pointer_stores(device, monkeypatch):
     outs = [c for c in candidates(64, weight_smem_bytes([64] * 6)) if c.get("tma_out")]
     assert len(outs) == 3 and all(c["tma"] for c in outs)
     assert not any(c.get("tma_out") for c in candidates(64, weight_smem_bytes([64] * 6), tma_out=False))
+
+
+@pytest.mark.parametrize("wdtype", ["fp16", "bf16", "int8"])
+@pytest.mark.parametrize("xdtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_cpu_path_matches_reference(wdtype, xdtype):
+    # the CPU path (addmm + in-place activation on cached fp32 layers) against the reference: both fp32 math,
+    # one rounding to x's dtype; every activation, odd widths, 3-D and strided input
+    seq = make_seq([5, 17, 33, 128, 3], ["relu", "gelu", "silu", "gelu_tanh"])
+    mod = FusedNarrowMLP.from_module(seq, wdtype)
+    x = torch.randn(2, 9, 10, dtype=xdtype)[:, :, ::2]
+    dispatch.stats.clear()
+    with torch.no_grad():
+        y = mod(x)
+    assert dict(dispatch.stats) == {("narrow_mlp", "cpu:narrow_addmm"): 1}
+    ref = narrow_mlp_ref(x, mod.weights, mod.params, mod.dims, mod.acts)
+    assert y.shape == ref.shape == (2, 9, 3) and y.dtype == xdtype
+    assert sqnr(ref.float(), y.float()) > (100 if xdtype == torch.float32 else MIN_SQNR_KERNEL[xdtype] + 10)
+
+
+def test_cpu_path_cache_follows_the_buffers_and_is_counted():
+    seq = make_seq([6, 20, 4], ["relu", "none"])
+    mod = FusedNarrowMLP.from_module(seq, "int8")
+    x = torch.randn(3, 6)
+    with torch.no_grad():
+        y0 = mod(x)
+    cached = fused.explain(nn.Sequential(mod), print_table=False)[0]
+    assert cached["bytes_after"] == mod.weight_bytes() + 4 * (20 * 6 + 20 + 4 * 20 + 4)  # the fp32 layers
+    other = FusedNarrowMLP.from_module(make_seq([6, 20, 4], ["relu", "none"]), "int8")
+    mod.load_state_dict(other.state_dict())  # in place: the cached layers must not be served
+    with torch.no_grad():
+        y1 = mod(x)
+    assert torch.equal(y1, other(x)) and not torch.equal(y0, y1)
+    with torch.inference_mode():  # inference tensors have no version counter: unpacked per call, same result
+        inf = FusedNarrowMLP.from_module(seq, "int8")
+        assert torch.equal(inf(x), y0)
