@@ -18,6 +18,25 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
 case "${1:-}" in
+  thirteenth1)  # thirteenth session, first call: the eager-graph cuda tests after the twelfth session's refactor (capture
+                # through _graph_replay, static input outside inference mode), then the M=17 cliff A/B: W8A16 through
+                # split activations from M=17 (FUSED_SPLIT_MIN_M=17) against the default (33), Llama block, graph µs.
+                # Prediction: fp8 W8A16 91 -> 75-80 at 17..32; int8 W8A16 about even (77.5 / 75.9)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py 2>&1 | filt | tail -4
+    for s in 33 17; do
+      FUSED_SPLIT_MIN_M=$s timeout 140 python3 -m fused bench --blocks llama --m 16,17,32 --no-baselines \
+        --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/split$s" > "$OUT/split$s.log" 2>&1
+      echo "SPLIT_MIN_M=$s"; grep "^|" "$OUT/split$s.log" | grep -v "^|--" | head -8
+    done ;;
+  thirteenth2)  # the eager graph up to M=1024 (plain calls of 2:4 blocks at M=1024, bound 128 vs 1024; prediction int8 2:4
+                # W8A8 438.5 -> ~240 µs, int8 2:4 W8A16 807.9 -> ~450), then smootheager (opt-in graphs of refused
+                # signatures: smoothed int8 W8A8 block plain M=1 ~95 -> ~74 µs)
+    for g in 128 1024; do
+      FUSED_EAGER_GRAPH_MAX_M=$g timeout 170 python3 -m fused bench --blocks llama --m 1024 --no-baselines \
+        --configs "ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
+      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -8
+    done
+    bash "$0" smootheager ;;
   smootheager)  # prepared in the twelfth session: eager graphs of refused signatures (FUSED_EAGER_GRAPH_REFUSED=1, off),
                 # for SmoothQuant-smoothed blocks, which are never recorded. Its cuda test, then plain-call µs of a smoothed
                 # int8 W8A8 Llama block at M = 1 / 16 / 128, off / on, beside its graph time. Prediction: M=1 ~95 -> ~74
