@@ -100,9 +100,11 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # On for SPLIT_MIN_M <= M <= SPLIT_MAX_M. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
 # GEMM -> split: M=17 76.8 -> 77.8, 32 75.7 -> 78.7, 64 113.4 -> 86.7, 128 142.0 -> 125.2, 256 264.9 -> 219.1,
 # 512 476.8 -> 364.9; M=1024 widen path 695.1, split 718.9. At M <= 16 the GEMV wins (split inside the GEMM:
-# 178 vs 66 µs at M=1, every program re-reading its rows over the whole K for the token's scale).
+# 178 vs 66 µs at M=1, every program re-reading its rows over the whole K for the token's scale). From M=17 since
+# the thirteenth session (`bash .ci/h200_next.sh thirteenth1`, same day, graph µs, split from 33 -> from 17): int8
+# W8A16 M=17 77.7 -> 74.3, M=32 76.0 -> 74.3; fp8 W8A16 91.9 -> 80.2, 90.5 -> 81.0 (bf16 eager 109-110).
 # FUSED_SPLIT_MAX_M=0 turns it off.
-SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", str(max(33, GEMV_MAX_M + 1))))
+SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", str(GEMV_MAX_M + 1)))
 SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
 # Split activations made inside the GEMM (w8_gemm quantize_x + x_split, one launch per layer: every program
 # re-reads its rows over the whole K for the token's scale) for SPLIT_MIN_M <= M <= SPLIT_QX_MAX_M; above it
@@ -627,15 +629,18 @@ _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout 
 # 1 / 16 / 128: int8 2:4 W8A8 80.8 / 135.7 / 169.0 -> 68.0 / 69.9 / 72.6 µs, fp8 2:4 W8A8 77.3 / 122.0 / 166.9 ->
 # 68.0 / 69.0 / 73.3, int8 2:4 W8A16 80.8 / 135.7 / 206.9 -> 68.7 / 70.3 / 93.8 (graph times 61-66 / 86: a graphed
 # call costs 6-7 µs over its graph, a replayed recording ~1). fp8 W8A8 M=128 (cuBLAS down, 4.2 µs of gain) 82.4 ->
-# 81.9: no better than the recording, hence the 8 µs bound. Above M=128 not yet measured.
-EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "128"))
+# 81.9: no better than the recording, hence the 8 µs bound. Up to M=1024 since the thirteenth session (`bash
+# .ci/h200_next.sh thirteenth2`, plain µs at M=1024, bound 128 -> 1024): int8 2:4 W8A8 438.2 -> 242.8, int8 2:4
+# W8A16 763.7 -> 449.7 (graph 228 / 433-436; bf16 eager plain 557-564).
+EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "1024"))
 EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "8"))
 EAGER_GRAPH_MB = float(os.environ.get("FUSED_EAGER_GRAPH_MB", "512"))
-# FUSED_EAGER_GRAPH_REFUSED=1 (prepared in the twelfth session, not yet measured, off): also graph signatures whose
-# recording is refused (a torch op between the kernels, e.g. SmoothQuant's x·s⁻¹), which otherwise run the Python
-# path on every call (~40-95 µs of host per Llama block on the H200's host, above a decode block's GPU time).
-# Prediction: a smoothed int8 W8A8 Llama block, plain call at M=1 from ~host-bound (~95 µs) to ~GPU + 7 (~74).
-EAGER_GRAPH_REFUSED = os.environ.get("FUSED_EAGER_GRAPH_REFUSED", "0") == "1"
+# Signatures whose recording is refused (a torch op between the kernels, e.g. SmoothQuant's x·s⁻¹) are graphed too
+# (EAGER_GRAPH_REFUSED), else they run the Python path on every call. H200, thirteenth session (`bash
+# .ci/h200_next.sh thirteenth2`, `.ci/diag.py smootheager`), smoothed int8 W8A8 Llama block, plain µs off -> on
+# (graph): M=1 303.9 -> 85.8 (79.8), M=16 258.7 -> 87.5 (82.0), M=128 255.0 -> 113.8 (107.8).
+# FUSED_EAGER_GRAPH_REFUSED=0: off.
+EAGER_GRAPH_REFUSED = os.environ.get("FUSED_EAGER_GRAPH_REFUSED", "1") == "1"
 _graph_gain = None  # during a recording: µs of GPU time the graph picks save over the eager picks taken
 _graph_pools: dict = {}  # (device index, stream) -> pool handle
 _graph_bytes = Counter()  # device index -> bytes of static inputs and outputs held by eager graphs

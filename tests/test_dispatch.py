@@ -17,7 +17,9 @@ def test_plan(op, fmt, dynamic):
     # by M: decode takes the weight-only GEMV (W8A8 configs too), larger M the tiled GEMM
     assert dispatch.plan(op, fmt, dynamic, "cuda", M=1)[0] == "triton:w8a16_gemv"
     assert dispatch.plan(op, fmt, dynamic, "cuda", M=dispatch.GEMV_MAX_M)[0] == "triton:w8a16_gemv"
-    assert dispatch.plan(op, fmt, dynamic, "cuda", M=dispatch.GEMV_MAX_M + 1)[0] == f"triton:{large}"
+    # W8A16 above the GEMV: split activations (SPLIT_MIN_M = GEMV_MAX_M + 1), W8A8 the tiled GEMM
+    above = f"triton:{large}" if dynamic else "triton:act_split+w8_gemm_split"
+    assert dispatch.plan(op, fmt, dynamic, "cuda", M=dispatch.GEMV_MAX_M + 1)[0] == above
     with dispatch.force_path("reference"):
         assert dispatch.plan(op, fmt, dynamic, "cuda") == ("reference", "forced")
     with dispatch.force_path("triton"):

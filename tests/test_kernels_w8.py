@@ -83,6 +83,7 @@ def test_gemv_32_row_tile_interpreted(fmt, gated, monkeypatch):
         w8a16_gemv(torch.randn(65, 50), *_case(1, 37, 50, fmt, gated, False, torch.float32, "cpu", "plain")[1:3])
     monkeypatch.setattr(dispatch, "GEMV_MAX_M", 32)
     monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", 32)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 33)  # as FUSED_GEMV_MAX_M=32 sets it at import
     op = "gated" if gated else "linear"
     for dyn in (False, True):
         assert dispatch.plan(op, fmt, dyn, "cuda", M=32)[0] == "triton:w8a16_gemv"
@@ -397,6 +398,7 @@ def test_w8a16_large_m_widens(monkeypatch):
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "WIDEN_MIN_M", 20)
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 33)  # M=19: the mixed-input kernel, not split activations
     x, q, s, b = _case(23, 19, 40, "int8", True, True, torch.bfloat16, "cpu", "plain")
     dispatch.stats.clear()
     with dispatch.force_path("triton"):
