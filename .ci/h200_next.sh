@@ -28,6 +28,9 @@ case "${1:-}" in
         --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/split$s" > "$OUT/split$s.log" 2>&1
       echo "SPLIT_MIN_M=$s"; grep "^|" "$OUT/split$s.log" | grep -v "^|--" | head -8
     done ;;
+  thirteenth3)  # after turning on split from 17, eager graphs to M=1024 and of refused signatures: the cuda tests they touch
+    timeout 520 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=6 tests/test_launch.py tests/test_handoff.py \
+      tests/test_smoothing.py tests/test_modules.py tests/test_compile_passes.py tests/test_dispatch.py 2>&1 | filt | tail -14 ;;
   thirteenth2)  # the eager graph up to M=1024 (plain calls of 2:4 blocks at M=1024, bound 128 vs 1024; prediction int8 2:4
                 # W8A8 438.5 -> ~240 µs, int8 2:4 W8A16 807.9 -> ~450), then smootheager (opt-in graphs of refused
                 # signatures: smoothed int8 W8A8 block plain M=1 ~95 -> ~74 µs)

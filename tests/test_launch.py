@@ -336,7 +336,7 @@ def test_eager_graph_cuda(monkeypatch):
     for config in (fused.FusedInt8MLP(sparsity="2:4", weight_only=False), fused.FusedInt8MLP(sparsity="2:4")):
         for blocks in (True, False):
             model = fused.quantize(copy.deepcopy(base), config, blocks=blocks)
-            for shape in ((1, 128), (3, 128), (2, 17, 128), (5, 160), (300, 128)):
+            for shape in ((1, 128), (3, 128), (2, 17, 128), (5, 160), (300, 128), (1100, 128)):
                 with torch.no_grad():
                     xs = [torch.randn(*shape, device="cuda", dtype=torch.bfloat16)[..., :128] for _ in range(6)]
                     before = launch.counts["graph_replayed"]
