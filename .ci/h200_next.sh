@@ -31,6 +31,11 @@ case "${1:-}" in
   thirteenth3)  # after turning on split from 17, eager graphs to M=1024 and of refused signatures: the cuda tests they touch
     timeout 520 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=6 tests/test_launch.py tests/test_handoff.py \
       tests/test_smoothing.py tests/test_modules.py tests/test_compile_passes.py tests/test_dispatch.py 2>&1 | filt | tail -14 ;;
+  thirteenth4)  # the cuda tests whose dispatch meets split activations at 17..32 now, then the decode-block files
+    timeout 420 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=5 tests/test_kernels_w8.py tests/test_ops.py \
+      tests/test_configs.py tests/test_save_load.py tests/test_export.py -k "not 32_row" 2>&1 | filt | tail -10
+    timeout 130 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_decode_chain.py tests/test_decode_block.py \
+      2>&1 | filt | tail -4 ;;
   thirteenth2)  # the eager graph up to M=1024 (plain calls of 2:4 blocks at M=1024, bound 128 vs 1024; prediction int8 2:4
                 # W8A8 438.5 -> ~240 µs, int8 2:4 W8A16 807.9 -> ~450), then smootheager (opt-in graphs of refused
                 # signatures: smoothed int8 W8A8 block plain M=1 ~95 -> ~74 µs)
