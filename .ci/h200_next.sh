@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh smootheager|split17|eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `tests3` (the decode-chain / decode-block files were cut by their timeout in the twelfth session; then
-# the prepared narrowtmaout A/B), the test_launch file (eager graphs, after the twelfth session's last refactor: capture
-# through _graph_replay), then the prepared A/Bs `eagergraph1024`, `smootheager`, `split17`, then `bench` for the
-# README table (last full run: the seventh session). See examples/results/h200/NOTES.md, "twelfth".
+# Next session: `tests` and `tests2` (the whole cuda suite after the thirteenth session's default changes: split from
+# M=17, eager graphs to M=1024 and of refused signatures; the files they touch passed in thirteenth3/4), then
+# `narrowtmaout` (prepared in the eleventh session, never run), then the open leads in examples/results/h200/NOTES.md
+# ("thirteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
