@@ -5,7 +5,7 @@
 Memory is read off real module buffers (FusedSparseLinear allocates exactly what it stores). Accuracy:
 fused.demo.DemoModel (4 gated SiLU blocks + 1 GELU block, d 512, fp32), every MLP Linear pruned to 2:4;
 Wanda calibrated on random inputs, all evaluated on other random inputs; SQNR of the model output vs the
-dense fp32 model, then the same with each 2:4 config packing the pruned model (reference path).
+dense fp32 model, then the same with each 2:4 config packing the pruned model (the CPU path).
 """
 import copy
 
