@@ -319,8 +319,11 @@ RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
 # module call 197.4 (eager 1229.3, compiled 1399.3). Triton pipelines the descriptor loads (the next tiles' copies
 # are in flight in shared memory during this tile's layers, holding no registers).
 TMA = os.environ.get("FUSED_NARROW_TMA", "1") == "1"
-# Output tiles by TMA store (see candidates): opt-in (FUSED_NARROW_TMA_OUT=1) until their cuda tests and timing
-# have run on the H200 (`bash .ci/h200_next.sh narrowtmaout`).
+# Output tiles by TMA store (see candidates): opt-in (FUSED_NARROW_TMA_OUT=1) until their cuda tests and the module
+# bench have run whole on the H200. Thirteenth session, `.ci/diag.py narrowtmaout` (width 64 x 5, 2**21, explicit
+# configs, bit-equal to the pointer-store pick): (128 rows, 4 warps, 3 stages, 2 per SM) 194.3 -> 162.2 µs, (64, 4,
+# 3, 3) 193.9 -> 166.5, (128, 8, 3, 2) 194.6 -> 172.8; the `-k tma` cuda tests were cut by their timeout after 13
+# passed (no failure). Next: the rest of those tests, then the bench with it offered to the tuner.
 TMA_OUT = os.environ.get("FUSED_NARROW_TMA_OUT", "0") == "1"
 
 
