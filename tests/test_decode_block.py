@@ -318,8 +318,11 @@ def test_above_the_decode_limit_the_layers_run():
         with dispatch.force_path("triton"):
             out = model(x)
     assert dispatch.stats[("mlp_block", "per_layer")] == 2
-    assert dispatch.stats[("gated", "triton:w8_gemm_w8a16")] == 1
-    assert dispatch.stats[("linear", "triton:w8_gemm_w8a16")] == 3
+    with dispatch.force_path("triton"):  # each layer's own path at this M (split activations from M=17)
+        gated, linear = (dispatch.plan(op, "int8", False, "cpu", M=x.shape[0], dtype=x.dtype)[0] for op in ("gated", "linear"))
+    assert gated == "triton:act_split+w8_gemm_split" if x.shape[0] >= dispatch.SPLIT_MIN_M else "triton:w8a16_gemv"
+    assert dispatch.stats[("gated", gated)] == 1
+    assert dispatch.stats[("linear", linear)] == 3
     assert sqnr(ref, out) > 38
 
 
