@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh smootheager|split17|eagergraph1024|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `tests` and `tests2` (the whole cuda suite after the thirteenth session's default changes: split from
 # M=17, eager graphs to M=1024 and of refused signatures; the files they touch passed in thirteenth3/4), then
 # `narrowtmaout` (its diag ran in the thirteenth session: 194.3 -> 162.2 µs, bit-equal; its cuda tests and the bench
@@ -17,17 +17,21 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if 'sparse24_route' in k:
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
 }
+ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per value of env VAR, its table rows
+  local var=$1 vals=$2 rows=$3 limit=$4; shift 4
+  for v in $vals; do
+    env "$var=$v" timeout "$limit" python3 -m fused bench --blocks llama --no-baselines "$@" --out "$OUT/$var$v" \
+      > "$OUT/$var$v.log" 2>&1
+    echo "$var=$v"; grep "^|" "$OUT/$var$v.log" | grep -v "^|--" | head -"$rows"
+  done
+}
 case "${1:-}" in
   thirteenth1)  # thirteenth session, first call: the eager-graph cuda tests after the twelfth session's refactor (capture
                 # through _graph_replay, static input outside inference mode), then the M=17 cliff A/B: W8A16 through
                 # split activations from M=17 (FUSED_SPLIT_MIN_M=17) against the default (33), Llama block, graph µs.
                 # Prediction: fp8 W8A16 91 -> 75-80 at 17..32; int8 W8A16 about even (77.5 / 75.9)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py 2>&1 | filt | tail -4
-    for s in 33 17; do
-      FUSED_SPLIT_MIN_M=$s timeout 140 python3 -m fused bench --blocks llama --m 16,17,32 --no-baselines \
-        --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/split$s" > "$OUT/split$s.log" 2>&1
-      echo "SPLIT_MIN_M=$s"; grep "^|" "$OUT/split$s.log" | grep -v "^|--" | head -8
-    done ;;
+    ab FUSED_SPLIT_MIN_M "33 17" 8 140 --m 16,17,32 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
   thirteenth3)  # after turning on split from 17, eager graphs to M=1024 and of refused signatures: the cuda tests they touch
     timeout 520 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=6 tests/test_launch.py tests/test_handoff.py \
       tests/test_smoothing.py tests/test_modules.py tests/test_compile_passes.py tests/test_dispatch.py 2>&1 | filt | tail -14 ;;
@@ -39,45 +43,21 @@ case "${1:-}" in
   thirteenth2)  # the eager graph up to M=1024 (plain calls of 2:4 blocks at M=1024, bound 128 vs 1024; prediction int8 2:4
                 # W8A8 438.5 -> ~240 µs, int8 2:4 W8A16 807.9 -> ~450), then smootheager (opt-in graphs of refused
                 # signatures: smoothed int8 W8A8 block plain M=1 ~95 -> ~74 µs)
-    for g in 128 1024; do
-      FUSED_EAGER_GRAPH_MAX_M=$g timeout 170 python3 -m fused bench --blocks llama --m 1024 --no-baselines \
-        --configs "ours int8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
-      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -8
-    done
+    ab FUSED_EAGER_GRAPH_MAX_M "128 1024" 8 170 --m 1024 --configs "ours int8 2:4 W8A8,ours int8 2:4 W8A16"
     bash "$0" smootheager ;;
   smootheager)  # prepared in the twelfth session: eager graphs of refused signatures (FUSED_EAGER_GRAPH_REFUSED=1, off),
                 # for SmoothQuant-smoothed blocks, which are never recorded. Its cuda test, then plain-call µs of a smoothed
                 # int8 W8A8 Llama block at M = 1 / 16 / 128, off / on, beside its graph time. Prediction: M=1 ~95 -> ~74
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py -k "refused" 2>&1 | filt | tail -3
     timeout 200 python3 .ci/diag.py smootheager 2>&1 | filt | grep "smootheager\|Error" ;;
-  split17)  # the M=16 -> 17 step of W8A16 (twelfth session: int8 66.4 -> 77.5, fp8 66.5 -> 91.5 µs, mixed-input tiled GEMM
-            # at 17..32): split activations from M=17 (an env knob, no code change) against the default, Llama block,
-            # graph µs. Prediction: fp8 W8A16 91 -> 75-80 at 17..32 (no per-weight fp8 widening; the two e4m3 MMAs are
-            # cheap at these M); int8 W8A16 about even (77.5 / 75.9)
-    for s in 33 17; do
-      FUSED_SPLIT_MIN_M=$s timeout 200 python3 -m fused bench --blocks llama --m 16,17,24,32,48 --no-baselines \
-        --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/split$s" > "$OUT/split$s.log" 2>&1
-      echo "SPLIT_MIN_M=$s"; grep "^|" "$OUT/split$s.log" | grep -v "^|--" | head -8
-    done ;;
-  eagergraph1024)  # prepared in the twelfth session: eager graphs up to M=1024 (FUSED_EAGER_GRAPH_MAX_M, default 128). Plain
-                   # calls of the 2:4 blocks at M = 256 / 1024, bound 128 vs 1024. Prediction (plain µs, M=1024): int8 2:4
-                   # W8A8 438.5 -> ~240, fp8 2:4 W8A8 426.5 -> ~250, int8 2:4 W8A16 807.9 -> ~450 (graph 232 / 244 / 440)
-    for g in 128 1024; do
-      FUSED_EAGER_GRAPH_MAX_M=$g timeout 250 python3 -m fused bench --blocks llama --m 256,1024 --no-baselines \
-        --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A16" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
-      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -10
-    done ;;
   eagergraph)  # twelfth session: eager calls replayed from a CUDA graph of the module where the graph picks save GPU
                # time (2:4 on cuSPARSELt, W8A8 on cuBLAS). Its cuda tests, then plain calls of the 2:4 blocks and dense
                # fp8 W8A8 at M = 1 / 16 / 128 with it off and on. Prediction (plain µs): int8 2:4 W8A8 80.7 / 135.7 /
                # 168.8 -> 62-66 / 62-66 / 68-72, fp8 2:4 W8A8 78.0 / 121.8 / 167.1 -> same, int8 2:4 W8A16 80.8 /
                # 135.6 / 207.2 -> 62-66 / 62-66 / 88-92, fp8 W8A8 M=128 83.6 -> ~78; graph times unchanged
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_launch.py 2>&1 | filt | tail -4
-    for g in 0 128; do
-      FUSED_EAGER_GRAPH_MAX_M=$g timeout 170 python3 -m fused bench --blocks llama --m 1,16,128 --no-baselines \
-        --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8" --out "$OUT/eg$g" > "$OUT/eg$g.log" 2>&1
-      echo "EAGER_GRAPH_MAX_M=$g"; grep "^|" "$OUT/eg$g.log" | grep -v "^|--" | head -14
-    done ;;
+    ab FUSED_EAGER_GRAPH_MAX_M "0 128" 14 170 --m 1,16,128 \
+      --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8,ours int8 2:4 W8A16,ours fp8 W8A8" ;;
   gemv32)  # prepared in the eleventh session, not yet run: the dense GEMV up to M=32 / 64 (FUSED_GEMV_MAX_M, 32- / 64-row
            # tiles). Its cuda test, then the Llama block at M = 16, 17, 32, 48, 64 with the bound at 16 and 64. Prediction:
            # M=17..32 75-79 -> 67-72 µs for every dense config (the weight is still read once), M=64 86.7 -> ~75 (W8A16)

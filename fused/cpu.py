@@ -309,11 +309,11 @@ def _narrow_layers(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tu
 
     if type(weights) is not torch.Tensor or weights.is_inference() or params.is_inference():
         return unpack_narrow(weights, params, dims)
+    stamp = (weights._version, params._version, tuple(dims))
     entry = _narrow_cache.get(weights)
-    key = (weights._version, params, params._version, tuple(dims))
-    if entry is None or entry[0] is not key[1] or entry[1] != (key[0], key[2], key[3]):
+    if entry is None or entry[0] is not params or entry[1] != stamp:
         layers = [(w.contiguous(), b.contiguous()) for w, b in unpack_narrow(weights, params, dims)]
-        entry = _narrow_cache[weights] = (params, (key[0], key[2], key[3]), layers)
+        entry = _narrow_cache[weights] = (params, stamp, layers)
     return entry[2]
 
 
