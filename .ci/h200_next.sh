@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `tests` and `tests2` (the whole cuda suite after the thirteenth session's default changes: split from
 # M=17, eager graphs to M=1024 and of refused signatures; the files they touch passed in thirteenth3/4), then
 # `narrowtmaout` (its diag ran in the thirteenth session: 194.3 -> 162.2 µs, bit-equal; its cuda tests and the bench
@@ -26,6 +26,17 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  fourteenth1)  # fourteenth session: split planes stacked in one tile (STACK candidates, w8_gemm) at M <= 64. Their cuda
+                # tests, then the A/B with FUSED_SPLIT_STACK 0 / 1, W8A16 Llama block, graph µs. Prediction: M = 17..32
+                # int8 74.3 -> 68-71, fp8 80.2 -> 68-71 (one 64-row wgmma per weight tile instead of two mostly-padding
+                # dots, as W8A8 at M=17: 69.5-71.3); M=64 about even
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=4 tests/test_kernels_w8.py \
+      -k "stacked or mma_decode" 2>&1 | filt | tail -8
+    ab FUSED_SPLIT_STACK "0 1" 8 170 --m 16,17,32,64 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
+  fourteenth2)  # the narrow TMA-store outputs: the rest of their cuda tests, then the width 64 bench with them on
+    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=4 tests/test_narrow_mlp.py -k "tma" 2>&1 \
+      | filt | tail -6
+    FUSED_NARROW_TMA_OUT=1 timeout 200 python3 examples/narrow_mlp_bench.py --out "$OUT/narrowtmaout" 2>&1 | filt | grep "^| [0-9]\|^|" ;;
   thirteenth1)  # thirteenth session, first call: the eager-graph cuda tests after the twelfth session's refactor (capture
                 # through _graph_replay, static input outside inference mode), then the M=17 cliff A/B: W8A16 through
                 # split activations from M=17 (FUSED_SPLIT_MIN_M=17) against the default (33), Llama block, graph µs.

@@ -610,6 +610,62 @@ def test_gemm_split_inside_interpreted(gated, split, monkeypatch):
             assert torch.isnan(got[1]).all() and not torch.isnan(got[[0, 2]]).any()
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("split", [1, 2])
+def test_gemm_stacked_planes_interpreted(fmt, gated, split, monkeypatch):
+    """STACK configs (both planes' rows in one tile, one dot per weight tile): the same bits as two dots on
+    half-height tiles with the same K split, on odd shapes, 3-D / transposed / offset views, poisoned outputs."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import w8_gemm
+
+    _poisoned_empty(monkeypatch)
+    fp8 = fmt != "int8"
+    for M, N, K, view in ((1, 37, 64, "plain"), (3, 20, 96, "transposed"), (17, 19, 70, "3d_offset")):
+        x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cpu", view)
+        planes, xs = act_split(x, fp8=fp8)
+        base = dict(BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
+        for out_m in (8, 16):
+            want = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype,
+                           config=dict(base, BLOCK_M=out_m), x_split=True)
+            got = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype,
+                          config=dict(base, BLOCK_M=2 * out_m, STACK=True), x_split=True)
+            assert torch.equal(want, got), (M, out_m)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+        assert sqnr(ref, got) > 40, M
+    with pytest.raises(ValueError, match="STACK config needs"):
+        w8_gemm(x, q, s, b, "silu", gated, config=dict(base, BLOCK_M=32, STACK=True), quantize_x=True,
+                x_split=not fp8)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_gemm_stacked_planes_cuda(fmt):
+    """On the GPU, every STACK candidate of the Llama-like split shapes at M = 17 / 32 / 64 (and an odd one):
+    int8 bit-equal to the unstacked half-height tile with the same K split (exact int32 sums), fp8 within
+    bf16 rounding of the W8A16 reference; gated and not."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_gemm import _candidates, w8_gemm
+
+    for M, N, K in ((17, 176, 272), (32, 200, 4096), (64, 96, 1040), (20, 4096, 1456)):
+        for gated in (True, False):
+            x, q, s, b = _case(M, N, K, fmt, gated, gated, torch.bfloat16, "cuda", "plain")
+            bias = b if gated else None
+            planes, ps = act_split(x, fp8=fmt != "int8")
+            ref = (gated_ref if gated else linear_ref)(x, q, s, bias, "silu")
+            stacked = [c for c in _candidates(M, N, K, gated, True, True) if c.get("STACK")]
+            assert stacked, M
+            for c in stacked:
+                y = w8_gemm(planes, q, s, bias, "silu", gated, x_scale=ps, out_dtype=x.dtype, config=c, x_split=True)
+                assert sqnr(ref, y) > 40, (M, gated, c)
+                if fmt == "int8":
+                    half = dict(c, BLOCK_M=c["BLOCK_M"] // 2)
+                    del half["STACK"]
+                    want = w8_gemm(planes, q, s, bias, "silu", gated, x_scale=ps, out_dtype=x.dtype, config=half,
+                                   x_split=True)
+                    assert torch.equal(want, y), (M, gated, c)
+
+
 def test_gemm_candidates():
     """The tile lists: non-split lists are not resized for split activations (a loop variable once shadowed
     `split`, so every candidate after the first went through _split_fit), split lists are, and the
@@ -625,6 +681,15 @@ def test_gemm_candidates():
     split = tiles(128, 14336, 4096, True, False, True)
     assert all(4 * bm * bn // (32 * w) <= 128 for bm, bn, _, _, w in split)
     # quantize_x keeps x's tile in bf16: a 128x128x128 gated tile x 4 stages asked the H200 for 256 KB
+    # both planes stacked in one tile where the split tiles would be mostly padding rows, not above M=64
+    for gated in (True, False):
+        stk = [c for c in _candidates(17, 14336, 4096, gated, True, True) if c.get("STACK")]
+        assert stk and all(c["BLOCK_M"] >= 64 for c in stk)
+        assert all((2 if gated else 1) * c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"]) <= 128 for c in stk)
+        assert all(c["num_stages"] * (c["BLOCK_M"] + (2 if gated else 1) * c["BLOCK_N"]) * c["BLOCK_K"] <= 220 * 1024
+                   for c in stk)
+    assert not any(c.get("STACK") for c in _candidates(128, 14336, 4096, True, True, True))
+    assert not any(c.get("STACK") for c in _candidates(17, 14336, 4096, True, True))
     for M in (16, 300, 1024):
         qx = tiles(M, 176, 272, True, True, False, True)
         assert all(s * (2 * bm + 2 * bn) * bk <= 220 * 1024 for bm, bn, bk, s, _ in qx), (M, qx)

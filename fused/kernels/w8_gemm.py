@@ -15,6 +15,8 @@ fp8·fp8→fp32 tensor-core dots directly.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -57,6 +59,16 @@ def _mma(x, w, acc, A8: tl.constexpr, FP8: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
+def _unstack(acc, OUT_M: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr):
+    """A stacked [2·OUT_M, BLOCK_N] accumulator (hi-plane rows, then lo-plane rows) -> hi·256 + lo in fp32
+    (hi + lo/16 for e4m3 planes): the same two products and one sum as the unstacked combine, so the same bits."""
+    a = tl.reshape(acc.to(tl.float32), (2, OUT_M, BLOCK_N))
+    first = tl.arange(0, 2) == 0
+    wt = tl.where(first, 1.0, 1.0 / FP8_LO) if FP8 else tl.where(first, 256.0, 1.0)
+    return tl.sum(a * wt[:, None, None], axis=0)
+
+
+@triton.jit
 def _w8_gemm_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
@@ -65,11 +77,14 @@ def _w8_gemm_kernel(
     DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
-    HAND_ROUND: tl.constexpr = False,
+    HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
 ):
+    # STACK (split planes from act_split, OUT_M = BLOCK_M / 2): the tile's first OUT_M rows are hi-plane rows,
+    # the last OUT_M the same tokens' lo-plane rows, so one dot covers both planes. At M <= 32 two dots
+    # of >= 64 rows each (wgmma's minimum) were mostly padding. Otherwise OUT_M = BLOCK_M.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_m = tl.cdiv(M, OUT_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     group_size = GROUP_M * num_pid_n
     first_m = (pid // group_size) * GROUP_M
@@ -77,14 +92,22 @@ def _w8_gemm_kernel(
     pid_m = first_m + (pid % group_size) % rows_in_group
     pid_n = (pid % group_size) // rows_in_group
 
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_m = pid_m * OUT_M + tl.arange(0, OUT_M)  # output rows
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     k_lo = pid_k * K_PER_SPLIT  # a multiple of BLOCK_K
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     rk = tl.arange(0, BLOCK_K)
     m_ok = offs_m < M
     n_ok = offs_n < N
-    x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k_lo + rk)[None, :] * stride_xk
+    if STACK:
+        r = tl.arange(0, BLOCK_M)
+        x_rows = pid_m * OUT_M + r % OUT_M
+        xm_ok = x_rows < M
+        x_ptrs = (x_ptr + x_rows[:, None] * stride_xm + (r // OUT_M)[:, None] * stride_xlo
+                  + (k_lo + rk)[None, :] * stride_xk)
+    else:
+        xm_ok = m_ok
+        x_ptrs = x_ptr + offs_m[:, None] * stride_xm + (k_lo + rk)[None, :] * stride_xk
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k_lo + rk)[None, :] * stride_wk
     u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + (k_lo + rk)[None, :] * stride_uk
 
@@ -92,8 +115,8 @@ def _w8_gemm_kernel(
         # W8A8 at small M in one launch: x arrives in its float dtype; each program finds its rows' per-token
         # scale over the whole K (a few KB from L2 at decode sizes) and quantizes its x tiles in registers,
         # exactly as act_quant would (same formula, same rounding): bit-identical to act_quant + this kernel.
-        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        nans = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        amax = tl.zeros((OUT_M,), dtype=tl.float32)
+        nans = tl.zeros((OUT_M,), dtype=tl.float32)
         for kq in range(0, K, BLOCK_K):
             xt = tl.load(x_ptr + offs_m[:, None] * stride_xm + (kq + rk)[None, :] * stride_xk,
                          mask=m_ok[:, None] & (kq + rk < K)[None, :], other=0.0).to(tl.float32)
@@ -118,11 +141,11 @@ def _w8_gemm_kernel(
     acc_u_lo = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         if EVEN_K:  # K a multiple of BLOCK_K: no K mask
-            x_mask = m_ok[:, None]
+            x_mask = xm_ok[:, None]
             w_mask = n_ok[:, None]
         else:
             k_ok = rk < k_hi - k0
-            x_mask = m_ok[:, None] & k_ok[None, :]
+            x_mask = xm_ok[:, None] & k_ok[None, :]
             w_mask = n_ok[:, None] & k_ok[None, :]
         x, w = _load_tiles(x_ptrs, w_ptrs, x_mask, w_mask, A8 and not QX, FP8_AS_U8)
         if QX and X_LO:  # x = s·(256·hi + lo), as act_split
@@ -132,7 +155,7 @@ def _w8_gemm_kernel(
             if FP8:
                 x = x.to(tl.float8e4nv, bitcast=True)
         acc = _mma(x, w, acc, A8, FP8, DOT)
-        if X_LO:
+        if X_LO and not STACK:
             if not QX:
                 x_lo = tl.load(x_ptrs + stride_xlo, mask=x_mask, other=0.0)
                 if FP8_AS_U8:
@@ -143,22 +166,26 @@ def _w8_gemm_kernel(
             if FP8_AS_U8:
                 u = u.to(tl.float8e4nv, bitcast=True)
             acc_u = _mma(x, u, acc_u, A8, FP8, DOT)
-            if X_LO:
+            if X_LO and not STACK:
                 acc_u_lo = _mma(x_lo, u, acc_u_lo, A8, FP8, DOT)
             u_ptrs += BLOCK_K * stride_uk
         x_ptrs += BLOCK_K * stride_xk
         w_ptrs += BLOCK_K * stride_wk
 
-    if X_LO and FP8:  # x·w = hi·w + (lo·w)/16 (lowbit.split_activation_fp8), fp32 sums
+    if STACK:  # the same sums as below, rows [0, OUT_M) · 256 (1 for fp8) + rows [OUT_M, 2·OUT_M) (/16 for fp8)
+        acc = _unstack(acc, OUT_M, BLOCK_N, FP8)
+        if GATED:
+            acc_u = _unstack(acc_u, OUT_M, BLOCK_N, FP8)
+    elif X_LO and FP8:  # x·w = hi·w + (lo·w)/16 (lowbit.split_activation_fp8), fp32 sums
         acc = acc + acc_lo * (1.0 / FP8_LO)
         acc_u = acc_u + acc_u_lo * (1.0 / FP8_LO)
     elif X_LO:  # x·w = 256·(hi·w) + lo·w; the int32 sums combined in fp32 (24 bits: below bf16's rounding)
         acc = acc.to(tl.float32) * 256.0 + acc_lo.to(tl.float32)
         acc_u = acc_u.to(tl.float32) * 256.0 + acc_u_lo.to(tl.float32)
-    live = BLOCK_M * BLOCK_N
+    live = OUT_M * BLOCK_N
     if SPLIT_K > 1:
         acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid, pid_k, SPLIT_K, GATED,
-                                         BLOCK_M, BLOCK_N)
+                                         OUT_M, BLOCK_N)
     y = acc.to(tl.float32)
     if QX:
         xs = qscale[:, None]
@@ -180,23 +207,31 @@ def _w8_gemm_kernel(
         y = y * u
     out_mask = m_ok[:, None] & n_ok[None, :]
     if SPLIT_K > 1:  # only the program that finished the tile stores it
-        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        tile = tl.arange(0, OUT_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
         out_mask = out_mask & (tile < live)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool) -> tuple[int, int, int]:
+# STACK candidates (both split planes in one tile) offered to the tuner at M <= 64; FUSED_SPLIT_STACK=0 leaves
+# them out (the A/B switch).
+STACK = os.environ.get("FUSED_SPLIT_STACK", "1") == "1"
+
+
+def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool,
+               stack: bool = False) -> tuple[int, int, int]:
     """(bn, stages, warps) for split activations: two x planes per stage and two accumulators per weight
     (four when gated). At most 128 accumulator registers per thread and ~220 KB of shared memory: an sm_90
-    compile of the gated 64x128 tile with 4 warps spills (144 STL), and 128x128 x 4 stages asks for 256 KB."""
-    acc = 4 if gated else 2
+    compile of the gated 64x128 tile with 4 warps spills (144 STL), and 128x128 x 4 stages asks for 256 KB.
+    ``stack``: bm rows hold both planes (bm / 2 tokens), so one accumulator per weight and bm x rows."""
+    acc = (2 if gated else 1) * (1 if stack else 2)
+    x_rows = bm if stack else 2 * bm
     while acc * bm * bn // (32 * warps) > 128:
         if warps < 8:
             warps = 8
         else:
             bn //= 2
-    while stages > 2 and stages * (2 * bm + (2 if gated else 1) * bn) * bk > 220 * 1024:
+    while stages > 2 and stages * (x_rows + (2 if gated else 1) * bn) * bk > 220 * 1024:
         stages -= 1
     return bn, stages, warps
 
@@ -222,9 +257,16 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         if a8:  # 2 CTAs per SM (<= 113 KB of shared memory): one CTA's epilogue overlaps the other's loop
             c += [(128, 128, 64, 4, 8), (128, 256, 64, 3, 8), (128, 64, 128, 3, 8)]
     out = []
-    for bm, bn, k, stages, warps in c:
+    stacked = []
+    if split and STACK and M <= 64:
+        # both planes in one tile (STACK): 64 rows = 32 tokens x 2 planes, one wgmma-sized dot per weight tile
+        # where two dots of >= 64 rows (mostly padding rows at M <= 32) ran before
+        stacked = [(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 3, 4)] + (
+            [(128, 128, 128, 3, 8), (128, 64, 128, 4, 4)] if M > 32 else [])
+    for i, (bm, bn, k, stages, warps) in enumerate(c + stacked):
+        stack = i >= len(c)
         if split:
-            bn, stages, warps = _split_fit(bm, bn, k, stages, warps, gated)
+            bn, stages, warps = _split_fit(bm, bn, k, stages, warps, gated, stack)
         else:
             if gated and bm * bn > 128 * 128:
                 bn //= 2  # two accumulators
@@ -232,8 +274,10 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
             while stages > 2 and stages * (xb * bm + (2 if gated else 1) * bn) * k > 220 * 1024:
                 stages -= 1  # the H200 gives a CTA 227 KB (a 128x128x128 gated quantize_x tile x 4 = 256 KB)
         base = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=k, GROUP_M=8, num_stages=stages, num_warps=warps)
+        if stack:
+            base["STACK"] = True
         # too few tiles to fill 132 SMs (a down projection at M <= 256): split K as well
-        tiles = cdiv(M, bm) * cdiv(N, bn)
+        tiles = cdiv(M, bm // 2 if stack else bm) * cdiv(N, bn)
         splits = [1]
         while tiles * splits[-1] < 264 and K // (2 * splits[-1]) >= 4 * k and splits[-1] < 8:
             splits.append(2 * splits[-1])
@@ -283,12 +327,16 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
 
     def launch(cfg):
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-        tiles = cdiv(M, bm) * cdiv(N, bn)
+        stack = cfg.get("STACK", False)
+        if stack and planes is None:
+            raise ValueError(f"w8_gemm: a STACK config needs act_split's planes (x_split, not quantize_x): {cfg}")
+        out_m = bm // 2 if stack else bm  # output rows per tile
+        tiles = cdiv(M, out_m) * cdiv(N, bn)
         split = cfg.get("SPLIT_K", 1)
         k_per = cdiv(cdiv(K, split), bk) * bk
         split = cdiv(K, k_per)  # no empty splits
         if split > 1:
-            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bm * bn, tiles)
+            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * out_m * bn, tiles)
         else:
             part = count = y  # unused
         launch_kernel(_w8_gemm_kernel, (tiles, split),
@@ -301,7 +349,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             DOT=dot_mode(x.dtype) if not a8 else "native", FP8_AS_U8=as_u8, SPLIT_K=split, EVEN_K=K % bk == 0,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
             X_LO=x_split, QX=quantize_x, QMAX=float(SPLIT_QMAX) if x_split else (448.0 if fp8 else 127.0),
-            MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET,
+            MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET, STACK=stack, OUT_M=out_m,
             num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
