@@ -33,9 +33,9 @@ case "${1:-}" in
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=4 tests/test_kernels_w8.py \
       -k "stacked or mma_decode" 2>&1 | filt | tail -8
     ab FUSED_SPLIT_STACK "0 1" 8 170 --m 16,17,32,64 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
-  fourteenth2)  # the narrow TMA-store outputs: the rest of their cuda tests, then the width 64 bench with them on
-    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=4 tests/test_narrow_mlp.py -k "tma" 2>&1 \
-      | filt | tail -6
+  fourteenth2)  # the narrow file's cuda tests (its TMA-store ones had not all run), then the width 64 bench with TMA stores on
+    timeout 300 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --durations=4 tests/test_narrow_mlp.py 2>&1 \
+      | filt | tail -8
     FUSED_NARROW_TMA_OUT=1 timeout 200 python3 examples/narrow_mlp_bench.py --out "$OUT/narrowtmaout" 2>&1 | filt | grep "^| [0-9]\|^|" ;;
   thirteenth1)  # thirteenth session, first call: the eager-graph cuda tests after the twelfth session's refactor (capture
                 # through _graph_replay, static input outside inference mode), then the M=17 cliff A/B: W8A16 through

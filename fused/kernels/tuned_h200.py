@@ -34,6 +34,16 @@ TUNED: dict = {
     ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
     ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic'},
     ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
+    # split activations at M=17..64 (fourteenth session, 2026-12-01, `bash .ci/h200_next.sh fourteenth1`, the run with
+    # STACK candidates; examples/results/h200/fourteenth/FUSED_SPLIT_STACK1.json "tuned", every candidate timed)
+    ('w8_gemm', '32', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 1},
+    ('w8_gemm', '32', '4096', '14336', 'False', 'True', 'torch.int8', 'split'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 4},
+    ('w8_gemm', '32', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '32', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'STACK': True, 'SPLIT_K': 4},
+    ('w8_gemm', '64', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '64', '4096', '14336', 'False', 'True', 'torch.int8', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'STACK': True, 'SPLIT_K': 4},
+    ('w8_gemm', '64', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '64', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'STACK': True, 'SPLIT_K': 4},
     # M=128 (bench of 2026-12-01, second session): the 3-stage 128x64 gate/up tile fits 2 CTAs per SM (one wave)
     ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 4},
