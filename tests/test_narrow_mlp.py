@@ -577,7 +577,7 @@ def test_cuda_tma_replay_in_another_thread():
 def test_tma_output_tiles_equal_pointer_stores(device, monkeypatch):
     """Output tiles by TMA store (clipped at M and at N_OUT) give the same bits as pointer stores, into a fresh
     output and into an out= view a descriptor can take; an output it cannot take (rows of 12 bytes) is stored
-    by pointers. Offered to the tuner only with FUSED_NARROW_TMA_OUT=1."""
+    by pointers. Offered to the tuner unless FUSED_NARROW_TMA_OUT=0."""
     from fused.kernels import narrow_mlp as nm
 
     bm = 16 if device == "cpu" else 128

@@ -297,8 +297,7 @@ def candidates(max_width: int, hoist_bytes: int | None = None, tma: bool = True,
               for bm, w, s, p in t if hoist_bytes + s * bm * max_width * 2 <= SMEM_BUDGET]
         out += tc
         if tma_out:
-            # the first three also with the output tile by TMA store (one more tile of shared memory; prepared in
-            # the eleventh session after its last GPU call, not yet run on a GPU: opt-in, see TMA_OUT)
+            # the first three also with the output tile by TMA store (one more tile of shared memory; see TMA_OUT)
             out += [dict(c, tma_out=True) for c in tc[:3] if TMA_OUT and hoist_bytes + (c["num_stages"] + 1)
                     * c["BLOCK_M"] * max_width * 2 <= SMEM_BUDGET]
     return out
@@ -319,12 +318,13 @@ RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
 # module call 197.4 (eager 1229.3, compiled 1399.3). Triton pipelines the descriptor loads (the next tiles' copies
 # are in flight in shared memory during this tile's layers, holding no registers).
 TMA = os.environ.get("FUSED_NARROW_TMA", "1") == "1"
-# Output tiles by TMA store (see candidates): opt-in (FUSED_NARROW_TMA_OUT=1) until their cuda tests and the module
-# bench have run whole on the H200. Thirteenth session, `.ci/diag.py narrowtmaout` (width 64 x 5, 2**21, explicit
-# configs, bit-equal to the pointer-store pick): (128 rows, 4 warps, 3 stages, 2 per SM) 194.3 -> 162.2 µs, (64, 4,
-# 3, 3) 193.9 -> 166.5, (128, 8, 3, 2) 194.6 -> 172.8; the `-k tma` cuda tests were cut by their timeout after 13
-# passed (no failure). Next: the rest of those tests, then the bench with it offered to the tuner.
-TMA_OUT = os.environ.get("FUSED_NARROW_TMA_OUT", "0") == "1"
+# Output tiles by TMA store (see candidates; FUSED_NARROW_TMA_OUT=0: none). Thirteenth session, `.ci/diag.py
+# narrowtmaout` (width 64 x 5, 2**21, explicit configs, bit-equal to the pointer-store pick): (128 rows, 4 warps,
+# 3 stages, 2 per SM) 194.3 -> 162.2 µs, (64, 4, 3, 3) 193.9 -> 166.5, (128, 8, 3, 2) 194.6 -> 172.8. Fourteenth
+# session (`bash .ci/h200_next.sh fourteenth2`): the narrow cuda file passed whole (25), and with them offered
+# the tuner's top three were the TMA-store configs (161.8 / 165.5 / 172.2 vs 193.2 without); the module call
+# 165.1 µs (eager 1244.6, compiled 1416.0). On by default.
+TMA_OUT = os.environ.get("FUSED_NARROW_TMA_OUT", "1") == "1"
 
 
 def _relu16_mode(dtype: torch.dtype) -> int:
