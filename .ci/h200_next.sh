@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `tests` and `tests2` (the whole cuda suite after the thirteenth session's default changes: split from
-# M=17, eager graphs to M=1024 and of refused signatures; the files they touch passed in thirteenth3/4), then
-# `narrowtmaout` (its diag ran in the thirteenth session: 194.3 -> 162.2 µs, bit-equal; its cuda tests and the bench
-# with it on have not yet run whole), then the open leads in examples/results/h200/NOTES.md ("thirteenth").
+# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|tests|testsb|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# Next session: `testsb` (the cuda suite's second half: the fourteenth session's `tests` call was cut by its timeout
+# after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8), then `tests` (first half) if time
+# allows, then the open leads in examples/results/h200/NOTES.md ("fourteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -256,11 +255,13 @@ for t in (1, 0):
   graphprof)  # where the W8A8 blocks' graph time goes (per-kernel µs of graph replays) + rowwise _scaled_mm probe (eighth)
     timeout 250 python3 .ci/diag.py rowwise 2>&1 | filt | grep "^rowwise\|Error"
     timeout 330 python3 .ci/diag.py graphprof 2>&1 | filt | grep "us\|Error" ;;
-  tests)  # the cuda suite but the files of tests2 and tests3 (~470 s on 2026-12-01); run tests2 (~330 s) and tests3 as well
-    timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests --ignore=tests/test_narrow_mlp.py \
-      --ignore=tests/test_profile.py --ignore=tests/test_save_load.py --ignore=tests/test_smoothing.py \
-      --ignore=tests/test_unpack24.py --ignore=tests/test_decode_chain.py --ignore=tests/test_decode_block.py \
-      -k "not 32_row" 2>&1 | filt | tail -25 ;;
+  tests)  # the cuda suite's first half: test_bounds .. test_kernels_sparse24_gemv (the whole suite no longer fits one call:
+          # the fourteenth session's `tests` was cut at 560 s after 123 passed); testsb, tests2 and tests3 do the rest
+    timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 < "tests/test_kernels_w8"' \
+      | grep -v "decode_chain\|decode_block") 2>&1 | filt | tail -25 ;;
+  testsb)  # the cuda suite's second half: test_kernels_w8 .. test_tiled_meta, but the files of tests2
+    timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 >= "tests/test_kernels_w8"' \
+      | grep -v "narrow_mlp\|test_profile\|save_load\|smoothing\|unpack24") -k "not 32_row" 2>&1 | filt | tail -25 ;;
   tests3)  # the decode-block files (the chain's timing prints included), then narrowtmaout (eleventh session)
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py tests/test_decode_block.py \
       2>&1 | filt | grep -v "^$" | grep -v "^\.*$" | tail -20
