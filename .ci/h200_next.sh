@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|tests|testsb|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `testsb` (the cuda suite's second half: the fourteenth session's `tests` call was cut by its timeout
-# after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8), then `tests` (first half) if time
-# allows, then the open leads in examples/results/h200/NOTES.md ("fourteenth").
+# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# Next session: `testsx` (the whole cuda suite with 4 xdist workers; the fourteenth session's serial `tests` call was
+# cut by its 560 s timeout after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8; if xdist is
+# missing or the call runs out, `testsb` then `tests`, the two serial halves), then the open leads in
+# examples/results/h200/NOTES.md ("fourteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -259,6 +260,13 @@ for t in (1, 0):
           # the fourteenth session's `tests` was cut at 560 s after 123 passed); testsb, tests2 and tests3 do the rest
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 < "tests/test_kernels_w8"' \
       | grep -v "decode_chain\|decode_block") 2>&1 | filt | tail -25 ;;
+  testsx)  # the whole cuda suite in one call, 4 pytest-xdist workers (one file per worker: --dist loadfile). Most of the
+           # suite's time is Triton compiling candidate configs on the host (16 cores); the GPU work is small. Needs the
+           # pytest-xdist and execnet wheels in .whl/ (fourteenth session: `pip download pytest-xdist execnet --no-deps
+           # -d .whl`). A failure here may be timing noise in a route pick: rerun that test alone before believing it
+    python3 -c "import xdist" 2>/dev/null || { echo "no xdist: bash $0 tests; bash $0 testsb"; exit 1; }
+    timeout 570 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -n 4 --dist loadfile --durations=12 tests \
+      -k "not 32_row" 2>&1 | filt | tail -30 ;;
   testsb)  # the cuda suite's second half: test_kernels_w8 .. test_tiled_meta, but the files of tests2
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 >= "tests/test_kernels_w8"' \
       | grep -v "narrow_mlp\|test_profile\|save_load\|smoothing\|unpack24") -k "not 32_row" 2>&1 | filt | tail -25 ;;

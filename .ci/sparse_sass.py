@@ -16,7 +16,7 @@ from fused.kernels import narrow_mlp as nm  # noqa: E402
 from fused.kernels import sparse24_gemv as sg  # noqa: E402
 
 
-def compile_sparse(cfg, gated, N, K, M=1, value="int8"):
+def compile_sparse(cfg, gated, N, K, M=1, value="int8", tiled=0):
     split, bk = cfg["SPLIT_K"], cfg["BLOCK_K"]
     kper = -(-(-(-K // split)) // bk) * bk
     pointers = dict(x_ptr="*bf16", v_ptr="*i8" if value == "int8" else "*u8", m_ptr="*u8", ws_ptr="*fp32",
@@ -25,7 +25,7 @@ def compile_sparse(cfg, gated, N, K, M=1, value="int8"):
                 stride_ym=N, stride_yn=1)
     consts = dict(VALUE=value, MODE=cfg["MODE"], DOT="native", GATED=gated, HAS_SCALE=True, HAS_BIAS=False,
                   ACT="silu" if gated else "none", SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                  BLOCK_K=bk, EVEN_K=K % bk == 0)
+                  BLOCK_K=bk, EVEN_K=K % bk == 0, TILED=tiled)
     return compile_sm90(sg._sparse24_gemv_kernel, pointers, ints, consts, cfg["num_warps"])["kernel"]
 
 
