@@ -80,8 +80,8 @@ def _w8_gemm_kernel(
     HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
 ):
     # STACK (split planes from act_split, OUT_M = BLOCK_M / 2): the tile's first OUT_M rows are hi-plane rows,
-    # the last OUT_M the same tokens' lo-plane rows, so one dot covers both planes. At M <= 32 two dots
-    # of >= 64 rows each (wgmma's minimum) were mostly padding. Otherwise OUT_M = BLOCK_M.
+    # the last OUT_M the same tokens' lo-plane rows, so one dot covers both planes (see STACK below for why).
+    # Otherwise OUT_M = BLOCK_M.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
     num_pid_m = tl.cdiv(M, OUT_M)
@@ -213,8 +213,11 @@ def _w8_gemm_kernel(
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-# STACK candidates (both split planes in one tile) offered to the tuner at M <= 64; FUSED_SPLIT_STACK=0 leaves
-# them out (the A/B switch).
+# STACK candidates (both split planes in one tile) offered to the tuner at M <= 64: one >= 64-row wgmma per weight
+# tile where two dots of BLOCK_M rows ran (at M <= 32 mostly padding rows, or 16/32-row mma.sync, which for e4m3
+# converts on sm_90). H200, fourteenth session (`bash .ci/h200_next.sh fourteenth1`, Llama block, graph µs, off ->
+# on, M = 17 / 32 / 64): fp8 W8A16 81.2 / 81.8 / 80.0 -> 77.2 / 77.7 / 77.8, int8 74.9 / 75.6 / 84.0 -> 75.0 / 75.3 /
+# 78.0 (at M <= 32 the int8 loop runs at the weight-stream rate either way). FUSED_SPLIT_STACK=0 leaves them out.
 STACK = os.environ.get("FUSED_SPLIT_STACK", "1") == "1"
 
 
