@@ -59,8 +59,27 @@ class _Replayable(nn.Module):
         return dispatch.eager(self, x, self._forward)
 
 
+def check_pair_rows(gate_up_weight: torch.Tensor) -> None:
+    if gate_up_weight.shape[0] % 2:
+        raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
+
+
 class _Fused8bit(_Replayable):
     """Shared buffer layout and checkpoint checks for an 8-bit weight + per-row fp32 scale (+ bias)."""
+
+    def _setup(self, in_features: int, rows: int, fmt, dynamic: bool, act: str, bias: bool, bias_dtype, device):
+        """What every 8-bit layer's __init__ sets after its feature counts (``rows``: the weight's rows, 2H for
+        a stacked gate/up pair)."""
+        self.dynamic = dynamic
+        self.act = check_activation(act)
+        self._init_weight(rows, in_features, fmt, bias, bias_dtype, device)
+        self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
+
+    @classmethod
+    def _for_weight(cls, weight, bias, fmt, dynamic, act, gated: bool):
+        """An empty module shaped for a float ``weight`` [N, K] (a stacked [2H, K] gate/up pair if ``gated``)."""
+        return cls(weight.shape[1], weight.shape[0] // (2 if gated else 1), bias is not None, fmt, dynamic, act,
+                   bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
 
     def _init_weight(self, n: int, k: int, fmt, bias: bool, bias_dtype, device):
         fmt = get_format(fmt)
@@ -151,18 +170,13 @@ class FusedLinear(_Fused8bit):
                  bias_dtype=torch.float32, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.dynamic = dynamic
-        self.act = check_activation(act)
-        self._init_weight(out_features, in_features, fmt, bias, bias_dtype, device)
-        self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
+        self._setup(in_features, out_features, fmt, dynamic, act, bias, bias_dtype, device)
 
     @classmethod
     def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", smooth=None, hessian=None):
         """``smooth``: SmoothQuant factors s [in_features]; W * s is quantized and forward divides x by s.
         ``hessian``: XᵀX of the inputs [in, in] (fused.calibrate_gptq): GPTQ rounding (lowbit.gptq)."""
-        mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
-                  bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
-        return mod._quantize_from(weight, bias, fmt, smooth, hessian)
+        return cls._for_weight(weight, bias, fmt, dynamic, act, False)._quantize_from(weight, bias, fmt, smooth, hessian)
 
     def _forward(self, x):
         x = self._smooth(_input_for(x))
@@ -183,21 +197,16 @@ class FusedGatedLinear(_Fused8bit):
                  bias_dtype=torch.float32, device=None):
         super().__init__()
         self.in_features, self.hidden_features = in_features, hidden_features
-        self.dynamic = dynamic
-        self.act = check_activation(act)
-        self._init_weight(2 * hidden_features, in_features, fmt, bias, bias_dtype, device)
-        self.source_bytes = 0
+        self._setup(in_features, 2 * hidden_features, fmt, dynamic, act, bias, bias_dtype, device)
 
     @classmethod
     def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", smooth=None,
                    hessian=None):
         """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection.
         ``smooth``/``hessian`` as in FusedLinear.from_float (one x feeds both: one vector, one hessian)."""
-        if gate_up_weight.shape[0] % 2:
-            raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
+        check_pair_rows(gate_up_weight)
         b = gate_up_bias
-        mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
-                  bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
+        mod = cls._for_weight(gate_up_weight, b, fmt, dynamic, act, True)
         return mod._quantize_from(gate_up_weight, b, fmt, smooth, hessian)
 
     def _forward(self, x):

@@ -17,8 +17,7 @@ from __future__ import annotations
 import torch
 
 from fused import dispatch, ops
-from fused.activations import check_activation
-from fused.modules import _Fused8bit, _input_for, _use_op
+from fused.modules import _Fused8bit, _input_for, _use_op, check_pair_rows
 from lowbit import dequantize, quantize_weight
 from sparsity.masks import is_24_sparse, magnitude_mask_24
 from sparsity.packing import check_packable_k, expand_24, meta_columns, pack_24, tile_meta, untile_meta
@@ -161,18 +160,14 @@ class FusedSparseLinear(_Sparse24):
                  bias_dtype=torch.float32, device=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.dynamic = dynamic
-        self.act = check_activation(act)
-        self._init_weight(out_features, in_features, fmt, bias, bias_dtype, device)
-        self.source_bytes = 0
+        self._setup(in_features, out_features, fmt, dynamic, act, bias, bias_dtype, device)
 
     @classmethod
     def from_float(cls, weight, bias=None, fmt="int8", dynamic=False, act="none", prune=True, where=None):
         """Pack a float [N, K] weight: magnitude-pruned first unless it is 2:4 already (``prune=False``:
         a weight that is not 2:4 is a ValueError)."""
         check_packable_k(weight.shape[1], where or cls.__name__)
-        mod = cls(weight.shape[1], weight.shape[0], bias is not None, fmt, dynamic, act,
-                  bias_dtype=bias.dtype if bias is not None else torch.float32, device=weight.device)
+        mod = cls._for_weight(weight, bias, fmt, dynamic, act, False)
         return mod._pack_from(weight, bias, prune, where or cls.__name__)
 
     def _forward(self, x):
@@ -192,22 +187,16 @@ class FusedSparseGatedLinear(_Sparse24):
                  bias_dtype=torch.float32, device=None):
         super().__init__()
         self.in_features, self.hidden_features = in_features, hidden_features
-        self.dynamic = dynamic
-        self.act = check_activation(act)
-        self._init_weight(2 * hidden_features, in_features, fmt, bias, bias_dtype, device)
-        self.source_bytes = 0
+        self._setup(in_features, 2 * hidden_features, fmt, dynamic, act, bias, bias_dtype, device)
 
     @classmethod
     def from_float(cls, gate_up_weight, gate_up_bias=None, fmt="int8", dynamic=False, act="silu", prune=True,
                    where=None):
         """``gate_up_weight`` [2H, K]: rows 0..H-1 the gate projection, rows H..2H-1 the up projection."""
-        if gate_up_weight.shape[0] % 2:
-            raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
+        check_pair_rows(gate_up_weight)
         check_packable_k(gate_up_weight.shape[1], where or cls.__name__)
-        b = gate_up_bias
-        mod = cls(gate_up_weight.shape[1], gate_up_weight.shape[0] // 2, b is not None, fmt, dynamic, act,
-                  bias_dtype=b.dtype if b is not None else torch.float32, device=gate_up_weight.device)
-        return mod._pack_from(gate_up_weight, b, prune, where or cls.__name__)
+        mod = cls._for_weight(gate_up_weight, gate_up_bias, fmt, dynamic, act, True)
+        return mod._pack_from(gate_up_weight, gate_up_bias, prune, where or cls.__name__)
 
     def _forward(self, x):
         return self._run(self.op_name, x)
