@@ -138,12 +138,13 @@ class _Sparse24(_Fused8bit):
         w = expand_24(self.values, self.meta)  # = unpack_24, without its int64 scatter indices
         return w.to(dtype) if self.scale is None else dequantize(w, self.scale, dtype)
 
-    def _run(self, op_name, x):
+    def _forward(self, x):
         x = _input_for(x)
+        gated = self.op_name == "sparse24_gated"
         if _use_op(x):
-            run = ops.sparse24_linear if op_name == "sparse24_linear" else ops.sparse24_gated
+            run = ops.sparse24_gated if gated else ops.sparse24_linear
         else:
-            run = dispatch.sparse24_linear if op_name == "sparse24_linear" else dispatch.sparse24_gated
+            run = dispatch.sparse24_gated if gated else dispatch.sparse24_linear
         return run(x, self.values, self.meta, self.scale, self.bias, self.act, self.dynamic)
 
     def _mode(self) -> str:
@@ -170,9 +171,6 @@ class FusedSparseLinear(_Sparse24):
         mod = cls._for_weight(weight, bias, fmt, dynamic, act, False)
         return mod._pack_from(weight, bias, prune, where or cls.__name__)
 
-    def _forward(self, x):
-        return self._run(self.op_name, x)
-
     def extra_repr(self):
         return (f"{self.in_features}, {self.out_features}, fmt={self.fmt} 2:4, {self._mode()}, act={self.act}, "
                 f"bias={self.bias is not None}")
@@ -197,9 +195,6 @@ class FusedSparseGatedLinear(_Sparse24):
         check_packable_k(gate_up_weight.shape[1], where or cls.__name__)
         mod = cls._for_weight(gate_up_weight, gate_up_bias, fmt, dynamic, act, True)
         return mod._pack_from(gate_up_weight, gate_up_bias, prune, where or cls.__name__)
-
-    def _forward(self, x):
-        return self._run(self.op_name, x)
 
     def extra_repr(self):
         return (f"{self.in_features}, 2x{self.hidden_features}, fmt={self.fmt} 2:4, {self._mode()}, "
