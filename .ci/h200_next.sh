@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|fourteenth3|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `testsx` (the whole cuda suite with 4 xdist workers; the fourteenth session's serial `tests` call was
 # cut by its 560 s timeout after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8; if xdist is
 # missing or the call runs out, `testsb` then `tests`, the two serial halves), then `fourteenth3` (eager graphs above
-# M=1024, one env variable), then the open leads in examples/results/h200/NOTES.md ("fourteenth").
+# M=1024, one env variable) and `fourteenth4` (128-row STACK tiles at M=128), then the open leads in examples/results/h200/NOTES.md ("fourteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -34,6 +34,11 @@ case "${1:-}" in
     timeout 150 python3 -m fused bench --blocks llama --no-baselines --m 1024 --configs "ours fp8 2:4 W8A8" \
       --out "$OUT/fp8s24_1024" 2>&1 | filt | grep "^|" | grep -v "^|--"
     ab FUSED_EAGER_GRAPH_MAX_M "1024 8192" 8 200 --m 8192 --configs "ours int8 2:4 W8A16,ours int8 2:4 W8A8" ;;
+  fourteenth4)  # prepared in the fourteenth session, not yet run: 128-row STACK tiles at M=65..128 (the shipped bucket-128
+                # split picks predate them, so FUSED_RETUNE=1 lets them compete), W8A16 at M = 128, STACK off / on.
+                # Prediction: the down projection ~2 µs faster (at M=64 the stacked 128x64 down tile won, 31.1 vs 33.7
+                # µs), the gated tile about even: int8 117.5 -> ~115, fp8 113 -> ~111
+    FUSED_RETUNE=1 ab FUSED_SPLIT_STACK "0 1" 6 200 --m 128 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
   fourteenth1)  # fourteenth session: split planes stacked in one tile (STACK candidates, w8_gemm) at M <= 64. Their cuda
                 # tests, then the A/B with FUSED_SPLIT_STACK 0 / 1, W8A16 Llama block, graph µs. Prediction: M = 17..32
                 # int8 74.3 -> 68-71, fp8 80.2 -> 68-71 (one 64-row wgmma per weight tile instead of two mostly-padding

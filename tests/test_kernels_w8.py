@@ -679,8 +679,8 @@ def test_gemm_candidates():
     big = tiles(1024, 14336, 4096, True, True)
     assert {(128, 128, 128, 4, 8), (128, 128, 128, 3, 4), (128, 64, 128, 4, 4), (128, 128, 64, 4, 8)} <= big
     assert (128, 64, 128, 3, 8) in tiles(128, 14336, 4096, True, True)
-    split = tiles(128, 14336, 4096, True, False, True)
-    assert all(4 * bm * bn // (32 * w) <= 128 for bm, bn, _, _, w in split)
+    split = _candidates(128, 14336, 4096, True, False, True)  # gated: 4 accumulators, 2 when the planes stack
+    assert all((2 if c.get("STACK") else 4) * c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"]) <= 128 for c in split)
     # quantize_x keeps x's tile in bf16: a 128x128x128 gated tile x 4 stages asked the H200 for 256 KB
     # both planes stacked in one tile where the split tiles would be mostly padding rows, not above M=64
     for gated in (True, False):
@@ -689,7 +689,8 @@ def test_gemm_candidates():
         assert all((2 if gated else 1) * c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"]) <= 128 for c in stk)
         assert all(c["num_stages"] * (c["BLOCK_M"] + (2 if gated else 1) * c["BLOCK_N"]) * c["BLOCK_K"] <= 220 * 1024
                    for c in stk)
-    assert not any(c.get("STACK") for c in _candidates(128, 14336, 4096, True, True, True))
+    assert {c["BLOCK_M"] for c in _candidates(128, 14336, 4096, True, True, True) if c.get("STACK")} == {128}
+    assert not any(c.get("STACK") for c in _candidates(256, 14336, 4096, True, True, True))
     assert not any(c.get("STACK") for c in _candidates(17, 14336, 4096, True, True))
     for M in (16, 300, 1024):
         qx = tiles(M, 176, 272, True, True, False, True)
