@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
+# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
 # Next session: `testsx` (the whole cuda suite with 4 xdist workers; the fourteenth session's serial `tests` call was
 # cut by its 560 s timeout after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8; if xdist is
 # missing or the call runs out, `testsb` then `tests`, the two serial halves), then `fourteenth3` (eager graphs above
@@ -26,6 +26,24 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  fifteenth1)  # fifteenth session: the two A/Bs prepared in the fourteenth (fourteenth4: 128-row STACK tiles at M=128 with
+               # FUSED_RETUNE=1; fourteenth3: eager graphs above M=1024 and the fp8 2:4 W8A8 plain cell at 1024)
+    bash "$0" fourteenth4
+    bash "$0" fourteenth3 ;;
+  fifteenth2)  # fifteenth session: (1) the picks of the 128-row STACK tiles at M=128 (fifteenth1 measured them, graph int8
+               # W8A16 116.2 -> 114.1, fp8 111.4 -> 108.5, but its bench.json files did not come back: at most 8 files
+               # return), printed as tuned_h200.py entries; (2) the GPT block (d 4096, h 16384, GELU-tanh, bias)
+               # re-measured: the README's GPT table is from the first run (2026-11-30, untuned heuristic configs, before
+               # split activations, the cuBLAS routes and the hand-off). Tuned on first use (GPT keys are mostly not in
+               # tuned_h200.py), dense configs, bf16 eager beside them; torchao / compile baselines left out (their
+               # compiles do not fit beside the tuning). Rows are logged as they come: a cut run keeps what it measured
+    FUSED_RETUNE=1 timeout 110 python3 -m fused bench --blocks llama --m 128 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/s128" 2>&1 | filt | grep "^llama"
+    python3 .ci/picks_to_tuned.py "$OUT/s128/bench.json" --match "'w8_gemm', 128," 2>&1 | filt
+    rm -f "$OUT/s128/bench.png" "$OUT/s128/bench.md"
+    timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
+      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
+    grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
   fourteenth3)  # prepared in the fourteenth session, not yet run: eager CUDA graphs above M=1024 (plain calls; one env
                 # variable, FUSED_EAGER_GRAPH_MAX_M 1024 -> 8192), the 2:4 blocks at M = 2048 / 8192, and the fp8 2:4 W8A8
                 # plain cell at M=1024 (426.5 in the ninth session, before eager graphs reached 1024). Prediction: plain
