@@ -918,3 +918,46 @@ if "smootheager" in what:
                     model(x)
                 row.append(f"plain {'on' if on else 'off'} {do_bench(lambda: model(x), warmup=25, rep=100) * 1e3:.1f}")
             p(f"smootheager M={M}: " + ", ".join(row) + f", replay {dispatch.replay_status(model)[::2]}")
+
+if "w8a16eager" in what:
+    # fifteenth session: W8A16 plain calls at M=8192 took 300-500 µs over their CUDA-graph time (GPT int8 3975 vs 3484,
+    # fp8 3912 vs 3615; Llama int8 4823 vs 4589) where bf16 eager did not. Plain and graph µs, the allocator's device
+    # allocations per plain call, then a profile of plain calls: device time per kernel, and the host-side CUDA
+    # runtime calls (allocations, synchronizations) with their time
+    import copy
+
+    from triton.testing import do_bench
+
+    from fused import dispatch
+    base = make_block("gpt", 4096, 16384, "cuda")
+    x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)
+    for name, cfg in (("int8 W8A16", fused.FusedInt8MLP()), ("fp8 W8A16", fused.FusedFloat8MLP(weight_only=True))):
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        with torch.no_grad():
+            for _ in range(3):
+                m(x)
+            torch.cuda.synchronize()
+            s0 = torch.cuda.memory_stats()
+            plain = do_bench(lambda: m(x), warmup=5, rep=60, return_mode="median") * 1e3
+            s1 = torch.cuda.memory_stats()
+            graph = gus(lambda: m(x))
+            calls = {k: v for k, v in dispatch.stats.items() if v}
+            p(f"w8a16eager gpt {name} M=8192: plain {plain:.1f} graph {graph:.1f} us; device allocs / frees during the "
+              f"plain timing {s1.get('num_device_alloc', 0) - s0.get('num_device_alloc', 0)} / "
+              f"{s1.get('num_device_free', 0) - s0.get('num_device_free', 0)}, alloc retries "
+              f"{s1.get('num_alloc_retries', 0) - s0.get('num_alloc_retries', 0)}; paths {calls}")
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as pr:
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    m(x)
+                torch.cuda.synchronize()
+                wall = (time.perf_counter() - t0) / 5 * 1e6
+            p(f"   profiled: {wall:.1f} us wall per call")
+            ev = pr.key_averages()
+            for e in sorted(ev, key=lambda e: -e.self_device_time_total)[:8]:
+                if e.self_device_time_total > 0:
+                    p(f"   gpu {e.self_device_time_total / 5:9.1f} us  x{e.count / 5:.0f}  {e.key[:90]}")
+            for e in sorted(ev, key=lambda e: -e.self_cpu_time_total)[:10]:
+                p(f"   cpu {e.self_cpu_time_total / 5:9.1f} us  x{e.count / 5:.0f}  {e.key[:90]}")
+        del m
+        torch.cuda.empty_cache()

@@ -44,6 +44,8 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  w8a16eager)  # fifteenth session: where W8A16 plain calls at M=8192 lose 300-500 µs to their graph time (GPT block)
+    timeout 300 python3 .ci/diag.py w8a16eager 2>&1 | filt | grep "w8a16eager\|   \|Error" ;;
   fourteenth3)  # prepared in the fourteenth session, not yet run: eager CUDA graphs above M=1024 (plain calls; one env
                 # variable, FUSED_EAGER_GRAPH_MAX_M 1024 -> 8192), the 2:4 blocks at M = 2048 / 8192, and the fp8 2:4 W8A8
                 # plain cell at M=1024 (426.5 in the ninth session, before eager graphs reached 1024). Prediction: plain
