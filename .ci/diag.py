@@ -961,3 +961,34 @@ if "w8a16eager" in what:
                 p(f"   cpu {e.self_cpu_time_total / 5:9.1f} us  x{e.count / 5:.0f}  {e.key[:90]}")
         del m
         torch.cuda.empty_cache()
+
+if "gemvroute" in what:
+    # fifteenth session: W8A16 at 17 <= M <= 32 may take the 32-row GEMV per layer (dispatch.GEMV_ROUTE_MAX_M, timed
+    # per shape against act_split + the split GEMM). One process, Llama block, graph µs with the route off (0) and on
+    # (32), bf16 eager beside; which route each layer took. Prediction: the down projection takes the GEMV (30.8 vs
+    # 29.3 + act_split(h)), gate/up keeps split: int8 75.0 -> ~72, fp8 77.2 -> ~74 at M = 17 and 32
+    import copy
+
+    from fused import dispatch
+    base = make_block("llama", 4096, 14336, "cuda")
+    models = {"int8 W8A16": fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(), blocks=True),
+              "fp8 W8A16": fused.quantize(copy.deepcopy(base), fused.FusedFloat8MLP(weight_only=True), blocks=True)}
+    with torch.no_grad():
+        for M in (17, 32):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            row = [f"bf16 eager {gus(lambda: base(x)):.1f}"]
+            for name, m in models.items():
+                ref = None
+                for bound in (0, 32):
+                    dispatch.GEMV_ROUTE_MAX_M = bound
+                    dispatch.stats.clear()
+                    y = m(x)
+                    paths = sorted({k[1] for k, v in dispatch.stats.items() if v})
+                    ref = y if ref is None else ref
+                    err = (y.float() - ref.float()).norm() / ref.float().norm()
+                    row.append(f"{name} route {bound}: {gus(lambda: m(x)):.1f} ({', '.join(paths)}; rel diff {err:.1e})")
+            p(f"gemvroute M={M}: " + "; ".join(row))
+    from fused.kernels import tuning
+    for k, v in tuning.timings.items():
+        if "gemv_route" in k[0]:
+            p("gemvroute timings", k[:3], v)

@@ -44,6 +44,13 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  fifteenth3)  # fifteenth session, last call: the split-or-GEMV route at M = 17..32 (dispatch.GEMV_ROUTE_MAX_M, new): its cuda
+               # test (FUSED_TUNE=0: heuristic configs, no tuning on the small test shapes), then the Llama A/B in one process
+    FUSED_TUNE=0 timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "gemv_route" \
+      2>&1 | filt | tail -3
+    bash "$0" gemvroute ;;
+  gemvroute)  # fifteenth session: W8A16 at M = 17 / 32 with the split-or-GEMV route per layer off / on (one process)
+    timeout 240 python3 .ci/diag.py gemvroute 2>&1 | filt | grep "gemvroute\|Error" ;;
   w8a16eager)  # fifteenth session: where W8A16 plain calls at M=8192 lose 300-500 µs to their graph time (GPT block)
     timeout 300 python3 .ci/diag.py w8a16eager 2>&1 | filt | grep "w8a16eager\|   \|Error" ;;
   fourteenth3)  # prepared in the fourteenth session, not yet run: eager CUDA graphs above M=1024 (plain calls; one env

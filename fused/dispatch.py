@@ -362,6 +362,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_route(op, x2, qweight, wscale, bias, act, path)
         elif CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(qweight):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
+        elif M <= GEMV_ROUTE_MAX_M and path == SPLIT_PATH:
+            path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -473,10 +475,11 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
 
 
 def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
-    """The CUDA-graph picks measured so far for a dense layer's shape (CUBLAS_W8A8, CUBLAS_W8A16): {(M bucket,
-    x dtype, bias None, act, tag): "triton" or "cublas"} (what `explain` lists; W8A8 eager calls always run
-    Triton). tag: "" for a plain W8A8 call, "h out" / "h in" for a block's layers passing h quantized
-    (QuantizedAct), "w8a16" for the weight-only route from WIDEN_MIN_M."""
+    """The CUDA-graph picks measured so far for a dense layer's shape (CUBLAS_W8A8, CUBLAS_W8A16, GEMV_ROUTE_MAX_M):
+    {(M bucket, x dtype, bias None, act, tag): "triton" or "cublas" ("split" or "gemv" for tag "gemv")} (what
+    `explain` lists; W8A8 eager calls always run Triton). tag: "" for a plain W8A8 call, "h out" / "h in" for a
+    block's layers passing h quantized (QuantizedAct), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv"
+    for the weight-only split-or-GEMV route at small M."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 
@@ -532,6 +535,33 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True)
     return CUBLAS_W8A16_PATH if pick == "cublas" else path
+
+
+# W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path
+# (act_split + the split GEMM, two launches) against the dense GEMV with 32-row tiles (one launch, every weight widened
+# in registers) and takes the one faster in a CUDA graph, for eager calls too (both are Triton launches a recording
+# replays). Why: the step from M=16 to 17 (int8 W8A16 66.4 -> 75.0 µs, fp8 66.1 -> 77.2 on the Llama block). The tuner's
+# times at the 32 bucket (H200, L2 flushed): the down projection [4096, 14336] 30.8 (int8) / 30.6 (fp8) µs on the
+# GEMV against 29.3 / 30.1 for the split GEMM, which also needs act_split(h) before it (a second launch, h written
+# and read again); gate/up [28672, 4096] 61 µs on the GEMV against 43.7 / 45.1 split, so there split stays.
+# FUSED_GEMV_ROUTE_MAX_M=0: off (split activations as before).
+GEMV_ROUTE_MAX_M = min(int(os.environ.get("FUSED_GEMV_ROUTE_MAX_M", "32")), 64)
+SPLIT_PATH = "triton:act_split+w8_gemm_split"
+GEMV_PATH = "triton:w8a16_gemv"
+
+
+def _gemv_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (split activations) or GEMV_PATH for this W8A16 shape at M <= GEMV_ROUTE_MAX_M, decided on CUDA-graph
+    time (see GEMV_ROUTE_MAX_M); untimed (under capture before any eager call, FUSED_TUNE=0) the split path."""
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "gemv")
+    routes = _dense_routes.get(key)
+    if routes is None and not torch.cuda.is_current_stream_capturing():
+        gated = op == "gated"
+        routes = _dense_routes[key] = measure_route(
+            "dense_gemv_route", key,
+            {"split": lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
+             "gemv": lambda: _triton_dense(GEMV_PATH, x2, qweight, wscale, bias, act, gated, False)}, graph=True)
+    return GEMV_PATH if routes is not None and routes[1] == "gemv" else path
 
 
 def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
@@ -737,6 +767,7 @@ def eager(owner, x: torch.Tensor, fn):
     key = (x.shape, x.stride(), x.dtype, x.device, x.data_ptr() % 16, x.requires_grad and torch.is_grad_enabled(),
            torch.is_autocast_enabled("cuda"), torch.are_deterministic_algorithms_enabled(),
            GEMV_MAX_M, A8_GEMV_MAX_M, WIDEN_MIN_M, SPLIT_MIN_M, SPLIT_MAX_M, DECODE_BLOCK_MAX_M, SPARSE_ROUTE,
+           GEMV_ROUTE_MAX_M,
            torch._C._cuda_getCurrentRawStream(x.get_device()),  # eager graphs share a pool per stream
            torch.cuda.is_current_stream_capturing())  # a graph capture may take other routes (see _run_sparse)
     cache = owner.__dict__.get("_replays")

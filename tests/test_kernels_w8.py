@@ -941,6 +941,53 @@ def test_cublas_w8a16_cuda(fmt, gated, monkeypatch):
                                                      small.float()) > 40
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_gemv_route_cuda(fmt, gated, monkeypatch):
+    """W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: the split-activation path and the 32-row GEMV are offered to the
+    route timing per shape, the graph pick runs in eager calls and under capture, both against the reference; above
+    the bound (or with it at 0) nothing is offered and split activations run."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    N = 2 * 96 if gated else 96
+    q, s = quantize_weight(torch.randn(N, 500, device="cuda"), fmt)
+    b = torch.randn(N, device="cuda")
+    ref_of = lambda x: (gated_ref if gated else linear_ref)(x, q, s, b, "silu")  # noqa: E731
+    op, name = (dispatch.gated, "gated") if gated else (dispatch.linear, "linear")
+    for real in (True, False):  # the real timing first (either pick is right), then "the GEMV wins"
+        monkeypatch.setattr(dispatch, "_dense_routes", {})
+        offered = []
+        if not real:
+            monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+                                offered.extend(cands) or ("split", "gemv"))
+        for M in (17, 32):
+            x = torch.randn(M + 3, 512, device="cuda", dtype=torch.bfloat16)[3:, :500]  # an offset, strided view
+            dispatch.stats.clear()
+            got = op(x, q, s, b, "silu")
+            assert sqnr(ref_of(x).float(), got.float()) > 40, (real, M)
+            if not real:
+                assert offered[-2:] == ["split", "gemv"] and dispatch.stats[(name, dispatch.GEMV_PATH)] == 1
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    out = op(x, q, s, b, "silu")
+                g.replay()
+                torch.cuda.synchronize()
+                assert dispatch.stats[(name, dispatch.GEMV_PATH)] == 2 and torch.equal(out, got)
+    assert offered == ["split", "gemv"]  # one timing per M bucket: 17 and 32 share bucket 32
+    x = torch.randn(33, 500, device="cuda", dtype=torch.bfloat16)
+    dispatch.stats.clear()
+    op(x, q, s, b, "silu")
+    assert len(offered) == 2 and dispatch.stats[(name, dispatch.SPLIT_PATH)] == 1
+    monkeypatch.setattr(dispatch, "GEMV_ROUTE_MAX_M", 0)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    dispatch.stats.clear()
+    got = op(x[:20], q, s, b, "silu")
+    assert len(offered) == 2 and dispatch.stats[(name, dispatch.SPLIT_PATH)] == 1
+    assert sqnr(ref_of(x[:20]).float(), got.float()) > 40
+
+
 def test_explain_lists_dense_graph_routes(monkeypatch):
     """explain shows, per M bucket, which GEMM a dense W8A8 layer's shape takes under CUDA-graph capture
     (cuBLAS or Triton, CUBLAS_W8A8); weight-only layers list none."""
@@ -966,3 +1013,8 @@ def test_explain_lists_dense_graph_routes(monkeypatch):
     rows = explain(model, print_table=False)
     assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas"
     assert rows[1]["routes"] == "M~1024 [w8a16]: graph cublas"
+    # the split-or-GEMV route at small M (GEMV_ROUTE_MAX_M) too
+    dispatch._dense_routes[("linear", 32, (64, 96), torch.int8, torch.bfloat16, True, "none", "gemv")] = ("split", "gemv")
+    rows = explain(model, print_table=False)
+    assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas"
+    assert rows[1]["routes"] == "M~32 [gemv]: graph gemv, M~1024 [w8a16]: graph cublas"
