@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT)
-# Next session: `testsx` (the whole cuda suite with 4 xdist workers; the fourteenth session's serial `tests` call was
-# cut by its 560 s timeout after 123 passed, no failure, in test_kernels_sparse24* / test_kernels_w8; if xdist is
-# missing or the call runs out, `testsb` then `tests`, the two serial halves), then `fourteenth3` (eager graphs above
-# M=1024, one env variable) and `fourteenth4` (128-row STACK tiles at M=128), then the open leads in examples/results/h200/NOTES.md ("fourteenth").
+# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fifteenth3|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session: `testsx` (the whole cuda suite, 4 xdist workers: 361 s in the fifteenth session, 203 passed; it has
+# not yet run test_gemv_route_cuda with tuning on), then `w8a16eager` (W8A16 plain calls at M=8192 300-500 µs over
+# their graph time, prepared, not run), then the open leads in examples/results/h200/NOTES.md ("fifteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1

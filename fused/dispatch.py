@@ -540,11 +540,16 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path
 # (act_split + the split GEMM, two launches) against the dense GEMV with 32-row tiles (one launch, every weight widened
 # in registers) and takes the one faster in a CUDA graph, for eager calls too (both are Triton launches a recording
-# replays). Why: the step from M=16 to 17 (int8 W8A16 66.4 -> 75.0 µs, fp8 66.1 -> 77.2 on the Llama block). The tuner's
-# times at the 32 bucket (H200, L2 flushed): the down projection [4096, 14336] 30.8 (int8) / 30.6 (fp8) µs on the
+# replays). Why: the step from M=16 to 17 (int8 W8A16 66.4 -> 75.0 µs, fp8 66.1 -> 77.2 on the Llama block). The
+# tuner's times at the 32 bucket (H200, L2 flushed): the down projection [4096, 14336] 30.8 (int8) / 30.6 (fp8) µs on the
 # GEMV against 29.3 / 30.1 for the split GEMM, which also needs act_split(h) before it (a second launch, h written
 # and read again); gate/up [28672, 4096] 61 µs on the GEMV against 43.7 / 45.1 split, so there split stays.
-# FUSED_GEMV_ROUTE_MAX_M=0: off (split activations as before).
+# Measured (H200, fifteenth session, `bash .ci/h200_next.sh fifteenth3`, one process, Llama block, graph µs, bound
+# 0 -> 32): the route took the GEMV for the down projection (graph 31.2 vs 34.1 µs with act_split(h), int8; 31.1 vs
+# 35.5 fp8) and kept split for gate/up (46.3 vs 60.9); block int8 W8A16 M=17 74.0 -> 74.1, M=32 74.9 -> 74.0, fp8
+# 75.8 -> 75.0, 76.4 -> 75.2 (bf16 eager 106.0 / 109.9). Predicted ~3 µs, got 0-1.2 (a guess, not checked: in the
+# block act_split(h) reads h from L2, where the route timing flushed it); one launch fewer per block (3) where the
+# route takes the GEMV, under torch.compile too. FUSED_GEMV_ROUTE_MAX_M=0: off (split activations as before).
 GEMV_ROUTE_MAX_M = min(int(os.environ.get("FUSED_GEMV_ROUTE_MAX_M", "32")), 64)
 SPLIT_PATH = "triton:act_split+w8_gemm_split"
 GEMV_PATH = "triton:w8a16_gemv"
