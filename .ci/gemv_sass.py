@@ -54,6 +54,7 @@ if __name__ == "__main__":
     b1 = dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=512, SPLIT_K=1, num_warps=4, CVT="magic")
     hist(compile_gemv(b16), "int8 BM16 native (tuned M=1 pick), per 32x256 tile x2 (gate,up)")
     hist(compile_gemv(b1), "int8 BM1 magic, per 32x512 tile x2")
+    hist(compile_gemv(dict(b1, CVT="prmt")), "int8 BM1 prmt (fp16 pairs by PRMT, fifteenth session), per 32x512 tile x2")
     hist(compile_gemv(dict(b1, BLOCK_K=512), fp8=True), "fp8 BM1 32x512 (current gate/up pick)")
     hist(compile_gemv(dict(b16, CVT="native"), fp8=True), "fp8 BM16 32x256, bf16 x")
     hist(compile_gemv(dict(b16, CVT="native"), fp8=True, xdt="*fp16"), "fp8 BM16 32x256, fp16 x")

@@ -356,6 +356,92 @@ def test_dispatch_cuda(fmt, dynamic, gated, M, monkeypatch):
         assert sqnr(ref, y) > 38, (M, act, view)
 
 
+def test_int8_prmt_widening_emulated():
+    """The PTX of epilogue.int8_to_f32_prmt, emulated on every int8 value: xor 0x80, prmt.b32 with PRMT_SEL
+    against the 0x64 bytes, sub.rn.f16x2 of F16_BIAS, cvt to fp32 gives the weight exactly, in element order."""
+    import numpy as np
+
+    from fused.kernels.epilogue import _PRMT_ASM, F16_BIAS, PRMT_SEL
+
+    def prmt(a, b, sel):  # PTX prmt.b32 default mode: result byte i = byte (sel >> 4i) & 7 of {b, a}
+        src = [(a >> 8 * i) & 0xFF for i in range(4)] + [(b >> 8 * i) & 0xFF for i in range(4)]
+        return sum(src[(sel >> 4 * i) & 7] << 8 * i for i in range(4))
+
+    def f16x2(word):
+        return np.array([word & 0xFFFF, word >> 16], dtype=np.uint16).view(np.float16)
+
+    w = np.arange(-128, 128, dtype=np.int8).reshape(-1, 4)
+    for row in w:
+        reg = int(row.view(np.uint32)[0])  # element i in byte i, as Triton packs 8-bit inputs
+        t = reg ^ 0x80808080
+        got = []
+        for sel in PRMT_SEL:
+            pair = f16x2(prmt(t, 0x64646464, sel)) - np.float16(f16x2(F16_BIAS | F16_BIAS << 16)[0])
+            got += [float(v) for v in pair.astype(np.float32)]
+        assert got == [float(v) for v in row], (row, got)
+    assert np.float16(1152.0).view(np.uint16) == F16_BIAS
+    text = _PRMT_ASM.value
+    assert all(f"{sel:#06x}" in text for sel in PRMT_SEL) and f"{F16_BIAS << 16 | F16_BIAS:#010x}" in text
+
+
+def test_gemv_prmt_config_interpreted(monkeypatch):
+    """CVT="prmt" (inline PTX) is offered for int8 weights at BLOCK_M=1 only (with FUSED_GEMV_PRMT=1); the
+    interpreter runs it as "magic", the same exact widening: equal bits."""
+    from fused.kernels import w8a16_gemv as gv
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    _poisoned_empty(monkeypatch)
+    assert not any(c["CVT"] == "prmt" for c in _candidates(1, 4096, 14336, True, int8=True))  # off by default
+    monkeypatch.setattr(gv, "PRMT", True)
+    assert {c["CVT"] for c in _candidates(1, 4096, 14336, True, int8=True) if c["BLOCK_M"] == 1} == {
+        "magic", "native", "prmt"}
+    assert not any(c["CVT"] == "prmt" for c in _candidates(1, 4096, 14336, True, int8=False))
+    assert not any(c["CVT"] == "prmt" for c in _candidates(16, 4096, 14336, True, int8=True))
+    x, q, s, b = _case(1, 37, 200, "int8", True, True, torch.bfloat16, "cpu", "plain")
+    base = dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=64, SPLIT_K=2, num_warps=4, CVT="magic")
+    want = w8a16_gemv(x, q, s, b, "silu", True, config=base)
+    assert torch.equal(want, w8a16_gemv(x, q, s, b, "silu", True, config=dict(base, CVT="prmt")))
+
+
+def test_gemv_prmt_compiles_for_sm90():
+    """The inline PTX assembles (ptxas, no GPU needed) inside the gated M=1 GEMV, and is there."""
+    import os
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(root)
+    code = ("import sys; sys.path.insert(0, '.ci'); sys.path.insert(0, 'tests'); from gemv_sass import compile_gemv; "
+            "k = compile_gemv(dict(BLOCK_M=1, BLOCK_N=32, BLOCK_K=512, SPLIT_K=1, num_warps=4, CVT='prmt')); "
+            "p = k.asm['ptx']; print('PRMT' if 'prmt.b32' in p and 'sub.rn.f16x2' in p else 'MISSING')")
+    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
+        pytest.skip("no ptxas in this Triton")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "PRMT"
+
+
+@pytest.mark.cuda
+def test_gemv_prmt_candidates_cuda(monkeypatch):
+    """On the GPU: every CVT="prmt" GEMV candidate at M=1 (gated and not) gives the same bits as its "magic" twin
+    (the same exact weights, the same products and sums), and matches the reference."""
+    from fused.kernels import w8a16_gemv as gv
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    monkeypatch.setattr(gv, "PRMT", True)
+    for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336)), (True, (100, 520))):
+        x, q, s, b = _case(1, N, K, "int8", gated, True, torch.bfloat16, "cuda", "plain")
+        act = "silu" if gated else "gelu_tanh"
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
+        for cfg in [c for c in _candidates(1, N, K, gated, int8=True) if c["CVT"] == "prmt"]:
+            got = w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
+            want = w8a16_gemv(x, q, s, b, act, gated, config=dict(cfg, CVT="magic"))
+            assert torch.equal(got, want), (gated, N, K, cfg)
+            assert sqnr(ref, got) > 45, (gated, N, K, cfg)
+
+
 @pytest.mark.cuda
 def test_gemv_deterministic_cuda():
     from fused.kernels.w8a16_gemv import w8a16_gemv

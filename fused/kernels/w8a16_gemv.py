@@ -16,11 +16,13 @@ The last program also resets the counter, so the workspace needs no memset betwe
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
+from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -184,6 +186,11 @@ def _gemv_item(
 
 
 MAX_M = 64
+# CVT="prmt" candidates (epilogue.int8_to_f32_prmt) for int8 weights at BLOCK_M=1, offered with FUSED_GEMV_PRMT=1.
+# Prepared in the fifteenth session (sm_90 compile: the gated 32x512 loop 745 -> 637 SASS instructions, fp8's 539; the
+# PTX's arithmetic emulated on every int8 value in CI), not yet run on a GPU: off until its cuda test has passed on the
+# H200 (`bash .ci/h200_next.sh prmt`, which also times it with FUSED_RETUNE=1 against the shipped M=1 picks)
+PRMT = os.environ.get("FUSED_GEMV_PRMT", "0") == "1"
 
 
 def _block_m(M: int) -> int:
@@ -200,9 +207,10 @@ def _split_for(tiles: int, K: int, bk: int, target: int = 264) -> int:
     return split
 
 
-def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list[dict]:
     """First entry: the heuristic default (used untuned with FUSED_TUNE=0). CVT: how int8 becomes
-    float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit)."""
+    float ("magic": integer ops, see epilogue.int8_to_f32; "native": the conversion unit; "prmt": fp16 pairs
+    by byte permutes, epilogue.int8_to_f32_prmt, offered for int8 weights at BLOCK_M=1)."""
     out = []
     if M == 1:  # the 16-row tensor-core tile with 15 rows masked off competes too
         out += [c for c in _candidates(2, N, K, gated) if c["BLOCK_N"] == 32]
@@ -217,6 +225,9 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
             out += [base, dict(base, CVT="native")]
             if bm == 1:  # half the registers per thread for the widened tile: more loads in flight
                 out.append(dict(base, num_warps=8))
+            if bm == 1 and int8 and PRMT:  # the cheaper widening (sm_90: 637 instead of 745 SASS instructions per
+                # iteration of the gated 32x512 loop; fp8's is 539), prepared in the fifteenth session
+                out += [dict(base, CVT="prmt"), dict(base, CVT="prmt", num_warps=8)]
             # more weight bytes in flight per program: both gated tiles per step, or the next tile early
             if gated:
                 out += [dict(base, JOINT=True)] + ([dict(base, JOINT=True, num_warps=8)] if bm == 1 else [])
@@ -224,6 +235,13 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
             # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
             out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
     return out
+
+
+def _cvt(cfg: dict) -> str:
+    """The config's CVT for a launch: "prmt" is inline PTX, which the interpreter cannot run; there it becomes
+    "magic", which gives the same exact fp32 weights (so the same results)."""
+    cvt = cfg.get("CVT", "magic")
+    return "magic" if (cvt == "prmt" and INTERPRET) else cvt
 
 
 def _interpret_config(M, N, K):
@@ -262,15 +280,14 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             M, N, K, k_per, u_row0, tiles,
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
-            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=cfg.get("CVT", "magic"),
+            SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=_cvt(cfg),
             JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
             PERSISTENT=persistent > 0, num_warps=cfg["num_warps"],
         )
 
     if config is None:
-        from fused.kernels import INTERPRET
-
-        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (
+            lambda: _candidates(M, N, K, gated, int8=not w_fp8))
         config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype), cands, launch)
     launch(config)
     return y
