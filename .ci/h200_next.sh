@@ -3,8 +3,8 @@
 # usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: `testsx` (the whole cuda suite, 4 xdist workers: 361 s in the fifteenth session, 203 passed; it has
 # not yet run test_gemv_route_cuda with tuning on, nor the prmt tests), then `prmt` (the int8 M=1 GEMV's cheaper
-# widening, prepared), then `w8a16eager` (W8A16 plain calls at M=8192 300-500 µs over their graph time, prepared),
-# then the open leads in examples/results/h200/NOTES.md ("fifteenth").
+# widening, prepared), then `w8a16eager` (W8A16 plain calls at M=8192 300-500 µs over their graph time, prepared) and
+# `gptfull` (the GPT block with every baseline), then the open leads in examples/results/h200/NOTES.md ("fifteenth").
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
