@@ -992,3 +992,30 @@ if "gemvroute" in what:
     for k, v in tuning.timings.items():
         if "gemv_route" in k[0]:
             p("gemvroute timings", k[:3], v)
+
+if "firstlayer" in what:
+    # fifteenth session, prepared: fused.kernels.first_layer (act_quant(x) + the W8A8 gated GEMM + act_quant(h) in
+    # one persistent ticketed launch) against the three launches it replaces, Llama gate/up, graph µs. sm_90 compile
+    # (CPU): ~220 registers in the fused kernel against 127 for the standalone 128x64x128 8-warp gated GEMM, so 1
+    # CTA per SM instead of 2: it may lose the GEMM's one-wave advantage (the decode chain lost that way)
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.first_layer import default_config, first_layer
+    from fused.kernels.w8_gemm import w8_gemm
+    from lowbit import quantize_weight
+
+    for fmt in ("float8_e4m3", "int8"):
+        fp8 = fmt != "int8"
+        q, s = quantize_weight(torch.randn(2 * 14336, 4096, device="cuda"), fmt)
+        for M in (128, 64, 256):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            rows = max(32, -(-M // 16) * 16)
+
+            def three():
+                xq, xs = act_quant(x, fp8=fp8)
+                h = w8_gemm(xq, q, s, None, "silu", True, x_scale=xs, out_dtype=x.dtype)
+                return act_quant(h, fp8=fp8, rows=rows)
+            row = [f"three launches {gus(three):.1f}"]
+            for programs in (1, 2):
+                cfg = dict(default_config(M), PROGRAMS=programs)
+                row.append(f"one launch ({programs}/SM) {gus(lambda: first_layer(x, q, s, None, 'silu', True, rows=rows, config=cfg)):.1f}")
+            p(f"firstlayer {fmt} M={M}: " + ", ".join(row))

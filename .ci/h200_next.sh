@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: `testsx` (the whole cuda suite, 4 xdist workers: 361 s in the fifteenth session, 203 passed; it has
 # not yet run test_gemv_route_cuda with tuning on, nor the prmt tests), then `prmt` (the int8 M=1 GEMV's cheaper
 # widening, prepared), then `w8a16eager` (W8A16 plain calls at M=8192 300-500 µs over their graph time, prepared) and
@@ -44,6 +44,12 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  firstlayer)  # prepared in the fifteenth session, not yet run: the W8A8 first layer in one persistent ticketed launch
+               # (fused.kernels.first_layer: act_quant(x) + gated GEMM + act_quant(h)). Its cuda test, then graph µs
+               # against the three launches at M = 128 / 64 / 256. Prediction: a win of the two gaps (~4-6 µs at
+               # M=128) only if its ~220 registers (1 CTA per SM, sm_90 compile) do not cost more in the GEMM phase
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_first_layer.py 2>&1 | filt | tail -3
+    timeout 250 python3 .ci/diag.py firstlayer 2>&1 | filt | grep "firstlayer\|Error" ;;
   gptfull)  # the GPT block with every baseline (bf16 compile, torchao int8 weight-only / dynamic, fp8 rowwise / weight-only),
             # one process, as issue 3 asks; the fifteenth session's GPT run had bf16 eager only (its tuning took the
             # time; the picks now ship in tuned_h200.py)

@@ -92,28 +92,49 @@ def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexp
 
 
 @triton.jit
+def token_scale(amax, bad, QMAX: tl.constexpr, MIN_S: tl.constexpr):
+    """A token's scale from its row's absmax (NaN excluded) and whether the row holds a NaN: NaN must survive
+    (NaN in -> NaN out, as in the unquantized layer)."""
+    return tl.where(bad, float("nan"), tl.maximum(amax / QMAX, MIN_S))
+
+
+@triton.jit
+def zero_row(q_row, K, BLOCK_K: tl.constexpr):
+    """A padding row a caller asked for: zeros."""
+    offs = tl.arange(0, BLOCK_K)
+    for k0 in range(0, K, BLOCK_K):
+        tl.store(q_row + k0 + offs, tl.zeros((BLOCK_K,), dtype=q_row.dtype.element_ty), mask=k0 + offs < K)
+
+
+@triton.jit
+def quantize_row(x_row, stride_xk, q_row, s_out, K, QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr,
+                 BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
+    """One token: its scale to s_out, its quantized row to q_row (act_quant's program; fused.kernels.first_layer
+    runs it as an item)."""
+    offs = tl.arange(0, BLOCK_K)
+    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
+    scale = token_scale(amax, bad, QMAX, MIN_S)
+    tl.store(s_out, scale)
+    inv = reciprocal(scale)
+    if ONE_PASS:
+        tl.store(q_row + offs, _quantize(x, inv, QMAX, FP8, HAND_ROUND), mask=offs < K)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
+            tl.store(q_row + k0 + offs, _quantize(xk, inv, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
+
+
+@triton.jit
 def _act_quant_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
                       ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
     row = tl.program_id(0)
-    offs = tl.arange(0, BLOCK_K)
     q_row = q_ptr + row * stride_qm
-    if row >= M:  # a padding row the caller asked for: zeros (a branch, so real rows pay no select)
-        for k0 in range(0, K, BLOCK_K):
-            tl.store(q_row + k0 + offs, tl.zeros((BLOCK_K,), dtype=q_ptr.dtype.element_ty), mask=k0 + offs < K)
+    if row >= M:  # a padding row (a branch, so real rows pay no select)
+        zero_row(q_row, K, BLOCK_K)
     else:
-        x_row = x_ptr + row * stride_xm
-        x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
-        # NaN must survive (NaN in -> NaN out, as in the unquantized layer)
-        scale = tl.where(bad, float("nan"), tl.maximum(amax / QMAX, MIN_S))
-        tl.store(s_ptr + row, scale)
-        inv = reciprocal(scale)
-        if ONE_PASS:
-            tl.store(q_row + offs, _quantize(x, inv, QMAX, FP8, HAND_ROUND), mask=offs < K)
-        else:
-            for k0 in range(0, K, BLOCK_K):
-                xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
-                tl.store(q_row + k0 + offs, _quantize(xk, inv, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
+        quantize_row(x_ptr + row * stride_xm, stride_xk, q_row, s_ptr + row, K, QMAX, MIN_S, FP8, BLOCK_K, ONE_PASS,
+                     HAND_ROUND)
 
 
 def act_quant(x: torch.Tensor, fp8: bool, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -69,6 +69,29 @@ def _unstack(acc, OUT_M: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr)
 
 
 @triton.jit
+def tile_epilogue(acc, acc_u, xs, offs_n, n_ok, ws_ptr, b_ptr, su_ptr, bu_ptr, u_row0, GATED: tl.constexpr,
+                  A8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
+    """fp32 y of a tile from its accumulators: token scale xs [rows, 1] (A8), channel scale, bias, activation,
+    and for gated tiles the up accumulator's product (the same order of operations wherever it runs)."""
+    y = acc.to(tl.float32)
+    if A8:
+        y = y * xs
+    y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u.to(tl.float32)
+        if A8:
+            u = u * xs
+        u = u * tl.load(su_ptr + u_row0 + offs_n, mask=n_ok, other=0.0)[None, :]
+        if HAS_BIAS:
+            u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+        y = y * u
+    return y
+
+
+@triton.jit
 def _w8_gemm_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
@@ -186,25 +209,13 @@ def _w8_gemm_kernel(
     if SPLIT_K > 1:
         acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, pid, pid_k, SPLIT_K, GATED,
                                          OUT_M, BLOCK_N)
-    y = acc.to(tl.float32)
     if QX:
         xs = qscale[:, None]
-        y = y * xs
     elif A8:
         xs = tl.load(xs_ptr + offs_m, mask=m_ok, other=0.0)[:, None]
-        y = y * xs
-    y = y * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[None, :]
-    if HAS_BIAS:
-        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-    y = activation(y, ACT)
-    if GATED:
-        u = acc_u.to(tl.float32)
-        if A8:
-            u = u * xs
-        u = u * tl.load(su_ptr + u_row0 + offs_n, mask=n_ok, other=0.0)[None, :]
-        if HAS_BIAS:
-            u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
-        y = y * u
+    else:
+        xs = tl.zeros((OUT_M, 1), dtype=tl.float32)  # unused
+    y = tile_epilogue(acc, acc_u, xs, offs_n, n_ok, ws_ptr, b_ptr, su_ptr, bu_ptr, u_row0, GATED, A8, HAS_BIAS, ACT)
     out_mask = m_ok[:, None] & n_ok[None, :]
     if SPLIT_K > 1:  # only the program that finished the tile stores it
         tile = tl.arange(0, OUT_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]

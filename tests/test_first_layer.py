@@ -1,0 +1,127 @@
+"""fused.kernels.first_layer: act_quant(x) + the W8A8 GEMM + act_quant(h) in one persistent, ticketed launch, bit for
+bit against the three launches it replaces (CPU: Triton's interpreter, where one program takes every ticket)."""
+import pytest
+import torch
+
+from lowbit import quantize_weight
+
+FMTS = ["int8", "float8_e4m3"]
+# the interpreter's w8_gemm tile: the fp8 sums then run over the same K chunks as first_layer's interpreter tile
+GEMM_CFG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)
+
+
+def _poisoned(monkeypatch):
+    """torch.empty starts floats as NaN and integers as 77: an element nobody writes shows up."""
+    real = torch.empty
+
+    def empty(*a, **k):
+        t = real(*a, **k)
+        if t.numel():
+            t.view(torch.uint8).fill_(77) if t.element_size() == 1 else t.fill_(float("nan") if t.is_floating_point()
+                                                                                  else 77)
+        return t
+    monkeypatch.setattr(torch, "empty", empty)
+
+
+def _bits(t):
+    return t.view(torch.uint8) if t.dtype == torch.float8_e4m3fn else t
+
+
+def _three_launches(x, q, s, b, act, gated, rows, up=None):
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+
+    fp8 = q.dtype == torch.float8_e4m3fn
+    xq, xs = act_quant(x, fp8=fp8)
+    h = w8_gemm(xq, q, s, b, act, gated, x_scale=xs, out_dtype=x.dtype, config=GEMM_CFG, up=up)
+    return act_quant(h, fp8=fp8, rows=rows)
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_first_layer_bit_equal_interpreted(fmt, gated, monkeypatch):
+    """Odd shapes, transposed / offset views of x, padding rows, a NaN row, an Inf row, a zero weight row; twice
+    in a row (the counters and statistics reset themselves)."""
+    from fused.kernels.first_layer import first_layer
+
+    _poisoned(monkeypatch)
+    torch.manual_seed(0)
+    for M, N, K, bias, act, view, rows in [(3, 37, 50, True, "silu", "plain", 3),
+                                           (17, 20, 70, False, "gelu_tanh", "transposed", 32),
+                                           (5, 9, 40, True, "relu", "offset", 16)]:
+        R = 2 * N if gated else N
+        q, s = quantize_weight(torch.randn(R, K), fmt)
+        q[2] = 0
+        s[2] = 0.0
+        b = torch.randn(R) if bias else None
+        if view == "transposed":
+            x = torch.randn(K, M, dtype=torch.bfloat16).t()
+        elif view == "offset":
+            x = torch.randn(M + 1, K + 3, dtype=torch.bfloat16)[1:, 3:]
+        else:
+            x = torch.randn(M, K, dtype=torch.bfloat16)
+        x[1, 4] = float("nan")
+        if M > 2:
+            x[2, 7] = float("inf")
+        want_q, want_s = _three_launches(x, q, s, b, act, gated, rows)
+        for _ in range(2):
+            hq, hs = first_layer(x, q, s, b, act, gated, rows=rows)
+            assert hq.shape == (rows, N) and hq.dtype == want_q.dtype and hs.shape == (M,)
+            assert torch.equal(_bits(hq), _bits(want_q)), (M, N, K, view)
+            torch.testing.assert_close(hs, want_s, rtol=0, atol=0, equal_nan=True)
+        assert torch.isnan(hs[1]) and not torch.isnan(hs[0])
+        assert not _bits(hq[M:]).any()  # padding rows are zeros
+
+
+def test_first_layer_separate_up_and_errors(monkeypatch):
+    """The gated form with the up projection in tensors of its own equals the stacked one; bad calls are refused."""
+    from fused.kernels.first_layer import first_layer
+
+    _poisoned(monkeypatch)
+    torch.manual_seed(1)
+    M, N, K = 4, 24, 64
+    qg, sg = quantize_weight(torch.randn(N, K), "int8")
+    qu, su = quantize_weight(torch.randn(N, K), "int8")
+    bg, bu = torch.randn(N), torch.randn(N)
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    hq, hs = first_layer(x, qg, sg, bg, "silu", True, up=(qu, su, bu))
+    hq2, hs2 = first_layer(x, torch.cat([qg, qu]), torch.cat([sg, su]), torch.cat([bg, bu]), "silu", True)
+    assert torch.equal(hq, hq2) and torch.equal(hs, hs2)
+    want_q, want_s = _three_launches(x, qg, sg, bg, "silu", True, M, up=(qu, su, bu))
+    assert torch.equal(hq, want_q) and torch.equal(hs, want_s)
+    assert first_layer(x[:0], qg, sg, bg, "silu", True, up=(qu, su, bu))[0].shape == (0, N)
+    with pytest.raises(ValueError, match="rows=2"):
+        first_layer(x, qg, sg, rows=2)
+    with pytest.raises(ValueError, match="8-bit weights"):
+        first_layer(x, qg.float(), sg)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_first_layer_cuda(fmt):
+    """On the GPU (the H200's default tile, a persistent grid of 2 programs per SM): int8 bit-equal to the three
+    launches (exact int32 sums); fp8 h within the last bits of a GEMM whose K chunks may differ, so its quantized
+    bytes agree but for rounding ties (checked by the scales and the share of equal bytes); every call the same."""
+    from fused.kernels.first_layer import default_config, first_layer
+
+    torch.manual_seed(0)
+    for M, N, K, rows in ((128, 14336, 4096, 128), (17, 1000, 520, 32)):
+        q, s = quantize_weight(torch.randn(2 * N, K, device="cuda"), fmt)
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        cfg = default_config(M)
+        hq, hs = first_layer(x, q, s, None, "silu", True, rows=rows, config=cfg)
+        again = first_layer(x, q, s, None, "silu", True, rows=rows, config=cfg)
+        assert torch.equal(_bits(hq), _bits(again[0])) and torch.equal(hs, again[1])
+        from fused.kernels.act_quant import act_quant
+        from fused.kernels.w8_gemm import w8_gemm
+
+        fp8 = fmt != "int8"
+        xq, xs = act_quant(x, fp8=fp8)
+        h = w8_gemm(xq, q, s, None, "silu", True, x_scale=xs, out_dtype=x.dtype,
+                    config={k: v for k, v in cfg.items() if k != "PROGRAMS"})
+        wq, ws = act_quant(h, fp8=fp8, rows=rows)
+        if not fp8:
+            assert torch.equal(hq, wq) and torch.equal(hs, ws), (M, N, K)
+        else:
+            torch.testing.assert_close(hs, ws, rtol=1e-2, atol=0)
+            assert (_bits(hq) == _bits(wq)).float().mean() > 0.98, (M, N, K)
