@@ -25,7 +25,7 @@ import triton.language as tl
 from fused.kernels import INTERPRET, cdiv, next_pow2, sm_count, up_operands
 from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, quantize_row, reciprocal, token_scale, zero_row
 from fused.kernels.launch import empty, launch_kernel, persistent
-from fused.kernels.w8_gemm import _load_tiles, _mma, tile_epilogue
+from fused.kernels.w8_gemm import _load_tiles, _mma, grouped_tile, tile_epilogue
 from lowbit.quant import MIN_SCALE
 
 _stats: dict = {}  # device -> int32 [4 + 2·rows]: ticket, rows done, tiles done, programs out; |h| max bits, NaN flags
@@ -55,13 +55,7 @@ def _gemm_tile(tile, xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_pt
                GROUP_M: tl.constexpr):
     """One h tile from the quantized x (w8_gemm's A8 loop and epilogue, split-K 1), stored in h's dtype; its rows'
     |h| maxima (as stored) and NaN flags go to the row statistics."""
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group_size = GROUP_M * num_pid_n
-    first_m = (tile // group_size) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (tile % group_size) % rows_in_group
-    pid_n = (tile % group_size) // rows_in_group
+    pid_m, pid_n = grouped_tile(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)

@@ -69,6 +69,18 @@ def _unstack(acc, OUT_M: tl.constexpr, BLOCK_N: tl.constexpr, FP8: tl.constexpr)
 
 
 @triton.jit
+def grouped_tile(tile, M, N, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """(row tile, column tile) of a tile index in grouped order (Triton's matmul tutorial): GROUP_M row tiles
+    share the same weight columns while those are in L2."""
+    num_pid_m = tl.cdiv(M, ROWS)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    group_size = GROUP_M * num_pid_n
+    first_m = (tile // group_size) * GROUP_M
+    rows_in_group = min(num_pid_m - first_m, GROUP_M)
+    return first_m + (tile % group_size) % rows_in_group, (tile % group_size) // rows_in_group
+
+
+@triton.jit
 def tile_epilogue(acc, acc_u, xs, offs_n, n_ok, ws_ptr, b_ptr, su_ptr, bu_ptr, u_row0, GATED: tl.constexpr,
                   A8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr):
     """fp32 y of a tile from its accumulators: token scale xs [rows, 1] (A8), channel scale, bias, activation,
@@ -107,13 +119,7 @@ def _w8_gemm_kernel(
     # Otherwise OUT_M = BLOCK_M.
     pid = tl.program_id(0)
     pid_k = tl.program_id(1)
-    num_pid_m = tl.cdiv(M, OUT_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    group_size = GROUP_M * num_pid_n
-    first_m = (pid // group_size) * GROUP_M
-    rows_in_group = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % group_size) % rows_in_group
-    pid_n = (pid % group_size) // rows_in_group
+    pid_m, pid_n = grouped_tile(pid, M, N, OUT_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * OUT_M + tl.arange(0, OUT_M)  # output rows
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
