@@ -46,8 +46,8 @@ case "${1:-}" in
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
   firstlayer)  # prepared in the fifteenth session, not yet run: the W8A8 first layer in one persistent ticketed launch
                # (fused.kernels.first_layer: act_quant(x) + gated GEMM + act_quant(h)). Its cuda test, then graph µs
-               # against the three launches at M = 128 / 64 / 256. Prediction: a win of the two gaps (~4-6 µs at
-               # M=128) only if its ~220 registers (1 CTA per SM, sm_90 compile) do not cost more in the GEMM phase
+               # against the three launches at M = 128 / 64 / 256. Prediction: the two gaps, ~4-6 µs at M=128 (128
+               # registers in the sm_90 compile, 2 CTAs per SM as the standalone tile)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_first_layer.py 2>&1 | filt | tail -3
     timeout 250 python3 .ci/diag.py firstlayer 2>&1 | filt | grep "firstlayer\|Error" ;;
   gptfull)  # the GPT block with every baseline (bf16 compile, torchao int8 weight-only / dynamic, fp8 rowwise / weight-only),

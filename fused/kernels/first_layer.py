@@ -8,12 +8,13 @@ the QuantizedAct that fused.dispatch hands to a W8A8 second layer (HANDOFF). Ref
 Why one launch: at M=128 the fp8 W8A8 Llama block runs 5 kernels in 75.7 µs on the H200, the first layer three
 of them (52.0 µs in its route timing): two of the gaps between kernels go away.
 
-How (the decode chain's pattern, fused.kernels.decode_chain): a persistent grid takes tickets in order from an
-atomic counter. Tickets [0, M) quantize one x row each (act_quant's program); tickets for the GEMM tiles wait
-until every row is done (acquire) and end with h in x's dtype plus a per-row atomic max of |h| (int32 bits,
+How (after the decode chain, fused.kernels.decode_chain): one program per item, each numbered by a ticket from
+an atomic counter in the order programs start. Tickets [0, M) quantize one x row each (act_quant's program); the
+GEMM tiles wait until every row is done (acquire) and end with h in x's dtype plus a per-row atomic max of |h| (int32 bits,
 NaN left out and flagged apart, as act_quant's absmax drops NaN and counts it); the last tickets quantize one h
-row each once every tile is done. A program only waits on lower tickets, which running programs hold: no
-deadlock, whatever the grid. In the interpreter one program takes every ticket in order, so CI runs this code.
+row each once every tile is done. A program only waits on lower tickets, which programs already running hold: no
+deadlock, whatever order the hardware starts programs in. In the interpreter programs run one after another and
+take the tickets in order, so CI runs this code.
 The last program out resets the counters and the row statistics for the next call.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, cdiv, next_pow2, sm_count, up_operands
+from fused.kernels import INTERPRET, cdiv, next_pow2, up_operands
 from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, quantize_row, reciprocal, token_scale, zero_row
 from fused.kernels.launch import empty, launch_kernel, persistent
 from fused.kernels.w8_gemm import _load_tiles, _mma, grouped_tile, tile_epilogue
@@ -106,9 +107,11 @@ def _first_layer_kernel(
     st_ptr = sync_ptr + 4  # [M] |h| max bits, then [M] NaN flags
     tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     total = M + tiles + ROWS
+    # one item per program, numbered in the order programs start (a ticket, not the program id): an item only
+    # waits on lower tickets, whose programs are already running. (A persistent loop over tickets held ~220
+    # registers on sm_90 against 128 this way: 1 CTA per SM instead of 2.)
     t = tl.atomic_add(sync_ptr, 1, sem="relaxed")
-    while t < total:
-        t_next = tl.atomic_add(sync_ptr, 1, sem="relaxed")  # in flight during this item
+    if t < total:
         if t < M:  # x row t: act_quant's program
             quantize_row(x_ptr + t * stride_xm, stride_xk, xqb_ptr + t * K, xs_ptr + t, K, QMAX, MIN_S, FP8,
                          BLOCK_XK, XK_ONE_PASS, HAND_ROUND)
@@ -137,7 +140,6 @@ def _first_layer_kernel(
                     hk = tl.load(h_ptr + r * N + n0 + offs, mask=n0 + offs < N, other=0.0).to(tl.float32)
                     tl.store(hq_ptr + r * N + n0 + offs, _quantize(hk, inv, QMAX, FP8, HAND_ROUND),
                              mask=n0 + offs < N)
-        t = t_next
     # leave; the last program out resets the counters and the statistics (every ticket is taken and every item
     # finished reading them before its program counted itself out)
     tl.debug_barrier()
@@ -151,14 +153,13 @@ def _first_layer_kernel(
 
 
 def _interpret_config():
-    return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, PROGRAMS=3)
+    return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)
 
 
 def default_config(M: int) -> dict:
     """The H200's M=128 pick of the W8A8 gated GEMM (tuned_h200.py): a 128x64x128 tile, 3 stages, 8 warps, 2 CTAs
-    per SM; a persistent grid of 2 programs per SM."""
-    return dict(BLOCK_M=128 if M > 64 else 64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8,
-                PROGRAMS=2)
+    per SM."""
+    return dict(BLOCK_M=128 if M > 64 else 64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8)
 
 
 def first_layer(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -191,9 +192,7 @@ def first_layer(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bi
     w = qweight.view(torch.uint8) if as_u8 else qweight
     wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
     bits = lambda t: t.view(torch.uint8) if fp8 else t  # noqa: E731 (quantized activations are written as bits)
-    tiles = cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"])
-    per_sm = cfg.get("PROGRAMS", 2)
-    grid = (max(1, min(M + tiles + rows, per_sm * (sm_count(x.device) if x.is_cuda else 1))),)
+    grid = (M + cdiv(M, cfg["BLOCK_M"]) * cdiv(N, cfg["BLOCK_N"]) + rows,)  # one program per item
     block_xk = min(next_pow2(K), MAX_ONE_PASS)
     launch_kernel(_first_layer_kernel, grid,
         x, bits(xq), xq.view(torch.uint8) if as_u8 else xq, xs, w, wscale, bias if bias is not None else wscale,
