@@ -102,7 +102,7 @@ if __name__ == "__main__":
 
 def decode_chain_configs():
     """(label, kernel, pointers, ints, constexprs, num_warps) for the decode chain's first candidate at M = 1
-    (int8) and M = 16 (fp8) on the Llama-3-8B block."""
+    (int8) and M = 16 (fp8) on the Llama-3-8B block, as a persistent loop and one program per item."""
     from fused.kernels import decode_chain as dc
 
     K, H, D = 4096, 14336, 4096
@@ -119,5 +119,7 @@ def decode_chain_configs():
         consts = dict(GATED=True, ACT="silu", HAS_B1=True, HAS_B2=True, W1_FP8=fp8, W2_FP8=fp8, DOT="native",
                       CVT=c["CVT"], BM1=c["BM1"], BN1=c["BN1"], BK1=c["BK1"], SPLIT1=c["SPLIT1"], JOINT=False,
                       BM2=c["BM2"], BN2=c["BN2"], BK2=c["BK2"], SPLIT2=split2, CHUNKS_P2=8, PHASES=3)
-        out.append((f"M={M} {'fp8' if fp8 else 'int8'}", dc._decode_chain_kernel, pointers, ints, consts, c["num_warps"]))
+        for loop in (True, False):  # a persistent grid, one program per item
+            out.append((f"M={M} {'fp8' if fp8 else 'int8'} {'loop' if loop else 'one item'}", dc._decode_chain_kernel,
+                        pointers, ints, dict(consts, LOOP=loop), c["num_warps"]))
     return out
