@@ -26,6 +26,15 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  sixteenth1)  # sixteenth session, first call: (1) firstlayer (the W8A8 first layer in one launch, prepared in the fifteenth,
+               # prediction -4-6 µs at M=128); (2) the decode chain with one program per item (LOOP=False for the
+               # programs_per_sm=0 candidates: sm_90 registers 142 -> 80 at M=1 int8, 181 -> 94 at M=16 fp8, so ~6 programs
+               # fit per SM instead of 3; the eleventh session's chain lost because its 448 first-layer items ran in two
+               # waves at 3 per SM). Prediction: a p=0 candidate becomes the chain's best, within 2 µs of the two launches
+               # or under them. Its cuda tests check every candidate bit-equal to the two launches
+    bash "$0" firstlayer
+    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py 2>&1 | filt \
+      | grep -v "^$" | grep -v "^\.*$" | tail -60 ;;
   fifteenth1)  # fifteenth session: the two A/Bs prepared in the fourteenth (fourteenth4: 128-row STACK tiles at M=128 with
                # FUSED_RETUNE=1; fourteenth3: eager graphs above M=1024 and the fp8 2:4 W8A8 plain cell at 1024)
     bash "$0" fourteenth4
