@@ -53,6 +53,18 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  sixteenth2)  # sixteenth session, prepared: first_layer wired in as a third candidate of the "h out" route (FUSED_FIRST_LAYER=1,
+               # off by default), with the W8A8 GEMM's own tile (first_layer.gemm_config). Its cuda tests (handoff with the
+               # route forced to first_layer: int8 bit-equal, fp8 SQNR), then the Llama block W8A8 with it off / on at
+               # M = 128 / 1024 and the "h out" route timings. Prediction: fp8 W8A8 M=128 75.7 -> 70-72, int8 71.6 -> 66-68;
+               # at 1024 the route keeps the three launches or cuBLAS (the gaps are 2% there)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_first_layer.py tests/test_handoff.py \
+      2>&1 | filt | tail -3
+    ab FUSED_FIRST_LAYER "0 1" 6 190 --m 128,1024 --configs "ours fp8 W8A8,ours int8 W8A8"
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/FUSED_FIRST_LAYER1/bench.json'))['timings'].items():
+    if 'h out' in k: print(k[:140], sorted(v, key=lambda r: r[0]))" ;;
   firstlayer)  # prepared in the fifteenth session, not yet run: the W8A8 first layer in one persistent ticketed launch
                # (fused.kernels.first_layer: act_quant(x) + gated GEMM + act_quant(h)). Its cuda test, then graph µs
                # against the three launches at M = 128 / 64 / 256. Prediction: the two gaps, ~4-6 µs at M=128 (128

@@ -96,6 +96,26 @@ def test_first_layer_separate_up_and_errors(monkeypatch):
         first_layer(x, qg.float(), sg)
 
 
+def test_gemm_config_follows_the_w8a8_gemm(monkeypatch):
+    """first_layer takes the W8A8 GEMM's tile for the shape (picked in this process, else the shipped table) when it
+    can run it; split-K and stacked-plane picks, and shapes never picked, leave it to its default."""
+    from fused.kernels import tuning
+    from fused.kernels.first_layer import gemm_config
+
+    tile = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8)
+    assert gemm_config(100, 14336, 4096, True, torch.int8) == tile  # tuned_h200.py, bucket 128
+    assert gemm_config(100, 14336, 4096, True, torch.float8_e4m3fn) == tile
+    assert gemm_config(100, 14000, 4096, True, torch.int8) is None
+    monkeypatch.setattr(tuning, "_cache", {})
+    key = ("w8_gemm", 32, 100, 64, False, True, torch.int8)
+    tuning._cache[key] = dict(tile, BLOCK_M=32, SPLIT_K=1)
+    assert gemm_config(20, 100, 64, False, torch.int8) == dict(tile, BLOCK_M=32)
+    tuning._cache[key] = dict(tile, SPLIT_K=2)
+    assert gemm_config(20, 100, 64, False, torch.int8) is None
+    monkeypatch.setattr(tuning, "RETUNE", True)  # the shipped table is not taken as it is
+    assert gemm_config(100, 14336, 4096, True, torch.int8) is None
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_first_layer_cuda(fmt):

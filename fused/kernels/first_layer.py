@@ -162,6 +162,21 @@ def default_config(M: int) -> dict:
     return dict(BLOCK_M=128 if M > 64 else 64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8)
 
 
+def gemm_config(M: int, N: int, K: int, gated: bool, wdtype: torch.dtype) -> dict | None:
+    """The tile the W8A8 GEMM (act_quant + w8_gemm) takes for this shape, picked in this process or shipped in the
+    tuned table, when this kernel can run it (no split-K, no stacked planes): the same sums in the same order, so
+    h equals the three launches' bit for bit, fp8 too; else None."""
+    from fused.kernels import tuning
+
+    key = (tuning.m_bucket(M), N, K, gated, True, wdtype)
+    cfg = tuning._cache.get(("w8_gemm",) + key)
+    if cfg is None and not tuning.RETUNE:
+        cfg = tuning.TUNED.get(("w8_gemm",) + tuple(str(k) for k in key))
+    if cfg is None or cfg.get("SPLIT_K", 1) != 1 or cfg.get("STACK"):
+        return None
+    return {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")}
+
+
 def first_layer(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
                 act: str = "none", gated: bool = False, rows: int | None = None, up: tuple | None = None,
                 config: dict | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,7 +201,8 @@ def first_layer(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bi
     xs = empty((M,), device=x.device, dtype=torch.float32)
     h = empty((M, N), device=x.device, dtype=x.dtype)
     sync = _stats_buffer(x.device, M)
-    cfg = config or (_interpret_config() if INTERPRET else default_config(M))
+    cfg = config or (_interpret_config() if INTERPRET else gemm_config(M, N, K, gated, qweight.dtype)
+                     or default_config(M))
     # fp8 goes in natively on the GPU; the interpreter cannot do masked fp8 loads (as in w8_gemm)
     as_u8 = fp8 and INTERPRET
     w = qweight.view(torch.uint8) if as_u8 else qweight
