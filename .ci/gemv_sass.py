@@ -23,7 +23,7 @@ def compile_gemv(cfg, gated=True, fp8=False, M=1, N=14336, K=4096, xdt="*bf16", 
                 stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
     consts = dict(GATED=gated, W_FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", SPLIT_K=split,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=bk, DOT=cfg.get("DOT", "native"),
-                  CVT=cfg.get("CVT", "magic"), JOINT=False, PREFETCH=False, PERSISTENT=False)
+                  CVT=cfg.get("CVT", "magic"), JOINT=False, PREFETCH=False, PERSISTENT=False, STAGES=cfg.get("STAGES", 1))
     consts.update(extra or {})
     return compile_sm90(fn, pointers, ints, consts, cfg["num_warps"])["kernel"]
 

@@ -53,6 +53,25 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  sixteenth3)  # sixteenth session, prepared: the decode GEMVs' K loops pipelined by Triton (STAGES candidates at M=1: tiles
+               # streamed through shared memory by cp.async; sm_90 compile with triton 3.6: dense 32x512 BAR 10 -> 2, all
+               # loads LDGSTS, +4% instructions; 2:4 vsel 16x512 117 -> 96 registers, no layout conversion left in the loop,
+               # +25% instructions). Why: the 2:4 GEMV keeps one 4-5 KB tile in flight per program (~20 KB per SM) and
+               # streams at 1.2-1.8 TB/s; the dense GEMVs plateau at 2.6-2.85 TB/s. Its cuda tests (every staged candidate
+               # bit-equal to its plain twin), then the Llama block at M=1 with the shipped picks (FUSED_GEMV_STAGES=0)
+               # and retuned with the staged candidates in (FUSED_RETUNE=1), and the new GEMV picks. Prediction: int8 2:4
+               # W8A16 60.7 -> ~45 µs, fp8 W8A16 61.7 -> 54-58, int8 W8A16 66.9 -> 60-63
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "staged" \
+      tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -3
+    cf="ours int8 W8A16,ours fp8 W8A16,ours int8 2:4 W8A16"
+    FUSED_GEMV_STAGES=0 timeout 100 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
+      --out "$OUT/plain" > "$OUT/plain.log" 2>&1
+    echo "shipped picks (FUSED_GEMV_STAGES=0)"; grep "^|" "$OUT/plain.log" | grep -v "^|--" | head -5
+    FUSED_RETUNE=1 timeout 280 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
+      --out "$OUT/staged" > "$OUT/staged.log" 2>&1
+    echo "retuned with STAGES candidates"; grep "^|" "$OUT/staged.log" | grep -v "^|--" | head -5
+    python3 .ci/picks_to_tuned.py "$OUT/staged/bench.json" --match "gemv" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   sixteenth2)  # sixteenth session, prepared: first_layer wired in as a third candidate of the "h out" route (FUSED_FIRST_LAYER=1,
                # off by default), with the W8A8 GEMM's own tile (first_layer.gemm_config). Its cuda tests (handoff with the
                # route forced to first_layer: int8 bit-equal, fp8 SQNR), then the Llama block W8A8 with it off / on at

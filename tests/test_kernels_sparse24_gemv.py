@@ -175,6 +175,19 @@ def test_candidates_are_few_and_valid():
                 assert c["MODE"] != "dot" or min(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) >= 16
 
 
+@pytest.mark.parametrize("K", [40, 100, 128])
+def test_vsel_stages_equal_the_plain_loop(K):
+    """STAGES (the pipelined vsel loop) changes where tiles wait, not the arithmetic: bit-equal to STAGES=1 (the
+    interpreter ignores num_stages; the cuda candidate test checks the pipelined form on the GPU)."""
+    v, m, s = packed(2 * 37, K, torch.int8)
+    x = torch.randn(1, K, dtype=torch.bfloat16)
+    plain = config("vsel", 1)
+    y, ref = run_both(x, v, m, s, None, "silu", True, plain)
+    check(y, ref, torch.bfloat16)
+    assert torch.equal(run_both(x, v, m, s, None, "silu", True, dict(plain, STAGES=3))[0], y)
+    assert any(c.get("STAGES", 1) > 1 for c in _candidates(1, 14336, 4096, True))
+
+
 # --- on the H200 -------------------------------------------------------------------------------------------
 
 LLAMA = [(14336, 4096, True), (4096, 14336, False)]  # (N, K, gated): gate/up stacked [2N, K], down [N, K]
@@ -205,6 +218,10 @@ def test_cuda_every_candidate_compiles_and_is_right(M, vdtype):
     N, K = 1000, 2048
     v, m, s = packed(2 * N, K, vdtype, device="cuda")
     x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
+    b = torch.randn(2 * N, device="cuda")
     for cfg in _candidates(M, N, K, True):
-        y, ref = run_both(x, v, m, s, torch.randn(2 * N, device="cuda"), "silu", True, cfg)
+        y, ref = run_both(x, v, m, s, b, "silu", True, cfg)
         check(y, ref, torch.bfloat16)
+        if cfg.get("STAGES", 1) > 1:  # the pipelined loop: the plain loop's arithmetic, bit for bit
+            plain = {k: c for k, c in cfg.items() if k != "STAGES"}
+            assert torch.equal(y, run_both(x, v, m, s, b, "silu", True, plain)[0]), cfg

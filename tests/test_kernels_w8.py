@@ -443,6 +443,26 @@ def test_gemv_prmt_candidates_cuda(monkeypatch):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_gemv_staged_candidates_cuda(fmt):
+    """On the GPU: every pipelined (STAGES) GEMV candidate at M=1 gives the same bits as the plain loop with its tile
+    (only where the tiles wait changes), and matches the reference."""
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336)), (True, (100, 520))):
+        x, q, s, b = _case(1, N, K, fmt, gated, True, torch.bfloat16, "cuda", "plain")
+        act = "silu" if gated else "gelu_tanh"
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
+        staged = [c for c in _candidates(1, N, K, gated, int8=fmt == "int8") if c.get("STAGES", 1) > 1]
+        assert staged
+        for cfg in staged:
+            got = w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
+            plain = {k: v for k, v in cfg.items() if k != "STAGES"}
+            assert torch.equal(got, w8a16_gemv(x, q, s, b, act, gated, config=plain)), (gated, N, K, cfg)
+            assert sqnr(ref, got) > 45, (gated, N, K, cfg)
+
+
+@pytest.mark.cuda
 def test_gemv_deterministic_cuda():
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
@@ -499,7 +519,8 @@ def test_w8a16_large_m_widens(monkeypatch):
 
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("variant", [dict(JOINT=True), dict(PREFETCH=True), dict(JOINT=True, PREFETCH=True),
-                                     dict(PERSISTENT=1), dict(PERSISTENT=2, JOINT=True)])
+                                     dict(PERSISTENT=1), dict(PERSISTENT=2, JOINT=True), dict(STAGES=3),
+                                     dict(STAGES=3, PERSISTENT=2)])
 def test_gemv_loop_variants_interpreted(fmt, variant, monkeypatch):
     """The joint gate/up loop, the prefetching loop and the persistent grid (4 programs on the CPU, fewer than
     the items) add in the same order as the plain loops: equal bits, with and without split-K (the prefetch

@@ -6,6 +6,12 @@ import os
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+# The decode GEMVs' K loops software-pipelined by Triton (STAGES > 1: tiles streamed through shared memory by
+# cp.async, a few steps ahead), offered to the tuners as extra M=1 candidates (w8a16_gemv, sparse24_gemv).
+# Sixteenth session, compiled for sm_90 but not yet timed on a GPU; FUSED_GEMV_STAGES=0 leaves them out (the A/B).
+GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
+
+
 def dot_mode(dtype) -> str:
     """How a kernel should run its floating-point dot for activations of ``dtype``:
     "native" (bf16/fp16 tensor cores) or "fp32" (fp32 activations, or the interpreter)."""

@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, check_out, next_pow2
+from fused.kernels import GEMV_STAGES, cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
@@ -93,18 +93,20 @@ def _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_
 @triton.jit
 def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                   VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-                  TILED: tl.constexpr):
+                  TILED: tl.constexpr, STAGES: tl.constexpr):
     """"vsel" (BLOCK_M = 1). The values and meta tiles load as plain 2-D rows ([BLOCK_N, BLOCK_K/2] and
     [BLOCK_N, BLOCK_K/8], contiguous: 16-byte loads, where the 3-D tiles of "gather" compile to 1-4-byte
     loads) and are viewed as [BLOCK_N, G, 2] per 2:4 group in registers (_vsel_tile); x arrives as [G, 4]
     (G = BLOCK_K/4 groups, shared by all rows), split into its 4 columns, and each kept value picks its x
-    by its 2-bit position. Returns [1, BLOCK_N] fp32."""
+    by its 2-bit position. Returns [1, BLOCK_N] fp32.
+    STAGES > 1: Triton's pipeliner streams the value, meta and x tiles through shared memory (cp.async),
+    STAGES - 1 steps ahead (see STAGES in _candidates); 1: plain loads (the same SASS as a Python range)."""
     G: tl.constexpr = BLOCK_K // 4
     half_k = K // 2
     offs_g = tl.arange(0, G)
     r_ok = rows < R_END
     acc3 = tl.zeros((BLOCK_N, G, 2), dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         pos, w = _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_mn, VALUE, BLOCK_N,
                             BLOCK_K, EVEN_K, TILED)
         col = k0 + 4 * offs_g
@@ -231,13 +233,13 @@ def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_vn, stride_mn,
              VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-             TILED: tl.constexpr):
+             TILED: tl.constexpr, STAGES: tl.constexpr):
     if MODE == "dot":
         acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
                            stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, TILED)
     elif MODE == "vsel" and BLOCK_M == 1:
         acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
-                            VALUE, BLOCK_N, BLOCK_K, EVEN_K, TILED)
+                            VALUE, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
     elif MODE == "vsel":
         acc = _vsel_rows_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
                                  stride_vn, stride_mn, VALUE, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
@@ -258,6 +260,7 @@ def _sparse24_gemv_kernel(
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr = False,
     TILED: tl.constexpr = 0,  # meta: 0 row-major; tiled (cuSPARSELt's order): 1 byte gathers, 2 contiguous runs
+    STAGES: tl.constexpr = 1,  # vsel at BLOCK_M = 1: software-pipelined K loop (see _candidates)
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -266,11 +269,11 @@ def _sparse24_gemv_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, pid_n * BLOCK_N, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
+                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
     if GATED:
         acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, N + pid_n * BLOCK_N, M, 2 * N, K, k_lo, k_hi,
                          stride_xm, stride_xk,
-                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED)
+                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
     else:
         acc_u = acc
 
@@ -300,8 +303,9 @@ def _sparse24_gemv_kernel(
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
 
-def _cfg(mode, bm, bn, bk, warps):
-    return dict(MODE=mode, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+def _cfg(mode, bm, bn, bk, warps, stages=1):
+    cfg = dict(MODE=mode, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
+    return dict(cfg, STAGES=stages) if stages > 1 else cfg
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
@@ -311,9 +315,19 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     16 rows); for M <= 4 also vsel and gather with BLOCK_M = next power of two (their cost grows with M)."""
     if M == 1:
         # vsel won every M=1 comparison on the H200 (gate/up 50.2 vs 62.1 µs, down 29.8 vs 55.4); the best
-        # gather tile stays as the fallback
-        out = [_cfg("vsel", 1, 32, 256, 4), _cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8),
-               _cfg("vsel", 1, 64, 256, 8), _cfg("vsel", 1, 64, 128, 4), _cfg("gather", 1, 16, 256, 4)]
+        # gather tile stays as the fallback.
+        # STAGES (sixteenth session, not yet timed): the plain loop has one tile of 4-5 KB in flight per program
+        # (4 programs per SM at 117 registers): ~20 KB per SM, where ~25-30 KB are needed to cover the memory
+        # latency at 4 TB/s, so it streams at 1.2-1.8 TB/s. Pipelined through shared memory (triton 3.6, sm_90
+        # compile of 16x512: 96 registers, 5 programs per SM, 2 tiles ahead, no layout conversion left in the
+        # loop, 401 instructions per 32 values against 322)
+        out = [_cfg("vsel", 1, 32, 256, 4), _cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8)]
+        if GEMV_STAGES:
+            out += [_cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 32, 256, 4, 3), _cfg("vsel", 1, 16, 512, 4, 4),
+                    _cfg("vsel", 1, 64, 256, 8, 3)]
+        else:
+            out += [_cfg("vsel", 1, 64, 256, 8), _cfg("vsel", 1, 64, 128, 4)]
+        out.append(_cfg("gather", 1, 16, 256, 4))
     else:
         out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),
                _cfg("dot", 16, 32, 256, 4)]
@@ -391,7 +405,8 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
             x.stride(0), x.stride(1), v.stride(0), stride_m, y.stride(0), y.stride(1),
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-            EVEN_K=K % bk == 0, TILED=_tiled_mode(tiled, mode, bn, N, gated), num_warps=cfg["num_warps"],
+            EVEN_K=K % bk == 0, TILED=_tiled_mode(tiled, mode, bn, N, gated), STAGES=cfg.get("STAGES", 1),
+            num_warps=cfg["num_warps"],
         )
 
     if config is None:

@@ -22,7 +22,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
+from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -40,14 +40,38 @@ def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = offs_k < K
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
-                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
-        w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                    mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
-        acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
+        acc = _step(acc, k0, x_ptr, w_ptr, offs_m, rows, M, R_END, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                    W_FP8, BLOCK_M, BLOCK_K, DOT, CVT)
     return acc
+
+
+@triton.jit
+def _partial_staged(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
+                    stride_xm, stride_xk, stride_wn, stride_wk,
+                    W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    DOT: tl.constexpr, CVT: tl.constexpr, STAGES: tl.constexpr):
+    """_partial with the loop software-pipelined by Triton (STAGES > 1): the x and weight tiles stream through
+    shared memory (cp.async), STAGES - 1 steps ahead, without holding registers. A separate loop: the plain one
+    must stay a Python range (its dot form is pipelined by the launch's num_stages; see NOTES on its exact form)."""
+    rows = row0 + offs_n
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
+        acc = _step(acc, k0, x_ptr, w_ptr, offs_m, rows, M, R_END, K, stride_xm, stride_xk, stride_wn, stride_wk,
+                    W_FP8, BLOCK_M, BLOCK_K, DOT, CVT)
+    return acc
+
+
+@triton.jit
+def _step(acc, k0, x_ptr, w_ptr, offs_m, rows, M, R_END, K, stride_xm, stride_xk, stride_wn, stride_wk,
+          W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr, CVT: tl.constexpr):
+    """One K step of _partial: the masks are built here, inside the loop (see NOTES: hoisting them cost 50%)."""
+    offs_k = k0 + tl.arange(0, BLOCK_K)
+    k_ok = offs_k < K
+    x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
+                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+    w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
+                mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
+    return dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
 
 
 @triton.jit
@@ -78,8 +102,11 @@ def _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_h
 @triton.jit
 def _partial_k(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn, stride_wk,
                W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr):
-    if PREFETCH:
+               DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr):
+    if STAGES > 1:
+        acc = _partial_staged(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
+                              stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, STAGES)
+    elif PREFETCH:
         acc = _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
                                 stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
@@ -120,6 +147,7 @@ def _w8a16_gemv_kernel(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
+    STAGES: tl.constexpr = 1,
 ):
     if PERSISTENT:
         # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
@@ -127,12 +155,13 @@ def _w8a16_gemv_kernel(
             _gemv_item(item % TILES, item // TILES, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
                        part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                        stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
-                       GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
+                       GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
+                       STAGES)
     else:
         _gemv_item(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
                    part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
-                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH)
+                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH, STAGES)
 
 
 @triton.jit
@@ -142,7 +171,7 @@ def _gemv_item(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr,
+    DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr = 1,
 ):
     """One (output tile, K split) item: partial dot, split-K finish, epilogue. Returns the split-K `live`."""
     offs_m = tl.arange(0, BLOCK_M)
@@ -155,10 +184,11 @@ def _gemv_item(
                                    W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
         acc = _partial_k(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH, STAGES)
         if GATED:
             acc_u = _partial_k(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm,
-                               stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH)
+                               stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH,
+                               STAGES)
         else:
             acc_u = acc
 
@@ -225,6 +255,8 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             out += [base, dict(base, CVT="native")]
             if bm == 1:  # half the registers per thread for the widened tile: more loads in flight
                 out.append(dict(base, num_warps=8))
+                if GEMV_STAGES:  # the loop pipelined through shared memory (_partial_staged)
+                    out += [dict(base, STAGES=3), dict(base, STAGES=3, num_warps=8)]
             if bm == 1 and int8 and PRMT:  # the cheaper widening (sm_90: 637 instead of 745 SASS instructions per
                 # iteration of the gated 32x512 loop; fp8's is 539), prepared in the fifteenth session
                 out += [dict(base, CVT="prmt"), dict(base, CVT="prmt", num_warps=8)]
@@ -281,7 +313,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=_cvt(cfg),
-            JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
+            JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False), STAGES=cfg.get("STAGES", 1),
             PERSISTENT=persistent > 0, num_warps=cfg["num_warps"],
         )
 
