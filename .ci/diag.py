@@ -1015,3 +1015,54 @@ if "firstlayer" in what:
             cfg = default_config(M)
             one = gus(lambda: first_layer(x, q, s, None, "silu", True, rows=rows, config=cfg))
             p(f"firstlayer {fmt} M={M}: three launches {gus(three):.1f}, one launch {one:.1f}")
+
+if "rowwise" in what:
+    # sixteenth session, prepared: fp8 products on cuBLAS with the scales inside the GEMM (dispatch.CUBLAS_FP8:
+    # "rowwise" = torch._scaled_mm with [M, 1] x [1, N] scales, the CUTLASS rowwise kernel torchao's Float8 rowwise
+    # config runs; "rowwise_fast" with use_fast_accum, torchao's default) against our unit-scale form. (1) the raw
+    # GEMMs on the Llama shapes, graph µs; (2) the fp8 W8A8 block per form (routes re-timed), graph µs, the routes
+    # taken, SQNR against the bf16 block; (3) torchao fp8 rowwise + compile beside. Prediction: the rowwise GEMMs
+    # 5-10% faster at M=8192 (torchao's block 2417 vs our 2774 with the same structure), block 2774 -> ~2500
+    import copy
+
+    from fused import dispatch
+    from lowbit import sqnr
+    one = torch.ones((), device="cuda")
+    for M in (1024, 8192):
+        for name, (N, K) in (("gate/up", (28672, 4096)), ("down", (4096, 14336))):
+            a = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+            b = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn)
+            sa, sb = torch.rand(M, 1, device="cuda") + 0.5, torch.rand(1, N, device="cuda") + 0.5
+            row = []
+            for form, fn in (("unit", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16)),
+                             ("unit_fast", lambda: torch._scaled_mm(a, b.t(), one, one, out_dtype=torch.bfloat16,
+                                                                    use_fast_accum=True)),
+                             ("rowwise", lambda: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16)),
+                             ("rowwise_fast", lambda: torch._scaled_mm(a, b.t(), sa, sb, out_dtype=torch.bfloat16,
+                                                                       use_fast_accum=True))):
+                row.append(f"{form} {gus(fn):.1f}")
+            p(f"rowwise GEMM M={M} {name} [{N}, {K}]: " + ", ".join(row))
+            del a, b
+    base = make_block("llama", 4096, 14336, "cuda")
+    m = fused.quantize(copy.deepcopy(base), fused.FusedFloat8MLP(), blocks=True)
+    from torchao.quantization import Float8DynamicActivationFloat8WeightConfig, PerRow, quantize_
+    tao = copy.deepcopy(base)
+    quantize_(tao, Float8DynamicActivationFloat8WeightConfig(granularity=PerRow()))
+    tao = torch.compile(tao)
+    with torch.no_grad():
+        for M in (1024, 8192):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            want = base(x).float()
+            row = []
+            for form in ("unit", "rowwise", "rowwise_fast"):
+                dispatch.CUBLAS_FP8 = form
+                dispatch._dense_routes.clear()
+                m(x)  # the routes timed for this form
+                dispatch.stats.clear()
+                t = gus(lambda: m(x))
+                paths = sorted({k[1] for k, v in dispatch.stats.items() if v})
+                row.append(f"{form} {t:.1f} ({sqnr(want, m(x).float()):.1f} dB; {', '.join(paths)})")
+            tao(x)
+            row.append(f"torchao rowwise+compile {gus(lambda: tao(x)):.1f} ({sqnr(want, tao(x).float()):.1f} dB)")
+            p(f"rowwise block M={M}: " + "; ".join(row))
+    dispatch.CUBLAS_FP8 = "unit"

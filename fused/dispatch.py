@@ -419,6 +419,17 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # FUSED_CUBLAS_W8A8=0: off.
 CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "1") == "1"
 CUBLAS_PATH = "cublas+triton:scale_epilogue"
+# How the fp8 product runs on cuBLAS(Lt): "unit" (tensorwise unit scales, bf16 out; the token and channel scales
+# in our epilogue), "rowwise" (the scales inside the GEMM: torch._scaled_mm with [rows, 1] x [1, N] scales, the
+# CUTLASS rowwise kernel on sm_90 that torchao's Float8 rowwise config runs), "rowwise_fast" (the same with
+# use_fast_accum, torchao's default: no periodic fp32 promotion in the tensor-core accumulator). Why: torchao's fp8
+# rowwise block takes 2417 µs at M=8192 where ours takes 2774 with the same structure (quantize, GEMM, SiLU·mul
+# with h's quantization, GEMM): its GEMMs are faster than our unit-scale ones (1697 + 776 µs, seventh session).
+# Rowwise needs the rows of x unpadded (M a multiple of 16): other M keep "unit". Sixteenth session, not yet
+# measured: `bash .ci/h200_next.sh sixteenth4`; default "unit" until then.
+CUBLAS_FP8 = os.environ.get("FUSED_CUBLAS_FP8", "unit")
+if CUBLAS_FP8 not in ("unit", "rowwise", "rowwise_fast"):
+    raise ValueError(f"FUSED_CUBLAS_FP8 must be unit, rowwise or rowwise_fast, got {CUBLAS_FP8!r}")
 _dense_routes: dict = {}
 _unit_scales: dict = {}
 
@@ -460,7 +471,11 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
     else:
         M, dtype = x2.shape[0], x2.dtype
         xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
-    if fp8:
+    if fp8 and CUBLAS_FP8 != "unit" and xq.shape[0] == M:  # the scales inside the GEMM (CUBLAS_FP8)
+        y = torch._scaled_mm(xq, qweight.t(), xs[:, None], wscale[None, :], out_dtype=torch.bfloat16,
+                             use_fast_accum=CUBLAS_FP8 == "rowwise_fast")
+        xs = wscale = None  # applied
+    elif fp8:
         one = _unit_scales.get(xq.device)
         if one is None:
             one = _unit_scales[xq.device] = torch.ones((), device=xq.device)

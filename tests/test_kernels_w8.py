@@ -990,6 +990,62 @@ def test_cublas_w8a8_glue_emulated(fmt, gated, monkeypatch):
     assert dispatch._cublas_ok(q) and not dispatch._cublas_ok(q[:, :40]) and not dispatch._cublas_ok(q[:40])
 
 
+@pytest.mark.parametrize("mode", ["rowwise", "rowwise_fast"])
+@pytest.mark.parametrize("gated", [False, True])
+def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
+    """FUSED_CUBLAS_FP8 rowwise forms (torch._scaled_mm with the token and channel scales inside; the CPU build has
+    it too): the same outputs as the unit-scale form but for the rounding of y before the epilogue, for M a multiple
+    of 16 (the quantized h of a block's first layer too); other M take the unit-scale form, bit for bit."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    N = 2 * 48 if gated else 48
+    q, s = quantize_weight(torch.randn(N, 64), "float8_e4m3")
+    b = torch.randn(N)
+    for M in (17, 32):
+        x = torch.randn(M, 64, dtype=torch.bfloat16)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=True)
+        unit = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+        unit_q = dispatch._cublas_w8a8(x, q, s, b, "silu", gated, q_rows=32)
+        monkeypatch.setattr(dispatch, "CUBLAS_FP8", mode)
+        got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+        got_q = dispatch._cublas_w8a8(x, q, s, b, "silu", gated, q_rows=32)
+        monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
+        assert sqnr(ref.float(), got.float()) > 35, M
+        assert got_q.q.shape == (32, N // (2 if gated else 1)) and got_q.m == M
+        if M % 16:
+            assert torch.equal(got, unit) and torch.equal(got_q.q.view(torch.uint8), unit_q.q.view(torch.uint8))
+        else:
+            assert sqnr(unit.float(), got.float()) > 40
+            assert sqnr(unit_q.s, got_q.s) > 40 and not got_q.q[M:].view(torch.uint8).any()
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("mode", ["rowwise", "rowwise_fast"])
+def test_cublas_fp8_rowwise_cuda(mode, monkeypatch):
+    """The rowwise fp8 forms on the GPU (CUTLASS's rowwise kernel): close to the unit-scale form and the reference,
+    gated and not, with h quantized for a second layer; M not a multiple of 16 keeps the unit-scale form."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    for gated in (False, True):
+        N = 2 * 256 if gated else 256
+        q, s = quantize_weight(torch.randn(N, 512, device="cuda"), "float8_e4m3")
+        b = torch.randn(N, device="cuda")
+        for M in (17, 256, 1024):
+            x = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+            ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=True)
+            unit = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+            monkeypatch.setattr(dispatch, "CUBLAS_FP8", mode)
+            got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
+            qa = dispatch._cublas_w8a8(x, q, s, b, "silu", gated, q_rows=dispatch._handoff_rows(M))
+            monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
+            assert sqnr(ref.float(), got.float()) > 35 and sqnr(unit.float(), got.float()) > 38, (gated, M)
+            assert qa.m == M and sqnr(unit.float(), (qa.q[:M].float() * qa.s[:, None]).to(unit.dtype).float()) > 25
+            if M % 16:
+                assert torch.equal(got, unit)
+
+
 def _cublas_picked(monkeypatch, gated):
     """Route timings replaced by "cuBLAS wins, eager and graph", recording the candidates offered; stats cleared.
     Returns (offered, the dispatch op, its stats name)."""
