@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session: `testsx` (the whole cuda suite, 4 xdist workers: 361 s in the fifteenth session, 203 passed; it has
-# not yet run test_gemv_route_cuda with tuning on, nor the prmt tests), then `prmt` (the int8 M=1 GEMV's cheaper
-# widening, prepared), then `w8a16eager` (W8A16 plain calls at M=8192 300-500 µs over their graph time, prepared) and
-# `gptfull` (the GPT block with every baseline), then the open leads in examples/results/h200/NOTES.md ("fifteenth").
+# usage: bash .ci/h200_next.sh sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (prepared in the sixteenth, which had no device time; NOTES "sixteenth"): `sixteenth4` (fp8 rowwise
+# cuBLAS, M=1024/8192), `sixteenth2` (one-launch W8A8 first layer in the block), `sixteenth3` (staged decode GEMVs,
+# 2:4 first), `sixteenth5` (one-launch split W8A16), then `prmt`, `sixteenth1` (chain + firstlayer kernel-level),
+# `testsx`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -53,6 +53,13 @@ case "${1:-}" in
     timeout 450 python3 -m fused bench --blocks gpt --no-baselines --out "$OUT/gpt" \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" 2>&1 | filt > "$OUT/gpt.log"
     grep "^gpt " "$OUT/gpt.log" | sed 's/  */ /g' | cut -c1-110; grep "^|" "$OUT/gpt.log" | tail -16 ;;
+  sixteenth5)  # sixteenth session, prepared: act_split + the split GEMM in ONE ticketed launch (fused.kernels.split_gemm,
+               # dispatch.SPLIT_ONE_LAUNCH, opt-in; bit-identical to the two launches). Its cuda tests (bit-equal on Llama
+               # shapes with w8_gemm's own configs; 2 launches per compiled per-Linear block at M = 64 / 300), then W8A16
+               # at M = 32 / 128 / 512 off / on. Prediction: M=128 int8 114.1 -> ~110, fp8 108.5 -> ~104 (two gaps)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_split_gemm.py \
+      tests/test_compile_passes.py -k "split_gemm or launches_two" 2>&1 | filt | grep "CUDA kernels\|passed\|failed\|Error" | tail -12
+    ab FUSED_SPLIT_ONE_LAUNCH "0 1" 8 160 --m 32,128,512 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
   sixteenth4)  # sixteenth session, prepared: fp8 cuBLAS products with the scales inside the GEMM (dispatch.CUBLAS_FP8 rowwise /
                # rowwise_fast, opt-in): their test on the GPU, then `.ci/diag.py rowwise` (raw GEMMs, the fp8 W8A8 block per
                # form at M = 1024 / 8192 beside torchao fp8 rowwise + compile). Prediction: block 2774 -> ~2500 at 8192

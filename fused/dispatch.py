@@ -111,6 +111,18 @@ SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
 # act_split runs first (two launches per layer). 0 (default): act_split everywhere. To be measured on the H200
 # (FUSED_SPLIT_QX_MAX_M=1023 A/B).
 SPLIT_QX_MAX_M = int(os.environ.get("FUSED_SPLIT_QX_MAX_M", "0"))
+# act_split and the split GEMM in ONE launch (fused.kernels.split_gemm: a ticketed kernel whose first programs split
+# x's rows and whose GEMM items wait for them, then run w8_gemm's own tile with its own config: bit-identical to the
+# two launches). Why: 4 launches per W8A16 block at 17 <= M <= 1023 where issue 3 asks 2 (2 per block with it, under
+# torch.compile too), and two kernel gaps fewer. Sixteenth session, CPU-tested and compiled for sm_90 (registers
+# within 0-16 of w8_gemm's tile), not yet timed: off until `bash .ci/h200_next.sh sixteenth5` measures it
+# (FUSED_SPLIT_ONE_LAUNCH=1: on). Prediction: W8A16 M=128 114.1 -> ~110 µs (fp8 108.5 -> ~104).
+SPLIT_ONE_LAUNCH = os.environ.get("FUSED_SPLIT_ONE_LAUNCH", "0") == "1"
+_SPLIT_KERNEL = {False: "act_split+w8_gemm_split", True: "split_gemm"}
+
+
+def _is_split(kernel: str) -> bool:
+    return "w8_gemm_split" in kernel or kernel == "split_gemm"
 # The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
 # x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
 # fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight. fp16 activations
@@ -147,9 +159,9 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
         small = "w8a16_gemv"
         if not dynamic and fmt == "int8" and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             # the planes made inside the GEMM at small M (one launch), by act_split above
-            return "w8_gemm_split" if M <= SPLIT_QX_MAX_M else "act_split+w8_gemm_split"
+            return "w8_gemm_split" if M <= SPLIT_QX_MAX_M else _SPLIT_KERNEL[SPLIT_ONE_LAUNCH]
         if not dynamic and fmt == "float8_e4m3" and FP8_SPLIT and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
-            return "act_split+w8_gemm_split"
+            return _SPLIT_KERNEL[SPLIT_ONE_LAUNCH]
         large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
         if dynamic and M is not None and M <= QX_MAX_M:
             large = "w8_gemm_w8a8_qx"
@@ -178,7 +190,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     if device.type == "cuda" or _forced == "triton":
         kernel = triton_kernel_for(op, fmt, dynamic, M)
         # int8 planes (15 bits) would lose to fp32's 24 bits, e4m3 planes (~8) to fp16's 11 too
-        if "w8_gemm_split" in kernel and (dtype == torch.float32 or (fmt == "float8_e4m3" and dtype == torch.float16)):
+        if _is_split(kernel) and (dtype == torch.float32 or (fmt == "float8_e4m3" and dtype == torch.float16)):
             kernel = triton_kernel_for(op, "any", dynamic, M)
         if "|" in kernel and op in SPARSE_OPS:
             why = f"fused Triton 2:4 ({fmt} values): split-K sparse GEMV at M<={SPARSE_GEMV_MAX_M} (weight-only), tiled sparse kernel above"
@@ -207,16 +219,18 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
                             "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
-        elif "w8_gemm_split" in kernel and fmt == "float8_e4m3":
+        elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
-        elif "w8_gemm_split" in kernel:
+        elif _is_split(kernel):
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
         elif kernel.startswith("widen"):
             why = f"M>={WIDEN_MIN_M}: weight widened to 16 bits once per call (transient), 16-bit tiled GEMM"
         else:
             why = f"fused Triton ({op}, {fmt})"
+        if kernel == "split_gemm":
+            why += "; the split and the GEMM in one launch (SPLIT_ONE_LAUNCH)"
         return f"triton:{kernel}", why
     if op == "narrow_mlp":
         if device.type == "cpu":
@@ -341,12 +355,13 @@ def _triton_kernels():
         from fused.kernels.act_quant import act_quant
         from fused.kernels.act_split import act_split
         from fused.kernels.decode_block import decode_block
+        from fused.kernels.split_gemm import split_gemm
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
         from fused.kernels.widen import widen
 
         _kernels = SimpleNamespace(act_quant=act_quant, act_split=act_split, decode_block=decode_block, w8_gemm=w8_gemm,
-                                   w8a16_gemv=w8a16_gemv, widen=widen)
+                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm)
     return _kernels
 
 
@@ -362,7 +377,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_route(op, x2, qweight, wscale, bias, act, path)
         elif CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(qweight):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
-        elif M <= GEMV_ROUTE_MAX_M and path == SPLIT_PATH:
+        elif M <= GEMV_ROUTE_MAX_M and path in (SPLIT_PATH, SPLIT_ONE_PATH):
             path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
@@ -390,6 +405,8 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
     k = _triton_kernels()
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True, x_split=True)
+    elif path == SPLIT_ONE_PATH:
+        y = k.split_gemm(x2, qweight, wscale, bias, act, gated)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype, x_split=True)
@@ -578,6 +595,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # route takes the GEMV, under torch.compile too. FUSED_GEMV_ROUTE_MAX_M=0: off (split activations as before).
 GEMV_ROUTE_MAX_M = min(int(os.environ.get("FUSED_GEMV_ROUTE_MAX_M", "32")), 64)
 SPLIT_PATH = "triton:act_split+w8_gemm_split"
+SPLIT_ONE_PATH = "triton:split_gemm"
 GEMV_PATH = "triton:w8a16_gemv"
 
 
@@ -946,6 +964,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     up = (wu, su, bu)
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
+    elif path == SPLIT_ONE_PATH:
+        y = k.split_gemm(x2, wg, sg, bg, act, True, up=up)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=wg.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)

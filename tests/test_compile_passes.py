@@ -277,15 +277,19 @@ def _cuda_kernels_per_forward(fn, x, forwards=5) -> float:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("M,split", [(1, True), (64, False), (64, True)])
-def test_compiled_per_linear_llama_block_launches_two_kernels_cuda(M, split, monkeypatch):
+@pytest.mark.parametrize("M,split,one", [(1, True, False), (64, False, False), (64, True, False), (64, True, True),
+                                         (300, True, True)])
+def test_compiled_per_linear_llama_block_launches_two_kernels_cuda(M, split, one, monkeypatch):
     """The issue's count: 2 kernel launches per Llama block under torch.compile with the default
     (per-Linear) conversion: the gated kernel (gate + up + SiLU + product) and the down projection.
     Except where int8 W8A16 takes split activations (dispatch.SPLIT_MIN_M <= M <= SPLIT_MAX_M): act_split
     runs before each of the two GEMMs (4 launches; made inside the GEMM instead, one launch per layer, the
-    H200 block took 230.6 µs vs 86.6 at M=64). FUSED_SPLIT_MAX_M=0 gives back 2 launches there."""
+    H200 block took 230.6 µs vs 86.6 at M=64). FUSED_SPLIT_MAX_M=0 gives back 2 launches there, and so does
+    dispatch.SPLIT_ONE_LAUNCH (act_split and the split GEMM in one ticketed launch, fused.kernels.split_gemm)."""
     if not split:
         monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 0)
+    monkeypatch.setattr(dispatch, "SPLIT_ONE_LAUNCH", one)
+    monkeypatch.setattr(dispatch, "_cuda_paths", {})
     model = _per_linear(LlamaMLP(256, 512)).to(device="cuda", dtype=torch.bfloat16)
     x = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad(), _fresh():
@@ -294,7 +298,7 @@ def test_compiled_per_linear_llama_block_launches_two_kernels_cuda(M, split, mon
         assert dict(compile_passes.stats) == {"linear+silu": 1, "gated_pair(silu)": 1}
         assert sqnr(model(x), compiled(x)) > 35
     print(f"M={M}: {launches:g} CUDA kernels per compiled per-Linear Llama block (split activations {split})")
-    by_split = split and dispatch.SPLIT_MIN_M <= M <= dispatch.SPLIT_MAX_M
+    by_split = split and not one and dispatch.SPLIT_MIN_M <= M <= dispatch.SPLIT_MAX_M
     assert launches == (4 if by_split else 2)
     with torch.no_grad(), _fresh(enabled=False):
         off = _cuda_kernels_per_forward(torch.compile(model, fullgraph=True, dynamic=True), x)

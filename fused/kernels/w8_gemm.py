@@ -104,8 +104,8 @@ def tile_epilogue(acc, acc_u, xs, offs_n, n_ok, ws_ptr, b_ptr, su_ptr, bu_ptr, u
 
 
 @triton.jit
-def _w8_gemm_kernel(
-    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+def w8_tile(
+    pid, pid_k, x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, u_row0,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn, stride_xlo,
     GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
@@ -114,11 +114,12 @@ def _w8_gemm_kernel(
     X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
     HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
 ):
+    """One (output tile, K split) item of the kernel below: ``pid`` the tile (grouped order), ``pid_k`` the split.
+    A jit function so that kernels which make the GEMM's input in the same launch (fused.kernels.split_gemm) run
+    the very same tile."""
     # STACK (split planes from act_split, OUT_M = BLOCK_M / 2): the tile's first OUT_M rows are hi-plane rows,
     # the last OUT_M the same tokens' lo-plane rows, so one dot covers both planes (see STACK below for why).
     # Otherwise OUT_M = BLOCK_M.
-    pid = tl.program_id(0)
-    pid_k = tl.program_id(1)
     pid_m, pid_n = grouped_tile(pid, M, N, OUT_M, BLOCK_N, GROUP_M)
 
     offs_m = pid_m * OUT_M + tl.arange(0, OUT_M)  # output rows
@@ -228,6 +229,23 @@ def _w8_gemm_kernel(
         out_mask = out_mask & (tile < live)
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+@triton.jit
+def _w8_gemm_kernel(
+    x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, u_row0,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn, stride_xlo,
+    GATED: tl.constexpr, A8: tl.constexpr, FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+    DOT: tl.constexpr, FP8_AS_U8: tl.constexpr, SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
+    HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
+):
+    w8_tile(tl.program_id(0), tl.program_id(1), x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
+            part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk, stride_un,
+            stride_uk, stride_ym, stride_yn, stride_xlo, GATED, A8, FP8, HAS_BIAS, ACT, DOT, FP8_AS_U8, SPLIT_K,
+            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, X_LO, QX, QMAX, MIN_S, HAND_ROUND, STACK, OUT_M)
+
 
 
 # STACK candidates (both split planes in one tile) offered to the tuner at M <= 128: one >= 64-row wgmma per weight

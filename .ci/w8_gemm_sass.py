@@ -1,0 +1,100 @@
+"""SASS size and registers of w8_gemm variants (and of kernels built on its tile), compiled for sm_90 without a GPU
+(run without TRITON_INTERPRET): python .ci/w8_gemm_sass.py. A refactor of the tile must leave these unchanged."""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+import triton  # noqa: E402
+from triton.tools.disasm import get_sass  # noqa: E402
+
+from sm90_compile import compile_sm90  # noqa: E402
+from fused.kernels import w8_gemm as wg  # noqa: E402
+
+# (label, fp8, A8, X_LO, STACK, QX, SPLIT_K, BM, BN, BK, stages, warps, gated, N, K)
+VARIANTS = [
+    ("A8 int8 gate/up M=128", False, True, False, False, False, 1, 128, 64, 128, 3, 8, True, 14336, 4096),
+    ("A8 fp8 gate/up M=128", True, True, False, False, False, 1, 128, 64, 128, 3, 8, True, 14336, 4096),
+    ("A8 fp8 down split 4", True, True, False, False, False, 4, 64, 64, 128, 4, 4, False, 4096, 14336),
+    ("W8A16 int8 mixed", False, False, False, False, False, 1, 64, 128, 64, 3, 4, True, 14336, 4096),
+    ("split int8 gate/up", False, True, True, False, False, 1, 64, 128, 128, 4, 8, True, 14336, 4096),
+    ("split fp8 gate/up", True, True, True, False, False, 1, 64, 128, 128, 4, 8, True, 14336, 4096),
+    ("split STACK int8 down split 2", False, True, True, True, False, 2, 128, 64, 128, 3, 8, False, 4096, 14336),
+    ("QX int8 M=16", False, True, False, False, True, 1, 16, 64, 128, 3, 4, True, 14336, 4096),
+    ("QX split int8 M=16", False, True, True, False, True, 1, 16, 64, 128, 3, 4, True, 14336, 4096),
+]
+
+
+def regs(kernel) -> str:
+    f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
+    f.write(kernel.asm["cubin"])
+    f.close()
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    return (re.findall(r"REG:\d+", out) or ["REG:?"])[0]
+
+
+def compile_variant(v, kernel=None, extra_pointers=None, extra_ints=None, extra_consts=None):
+    label, fp8, a8, x_lo, stack, qx, split, bm, bn, bk, stages, warps, gated, N, K = v
+    M = 128
+    w = "*fp8e4nv" if fp8 else "*i8"
+    x = "*bf16" if (qx or not a8) else w
+    pointers = dict(x_ptr=x, xs_ptr="*fp32", w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32",
+                    bu_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32", **(extra_pointers or {}))
+    kper = -(-(-(-K // split)) // bk) * bk
+    ints = dict(M=M, N=N, K=K, K_PER_SPLIT=kper, u_row0=N if gated else 0, stride_xm=K, stride_xk=1, stride_wn=K,
+                stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1, stride_xlo=M * K, **(extra_ints or {}))
+    consts = dict(GATED=gated, A8=a8, FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", DOT="native",
+                  FP8_AS_U8=False, SPLIT_K=split, EVEN_K=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8,
+                  X_LO=x_lo, QX=qx, QMAX=127.0, MIN_S=1e-12, HAND_ROUND=False, STACK=stack,
+                  OUT_M=bm // 2 if stack else bm, **(extra_consts or {}))
+    return compile_sm90(kernel or wg._w8_gemm_kernel, pointers, ints, consts, warps, stages)["kernel"]
+
+
+def size(kernel) -> tuple[int, str]:
+    """(instruction count, a hash of the instruction text without addresses and labels)."""
+    import hashlib
+    ins = [line.split("\t", 1)[1].strip() for line in get_sass(kernel.asm["cubin"]).splitlines() if "\t" in line]
+    text = "\n".join(re.sub(r"0x[0-9a-f]+|\.L_x_\d+", "_", i) for i in ins)
+    return len(ins), hashlib.sha1(text.encode()).hexdigest()[:10]
+
+
+def compile_split_gemm(v):
+    """fused.kernels.split_gemm's kernel with a split variant's tile (M=128)."""
+    from fused.kernels import split_gemm as sgm
+    label, fp8, a8, x_lo, stack, qx, split, bm, bn, bk, stages, warps, gated, N, K = v
+    M, w = 128, "*fp8e4nv" if fp8 else "*i8"
+    pointers = dict(x_ptr="*bf16", qb_ptr="*u8" if fp8 else "*i8", q_ptr=w, xs_ptr="*fp32", sync_ptr="*i32", w_ptr=w,
+                    ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32", bu_ptr="*fp32", y_ptr="*bf16",
+                    part_ptr="*fp32", count_ptr="*i32")
+    out_m = bm // 2 if stack else bm
+    kper = -(-(-(-K // split)) // bk) * bk
+    ints = dict(M=M, N=N, K=K, K_PER_SPLIT=kper, u_row0=N if gated else 0, TILES=-(-M // out_m) * -(-N // bn),
+                stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
+    consts = dict(GATED=gated, FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", FP8_AS_U8=False,
+                  SPLIT_K=split, EVEN_K=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STACK=stack, OUT_M=out_m,
+                  QMAX=448.0 if fp8 else 32639.0, MIN_S=1e-12, HAND_ROUND=False, BLOCK_XK=sgm.ROW_BLOCK,
+                  XK_ONE_PASS=K <= sgm.ROW_BLOCK)
+    return compile_sm90(sgm._split_gemm_kernel, pointers, ints, consts, warps, stages)["kernel"]
+
+
+if __name__ == "__main__":
+    print("triton", triton.__version__)
+    if "split_gemm" in sys.argv[1:]:  # the one-launch split kernel against w8_gemm with the same tile
+        for v in VARIANTS:
+            if v[3] and not v[5]:  # X_LO, planes from act_split
+                k, k0 = compile_split_gemm(v), compile_variant(v)
+                n, _ = size(k)
+                print(f"split_gemm {v[0]}: {n} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+        for v in [("split fp8 STACK down split 2",) + VARIANTS[6][1:2] + (True,) + VARIANTS[6][3:]]:
+            v = (v[0], True) + v[2:]
+            k, k0 = compile_split_gemm(v), compile_variant(v)
+            print(f"split_gemm {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+        sys.exit()
+    for v in VARIANTS:
+        k = compile_variant(v)
+        n, h = size(k)
+        print(f"{v[0]}: {n} SASS instructions ({h}), {regs(k)}")
