@@ -1066,3 +1066,57 @@ if "rowwise" in what:
             row.append(f"torchao rowwise+compile {gus(lambda: tao(x)):.1f} ({sqnr(want, tao(x).float()):.1f} dB)")
             p(f"rowwise block M={M}: " + "; ".join(row))
     dispatch.CUBLAS_FP8 = "unit"
+
+if "staged" in what:
+    # sixteenth session, prepared: the decode GEMVs' pipelined K loops (STAGES). Per M=1 layer of the Llama block
+    # (dense int8 / fp8, int8 2:4): the config the tuner takes (shipped pick) against the same tile with STAGES 2 / 3
+    # / 4 and the new staged candidates, graph µs of the layer alone (L2 warm: a lower bound), bits checked
+    import copy
+
+    from fused.kernels import sparse24_gemv as sg
+    from fused.kernels import tuning
+    from fused.kernels import w8a16_gemv as gv
+    base = make_block("llama", 4096, 14336, "cuda")
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
+    for name, cfg in (("int8", fused.FusedInt8MLP()), ("fp8", fused.FusedFloat8MLP(weight_only=True)),
+                      ("int8 2:4", fused.FusedInt8MLP(sparsity="2:4"))):
+        m = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+        with torch.no_grad():
+            m(x)  # the tuner's picks for both layers
+        for layer, xin, gated in ((m.gate_up, x, True), (m.down, xh, False)):
+            sparse = hasattr(layer, "values")
+            if sparse:
+                fn = lambda c: sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None,  # noqa: E731
+                                                "silu" if gated else "none", gated, config=c)
+                key = [k for k in tuning.picks if k[0] == "sparse24_gemv" and k[1] == 1 and k[4] == gated]
+                N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
+                extra = [c for c in sg._candidates(1, N, K, gated) if c.get("STAGES", 1) > 1]
+            else:
+                fn = lambda c: gv.w8a16_gemv(xin, layer.qweight, layer.scale, None,  # noqa: E731
+                                             "silu" if gated else "none", gated, config=c)
+                key = [k for k in tuning.picks if k[0] == "w8a16_gemv" and k[1] == 1 and k[4] == gated
+                       and k[5] == layer.qweight.dtype]
+                N, K = layer.qweight.shape[0] // (2 if gated else 1), layer.qweight.shape[1]
+                extra = [c for c in gv._candidates(1, N, K, gated, int8=layer.qweight.dtype == torch.int8)
+                         if c.get("STAGES", 1) > 1]
+            pick = tuning.picks[key[0]] if key else None
+            if pick is None:
+                p(f"staged {name} {'gate/up' if gated else 'down'}: no pick found in {list(tuning.picks)[:4]}")
+                continue
+            want = fn(pick)
+            rows = [(gus(lambda: fn(pick)), "pick", pick)]
+            for c in [dict(pick, STAGES=s) for s in (2, 3, 4)] + extra:
+                try:
+                    y = fn(c)
+                except Exception as e:  # noqa: BLE001
+                    rows.append((float("inf"), f"failed {str(e)[:60]}", c))
+                    continue
+                same = "=" if (dict(c, STAGES=1) == dict(pick, STAGES=1)) and torch.equal(y, want) else " "
+                rows.append((gus(lambda: fn(c)), same, c))
+            rows.sort(key=lambda r: r[0])
+            p(f"staged {name} {'gate/up' if gated else 'down'}: pick {rows[[r[1] for r in rows].index('pick')][0]:.1f} µs")
+            for t, tag, c in rows[:5]:
+                p(f"   {t:7.1f} {tag} {c}")
+        del m
+        torch.cuda.empty_cache()

@@ -69,20 +69,22 @@ case "${1:-}" in
                # streamed through shared memory by cp.async; sm_90 compile with triton 3.6: dense 32x512 BAR 10 -> 2, all
                # loads LDGSTS, +4% instructions; 2:4 vsel 16x512 117 -> 96 registers, no layout conversion left in the loop,
                # +25% instructions). Why: the 2:4 GEMV keeps one 4-5 KB tile in flight per program (~20 KB per SM) and
-               # streams at 1.2-1.8 TB/s; the dense GEMVs plateau at 2.6-2.85 TB/s. Its cuda tests (every staged candidate
-               # bit-equal to its plain twin), then the Llama block at M=1 with the shipped picks (FUSED_GEMV_STAGES=0)
-               # and retuned with the staged candidates in (FUSED_RETUNE=1), and the new GEMV picks. Prediction: int8 2:4
-               # W8A16 60.7 -> ~45 µs; dense 0-3 µs at most (the third session's probe: a pure Triton read with 1 or 3
-               # stages took the same 38-39 µs for gate/up, and the dense GEMVs are within 10-20% of it)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "staged" \
+               # streams at 1.2-1.8 TB/s; the dense GEMVs plateau at 2.6-2.85 TB/s. (1) cuda tests (every staged candidate
+               # bit-equal to its plain twin); (2) `.ci/diag.py staged`: per M=1 layer, the shipped pick against the same
+               # tile staged and the staged candidates (graph µs); (3) the int8 2:4 W8A16 block at M=1 with the shipped
+               # picks (FUSED_GEMV_STAGES=0) and with the 2:4 GEMV retuned (FUSED_RETUNE=sparse24_gemv), its new picks.
+               # Prediction: int8 2:4 W8A16 60.7 -> ~45 µs; dense 0-3 µs at most (the third session's probe: a pure Triton
+               # read with 1 or 3 stages took the same 38-39 µs for gate/up, and the dense GEMVs are within 10-20% of it)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "staged" \
       tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -3
-    cf="ours int8 W8A16,ours fp8 W8A16,ours int8 2:4 W8A16"
-    FUSED_GEMV_STAGES=0 timeout 100 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
+    timeout 220 python3 .ci/diag.py staged 2>&1 | filt | grep "staged\|   \|Error"
+    cf="ours int8 2:4 W8A16"
+    FUSED_GEMV_STAGES=0 timeout 60 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
       --out "$OUT/plain" > "$OUT/plain.log" 2>&1
-    echo "shipped picks (FUSED_GEMV_STAGES=0)"; grep "^|" "$OUT/plain.log" | grep -v "^|--" | head -5
-    FUSED_RETUNE=1 timeout 280 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
+    echo "shipped picks (FUSED_GEMV_STAGES=0)"; grep "^|" "$OUT/plain.log" | grep -v "^|--" | head -4
+    FUSED_RETUNE=sparse24_gemv timeout 100 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
       --out "$OUT/staged" > "$OUT/staged.log" 2>&1
-    echo "retuned with STAGES candidates"; grep "^|" "$OUT/staged.log" | grep -v "^|--" | head -5
+    echo "2:4 GEMV retuned with the staged candidates"; grep "^|" "$OUT/staged.log" | grep -v "^|--" | head -4
     python3 .ci/picks_to_tuned.py "$OUT/staged/bench.json" --match "gemv" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   sixteenth2)  # sixteenth session, prepared: first_layer wired in as a third candidate of the "h out" route (FUSED_FIRST_LAYER=1,

@@ -99,6 +99,11 @@ def test_gemm_config_follows_the_w8a8_gemm(monkeypatch):
     assert gemm_config(20, 100, 64, False, torch.int8) is None
     monkeypatch.setattr(tuning, "RETUNE", True)  # the shipped table is not taken as it is
     assert gemm_config(100, 14336, 4096, True, torch.int8) is None
+    monkeypatch.setattr(tuning, "RETUNE", False)  # FUSED_RETUNE=<kernel list>: those kernels only
+    monkeypatch.setattr(tuning, "RETUNE_KERNELS", frozenset({"sparse24_gemv"}))
+    assert gemm_config(100, 14336, 4096, True, torch.int8) == tile
+    monkeypatch.setattr(tuning, "RETUNE_KERNELS", frozenset({"w8_gemm"}))
+    assert gemm_config(100, 14336, 4096, True, torch.int8) is None
 
 
 @pytest.mark.cuda

@@ -170,7 +170,7 @@ def gemm_config(M: int, N: int, K: int, gated: bool, wdtype: torch.dtype) -> dic
 
     key = (tuning.m_bucket(M), N, K, gated, True, wdtype)
     cfg = tuning._cache.get(("w8_gemm",) + key)
-    if cfg is None and not tuning.RETUNE:
+    if cfg is None and not tuning.retune("w8_gemm"):
         cfg = tuning.TUNED.get(("w8_gemm",) + tuple(str(k) for k in key))
     if cfg is None or cfg.get("SPLIT_K", 1) != 1 or cfg.get("STACK"):
         return None

@@ -92,7 +92,7 @@ def gemm_config(M: int, N: int, K: int, gated: bool, wdtype: torch.dtype) -> dic
         return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)
     key = (tuning.m_bucket(M), N, K, gated, True, wdtype, "split")
     cfg = tuning._cache.get(("w8_gemm",) + key)
-    if cfg is None and not tuning.RETUNE:
+    if cfg is None and not tuning.retune("w8_gemm"):
         cfg = tuning.TUNED.get(("w8_gemm",) + tuple(str(k) for k in key))
     return cfg or _candidates(M, N, K, gated, True, True, False)[0]
 

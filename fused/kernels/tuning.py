@@ -3,7 +3,8 @@
 No CUDA query and no tuning at import. On the first call for a new key on a GPU the candidates are timed
 once with triton.testing.do_bench and the winner is cached in-process (warm up before capturing a CUDA
 graph). Under the interpreter, or with FUSED_TUNE=0 (tests), the first candidate, a heuristic default,
-is taken. FUSED_RETUNE=1 ignores the shipped table (to measure new candidates against the old picks).
+is taken. FUSED_RETUNE=1 ignores the shipped table (to measure new candidates against the old picks); a comma list
+of kernel names ignores it for those kernels only.
 """
 from __future__ import annotations
 
@@ -12,7 +13,16 @@ import os
 from fused.kernels import INTERPRET
 from fused.kernels.tuned_h200 import TUNED
 
-RETUNE = os.environ.get("FUSED_RETUNE") == "1"
+# FUSED_RETUNE=1: every kernel; a comma list of kernel names (e.g. sparse24_gemv,w8a16_gemv): those only (a retune of
+# every kernel at a new M compiles hundreds of candidates)
+_RETUNE_ENV = os.environ.get("FUSED_RETUNE", "")
+RETUNE = _RETUNE_ENV == "1"
+RETUNE_KERNELS = frozenset(k for k in _RETUNE_ENV.split(",") if k and k != "1" and k != "0")
+
+
+def retune(kernel: str) -> bool:
+    """Whether ``kernel``'s shipped picks are to be timed against its candidates instead of taken."""
+    return RETUNE or kernel in RETUNE_KERNELS
 _cache: dict = {}
 # (kernel, key) -> config for every pick made in this process: what `explain`/bench report
 picks: dict = {}
@@ -37,7 +47,7 @@ def pick(kernel: str, key: tuple, candidates, launch) -> dict:
         return cfg
     candidates = candidates()
     tuned = TUNED.get((kernel,) + tuple(str(k) for k in key))
-    if RETUNE and tuned is not None:  # timed against the candidates, not taken as it is
+    if retune(kernel) and tuned is not None:  # timed against the candidates, not taken as it is
         candidates = candidates + [tuned] * (tuned not in candidates)
         tuned = None
     if INTERPRET or len(candidates) == 1 or os.environ.get("FUSED_TUNE") == "0":
