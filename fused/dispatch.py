@@ -489,8 +489,14 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
         M, dtype = x2.shape[0], x2.dtype
         xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
     if fp8 and CUBLAS_FP8 != "unit" and xq.shape[0] == M:  # the scales inside the GEMM (CUBLAS_FP8)
-        y = torch._scaled_mm(xq, qweight.t(), xs[:, None], wscale[None, :], out_dtype=torch.bfloat16,
-                             use_fast_accum=CUBLAS_FP8 == "rowwise_fast")
+        # a plain layer in bf16 (a block's down projection) is then finished by the GEMM itself (its bias too where
+        # it is bf16): one launch, no epilogue pass
+        done = (q_rows is None and not gated and act == "none" and dtype == torch.bfloat16
+                and (bias is None or bias.dtype == torch.bfloat16))
+        y = torch._scaled_mm(xq, qweight.t(), xs[:, None], wscale[None, :], bias=bias if done else None,
+                             out_dtype=torch.bfloat16, use_fast_accum=CUBLAS_FP8 == "rowwise_fast")
+        if done:
+            return y
         xs = wscale = None  # applied
     elif fp8:
         one = _unit_scales.get(xq.device)

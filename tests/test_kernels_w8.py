@@ -1018,6 +1018,16 @@ def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
         else:
             assert sqnr(unit.float(), got.float()) > 40
             assert sqnr(unit_q.s, got_q.s) > 40 and not got_q.q[M:].view(torch.uint8).any()
+    # a plain layer without activation (a block's down projection) is finished inside the GEMM, bf16 bias included
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    q1, s1 = q[:48], s[:48]
+    for bias in (None, b[:48].bfloat16(), b[:48]):
+        ref = linear_ref(x, q1, s1, bias, "none", dynamic=True)
+        unit = dispatch._cublas_w8a8(x, q1, s1, bias, "none", False)
+        monkeypatch.setattr(dispatch, "CUBLAS_FP8", mode)
+        got = dispatch._cublas_w8a8(x, q1, s1, bias, "none", False)
+        monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
+        assert got.dtype == torch.bfloat16 and sqnr(ref.float(), got.float()) > 35 and sqnr(unit.float(), got.float()) > 40
 
 
 @pytest.mark.cuda
