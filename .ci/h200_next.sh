@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (prepared in the sixteenth, which had no device time; NOTES "sixteenth"): `sixteenth4` (fp8 rowwise
 # cuBLAS, M=1024/8192), `sixteenth2` (one-launch W8A8 first layer in the block), `sixteenth3` (staged decode GEMVs,
 # 2:4 first), `sixteenth5` (one-launch split W8A16), then `prmt`, `sixteenth1` (chain + firstlayer kernel-level),
@@ -60,6 +60,13 @@ case "${1:-}" in
     timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_split_gemm.py \
       tests/test_compile_passes.py -k "split_gemm or launches_two" 2>&1 | filt | grep "CUDA kernels\|passed\|failed\|Error" | tail -12
     ab FUSED_SPLIT_ONE_LAUNCH "0 1" 8 160 --m 32,128,512 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
+  sixteenth6)  # sixteenth session, prepared: act_quant + the W8A8 GEMM in ONE ticketed launch (split_gemm.quant_gemm,
+               # dispatch.QUANT_ONE_LAUNCH, opt-in; bit-identical). Its cuda test, then the W8A8 blocks at M = 128 / 1024
+               # off / on (it changes the Triton candidate of the block's "h out" route: quant_gemm + act_quant(h)).
+               # Prediction: M=128 fp8 75.7 -> ~73 where the route keeps Triton (one gap); run after sixteenth2 decides
+               # FUSED_FIRST_LAYER (which removes both gaps of that layer)
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_split_gemm.py 2>&1 | filt | tail -3
+    ab FUSED_QUANT_ONE_LAUNCH "0 1" 6 180 --m 128,1024 --configs "ours fp8 W8A8,ours int8 W8A8" ;;
   sixteenth4)  # sixteenth session, prepared: fp8 cuBLAS products with the scales inside the GEMM (dispatch.CUBLAS_FP8 rowwise /
                # rowwise_fast, opt-in): their test on the GPU, then `.ci/diag.py rowwise` (raw GEMMs, the fp8 W8A8 block per
                # form at M = 1024 / 8192 beside torchao fp8 rowwise + compile). Prediction: block 2774 -> ~2500 at 8192

@@ -77,22 +77,17 @@ def compile_split_gemm(v):
     consts = dict(GATED=gated, FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", FP8_AS_U8=False,
                   SPLIT_K=split, EVEN_K=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STACK=stack, OUT_M=out_m,
                   QMAX=448.0 if fp8 else 32639.0, MIN_S=1e-12, HAND_ROUND=False, BLOCK_XK=sgm.ROW_BLOCK,
-                  XK_ONE_PASS=K <= sgm.ROW_BLOCK)
+                  XK_ONE_PASS=K <= sgm.ROW_BLOCK, SPLIT=x_lo)
     return compile_sm90(sgm._split_gemm_kernel, pointers, ints, consts, warps, stages)["kernel"]
 
 
 if __name__ == "__main__":
     print("triton", triton.__version__)
-    if "split_gemm" in sys.argv[1:]:  # the one-launch split kernel against w8_gemm with the same tile
-        for v in VARIANTS:
-            if v[3] and not v[5]:  # X_LO, planes from act_split
-                k, k0 = compile_split_gemm(v), compile_variant(v)
-                n, _ = size(k)
-                print(f"split_gemm {v[0]}: {n} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
-        for v in [("split fp8 STACK down split 2",) + VARIANTS[6][1:2] + (True,) + VARIANTS[6][3:]]:
-            v = (v[0], True) + v[2:]
+    if "split_gemm" in sys.argv[1:]:  # the one-launch kernels (split_gemm, quant_gemm) against w8_gemm, same tile
+        stack_fp8 = ("split fp8 STACK down split 2", True) + VARIANTS[6][2:]
+        for v in [v for v in VARIANTS if v[2] and not v[5]] + [stack_fp8]:  # A8 (planes or quantized x), x prepared
             k, k0 = compile_split_gemm(v), compile_variant(v)
-            print(f"split_gemm {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+            print(f"one_launch {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
         sys.exit()
     for v in VARIANTS:
         k = compile_variant(v)

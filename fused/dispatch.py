@@ -111,6 +111,13 @@ SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
 # act_split runs first (two launches per layer). 0 (default): act_split everywhere. To be measured on the H200
 # (FUSED_SPLIT_QX_MAX_M=1023 A/B).
 SPLIT_QX_MAX_M = int(os.environ.get("FUSED_SPLIT_QX_MAX_M", "0"))
+# The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
+# x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
+# fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight. fp16 activations
+# (11 bits) keep the mixed-input GEMM. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
+# -> split (FUSED_FP8_SPLIT=0/1, `.ci/h200_next.sh abqx`): M=64 122.6 -> 81.2, 128 156.8 -> 112.8,
+# 256 284.4 -> 187.5, 512 498.8 -> 335.2. FUSED_FP8_SPLIT=0 turns it off.
+FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
 # act_split and the split GEMM in ONE launch (fused.kernels.split_gemm: a ticketed kernel whose first programs split
 # x's rows and whose GEMM items wait for them, then run w8_gemm's own tile with its own config: bit-identical to the
 # two launches). Why: 4 launches per W8A16 block at 17 <= M <= 1023 where issue 3 asks 2 (2 per block with it, under
@@ -119,17 +126,17 @@ SPLIT_QX_MAX_M = int(os.environ.get("FUSED_SPLIT_QX_MAX_M", "0"))
 # (FUSED_SPLIT_ONE_LAUNCH=1: on). Prediction: W8A16 M=128 114.1 -> ~110 µs (fp8 108.5 -> ~104).
 SPLIT_ONE_LAUNCH = os.environ.get("FUSED_SPLIT_ONE_LAUNCH", "0") == "1"
 _SPLIT_KERNEL = {False: "act_split+w8_gemm_split", True: "split_gemm"}
+# The same for W8A8 layers above the GEMV range: act_quant and the W8A8 GEMM in one launch (split_gemm.quant_gemm),
+# bit-identical; 4 -> 2 launches per block under torch.compile with per-Linear layers, and a first layer whose h is
+# handed on quantized then takes 2 launches instead of 3. Prepared in the sixteenth session, not yet timed:
+# FUSED_QUANT_ONE_LAUNCH=1 (`bash .ci/h200_next.sh sixteenth6`).
+QUANT_ONE_LAUNCH = os.environ.get("FUSED_QUANT_ONE_LAUNCH", "0") == "1"
 
 
 def _is_split(kernel: str) -> bool:
     return "w8_gemm_split" in kernel or kernel == "split_gemm"
-# The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
-# x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
-# fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight. fp16 activations
-# (11 bits) keep the mixed-input GEMM. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
-# -> split (FUSED_FP8_SPLIT=0/1, `.ci/h200_next.sh abqx`): M=64 122.6 -> 81.2, 128 156.8 -> 112.8,
-# 256 284.4 -> 187.5, 512 498.8 -> 335.2. FUSED_FP8_SPLIT=0 turns it off.
-FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
+
+
 # At M <= DECODE_BLOCK_MAX_M a whole dense 8-bit MLP block may run as one decode_block launch (weight-only,
 # as the GEMV), when a measurement on the first call of the shape says it is faster than the two launches.
 # Off by default (0): on the H200 (2026-11-30, Llama-3-8B block, tuned) it lost at both M=1 (81-85 µs vs
@@ -162,7 +169,7 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
             return "w8_gemm_split" if M <= SPLIT_QX_MAX_M else _SPLIT_KERNEL[SPLIT_ONE_LAUNCH]
         if not dynamic and fmt == "float8_e4m3" and FP8_SPLIT and M is not None and SPLIT_MIN_M <= M <= SPLIT_MAX_M:
             return _SPLIT_KERNEL[SPLIT_ONE_LAUNCH]
-        large = "w8_gemm_w8a8" if dynamic else "w8_gemm_w8a16"
+        large = ("quant_gemm_w8a8" if QUANT_ONE_LAUNCH else "w8_gemm_w8a8") if dynamic else "w8_gemm_w8a16"
         if dynamic and M is not None and M <= QX_MAX_M:
             large = "w8_gemm_w8a8_qx"
         if not dynamic and M is not None and M >= WIDEN_MIN_M:
@@ -355,13 +362,13 @@ def _triton_kernels():
         from fused.kernels.act_quant import act_quant
         from fused.kernels.act_split import act_split
         from fused.kernels.decode_block import decode_block
-        from fused.kernels.split_gemm import split_gemm
+        from fused.kernels.split_gemm import quant_gemm, split_gemm
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
         from fused.kernels.widen import widen
 
         _kernels = SimpleNamespace(act_quant=act_quant, act_split=act_split, decode_block=decode_block, w8_gemm=w8_gemm,
-                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm)
+                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm, quant_gemm=quant_gemm)
     return _kernels
 
 
@@ -407,6 +414,8 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
         y = k.w8_gemm(x2, qweight, wscale, bias, act, gated, quantize_x=True, x_split=True)
     elif path == SPLIT_ONE_PATH:
         y = k.split_gemm(x2, qweight, wscale, bias, act, gated)
+    elif path == QUANT_ONE_PATH:
+        y = k.quant_gemm(x2, qweight, wscale, bias, act, gated)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype, x_split=True)
@@ -602,6 +611,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 GEMV_ROUTE_MAX_M = min(int(os.environ.get("FUSED_GEMV_ROUTE_MAX_M", "32")), 64)
 SPLIT_PATH = "triton:act_split+w8_gemm_split"
 SPLIT_ONE_PATH = "triton:split_gemm"
+QUANT_ONE_PATH = "triton:quant_gemm_w8a8"
 GEMV_PATH = "triton:w8a16_gemv"
 
 
@@ -972,6 +982,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
     elif path == SPLIT_ONE_PATH:
         y = k.split_gemm(x2, wg, sg, bg, act, True, up=up)
+    elif path == QUANT_ONE_PATH:
+        y = k.quant_gemm(x2, wg, sg, bg, act, True, up=up)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=wg.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
