@@ -3,8 +3,8 @@
 # usage: bash .ci/h200_next.sh sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (prepared in the sixteenth, which had no device time; NOTES "sixteenth"): `sixteenth4` (fp8 rowwise
 # cuBLAS, M=1024/8192), `sixteenth2` (one-launch W8A8 first layer in the block), `sixteenth3` (staged decode GEMVs,
-# 2:4 first), `sixteenth5` (one-launch split W8A16), then `prmt`, `sixteenth1` (chain + firstlayer kernel-level),
-# `testsx`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# 2:4 first), `sixteenth5` (one-launch split W8A16), then `sixteenth6` (one-launch W8A8 layer), `prmt`, `sixteenth1`
+# (chain + firstlayer kernel-level), `testsx`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
