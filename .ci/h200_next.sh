@@ -77,15 +77,17 @@ case "${1:-}" in
                # loads LDGSTS, +4% instructions; 2:4 vsel 16x512 117 -> 96 registers, no layout conversion left in the loop,
                # +25% instructions). Why: the 2:4 GEMV keeps one 4-5 KB tile in flight per program (~20 KB per SM) and
                # streams at 1.2-1.8 TB/s; the dense GEMVs plateau at 2.6-2.85 TB/s. (1) cuda tests (every staged candidate
-               # bit-equal to its plain twin); (2) `.ci/diag.py staged`: per M=1 layer, the shipped pick against the same
-               # tile staged and the staged candidates (graph µs); (3) the int8 2:4 W8A16 block at M=1 with the shipped
+               # bit-equal to its plain twin; they set FUSED_GEMV_STAGES=1, off by default, themselves); (2) `.ci/diag.py
+               # staged`: per M=1 layer, the shipped pick against the same tile staged and the staged candidates (graph
+               # µs); (3) the int8 2:4 W8A16 block at M=1 with the shipped
                # picks (FUSED_GEMV_STAGES=0) and with the 2:4 GEMV retuned (FUSED_RETUNE=sparse24_gemv), its new picks.
                # Prediction: int8 2:4 W8A16 60.7 -> ~45 µs; dense 0-3 µs at most (the third session's probe: a pure Triton
                # read with 1 or 3 stages took the same 38-39 µs for gate/up, and the dense GEMVs are within 10-20% of it)
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "staged" \
       tests/test_kernels_sparse24_gemv.py 2>&1 | filt | tail -3
-    timeout 220 python3 .ci/diag.py staged 2>&1 | filt | grep "staged\|   \|Error"
+    FUSED_GEMV_STAGES=1 timeout 220 python3 .ci/diag.py staged 2>&1 | filt | grep "staged\|   \|Error"
     cf="ours int8 2:4 W8A16"
+    export FUSED_GEMV_STAGES=1  # the staged candidates (off by default until these tests pass)
     FUSED_GEMV_STAGES=0 timeout 60 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "$cf" \
       --out "$OUT/plain" > "$OUT/plain.log" 2>&1
     echo "shipped picks (FUSED_GEMV_STAGES=0)"; grep "^|" "$OUT/plain.log" | grep -v "^|--" | head -4

@@ -176,7 +176,7 @@ def test_candidates_are_few_and_valid():
 
 
 @pytest.mark.parametrize("K", [40, 100, 128])
-def test_vsel_stages_equal_the_plain_loop(K):
+def test_vsel_stages_equal_the_plain_loop(K, monkeypatch):
     """STAGES (the pipelined vsel loop) changes where tiles wait, not the arithmetic: bit-equal to STAGES=1 (the
     interpreter ignores num_stages; the cuda candidate test checks the pipelined form on the GPU)."""
     v, m, s = packed(2 * 37, K, torch.int8)
@@ -185,7 +185,12 @@ def test_vsel_stages_equal_the_plain_loop(K):
     y, ref = run_both(x, v, m, s, None, "silu", True, plain)
     check(y, ref, torch.bfloat16)
     assert torch.equal(run_both(x, v, m, s, None, "silu", True, dict(plain, STAGES=3))[0], y)
-    assert any(c.get("STAGES", 1) > 1 for c in _candidates(1, 14336, 4096, True))
+    from fused.kernels import sparse24_gemv as sg
+
+    assert not any(c.get("STAGES", 1) > 1 for c in _candidates(1, 14336, 4096, True))  # FUSED_GEMV_STAGES=0
+    monkeypatch.setattr(sg, "GEMV_STAGES", True)
+    cands = _candidates(1, 14336, 4096, True)
+    assert any(c.get("STAGES", 1) > 1 for c in cands) and len(cands) <= 8
 
 
 # --- on the H200 -------------------------------------------------------------------------------------------
@@ -211,8 +216,11 @@ def test_cuda_llama_shapes_and_determinism(M, N, K, gated, vdtype):
 @pytest.mark.cuda
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
 @pytest.mark.parametrize("M", [1, 3, 6, 16])
-def test_cuda_every_candidate_compiles_and_is_right(M, vdtype):
+def test_cuda_every_candidate_compiles_and_is_right(M, vdtype, monkeypatch):
     # the tuner skips a config that fails: this is where a candidate that does not compile shows up
+    from fused.kernels import sparse24_gemv as sg
+
+    monkeypatch.setattr(sg, "GEMV_STAGES", True)  # the staged candidates too
     if vdtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs compute capability >= 8.9")
     N, K = 1000, 2048

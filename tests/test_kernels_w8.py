@@ -464,10 +464,13 @@ def test_gemv_prmt_candidates_cuda(monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
-def test_gemv_staged_candidates_cuda(fmt):
+def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
     """On the GPU: every pipelined (STAGES) GEMV candidate at M=1 gives the same bits as the plain loop with its tile
     (only where the tiles wait changes), and matches the reference."""
+    from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    monkeypatch.setattr(gv, "GEMV_STAGES", True)
 
     for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336)), (True, (100, 520))):
         x, q, s, b = _case(1, N, K, fmt, gated, True, torch.bfloat16, "cuda", "plain")
