@@ -81,6 +81,21 @@ def compile_split_gemm(v):
     return compile_sm90(sgm._split_gemm_kernel, pointers, ints, consts, warps, stages)["kernel"]
 
 
+def compile_first_layer(fp8: bool, bm: int, bn: int, bk: int, stages: int, warps: int, M: int = 128):
+    """fused.kernels.first_layer's kernel (gated Llama gate/up) with a tile."""
+    from fused.kernels import first_layer as fl
+    N, K, w = 14336, 4096, "*fp8e4nv" if fp8 else "*i8"
+    qb = "*u8" if fp8 else "*i8"
+    pointers = dict(x_ptr="*bf16", xqb_ptr=qb, xq_ptr=w, xs_ptr="*fp32", w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32",
+                    wu_ptr=w, su_ptr="*fp32", bu_ptr="*fp32", h_ptr="*bf16", hq_ptr=qb, hs_ptr="*fp32", sync_ptr="*i32")
+    ints = dict(M=M, N=N, K=K, ROWS=M, u_row0=N, stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K,
+                stride_uk=1)
+    consts = dict(GATED=True, FP8=fp8, HAS_BIAS=False, ACT="silu", QMAX=448.0 if fp8 else 127.0, MIN_S=1e-12,
+                  HAND_ROUND=False, FP8_AS_U8=False, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, BLOCK_XK=4096,
+                  XK_ONE_PASS=True, BLOCK_HN=4096)
+    return compile_sm90(fl._first_layer_kernel, pointers, ints, consts, warps, stages)["kernel"]
+
+
 if __name__ == "__main__":
     print("triton", triton.__version__)
     if "split_gemm" in sys.argv[1:]:  # the one-launch kernels (split_gemm, quant_gemm) against w8_gemm, same tile
@@ -88,6 +103,11 @@ if __name__ == "__main__":
         for v in [v for v in VARIANTS if v[2] and not v[5]] + [stack_fp8]:  # A8 (planes or quantized x), x prepared
             k, k0 = compile_split_gemm(v), compile_variant(v)
             print(f"one_launch {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+        for v in VARIANTS[:2]:  # first_layer with the M=128 (and M=1024) gate/up tiles of the W8A8 GEMM
+            for tile in ((128, 64, 128, 3, 8), (128, 128, 128, 4, 8)):
+                k = compile_first_layer(v[1], *tile)
+                k0 = compile_variant(v[:7] + tile[:3] + tile[3:] + v[12:])
+                print(f"first_layer {v[0]} tile {tile}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
         sys.exit()
     for v in VARIANTS:
         k = compile_variant(v)

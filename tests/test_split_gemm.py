@@ -170,8 +170,8 @@ def test_dispatch_one_launch_quant_interpreted(fmt, monkeypatch):
 
 
 def test_split_gemm_compiles_for_sm90():
-    """The ticketed kernel compiles for sm_90 (ptxas, no GPU) with the tuned M=128 tiles, split planes and quantized x,
-    int8 and fp8, and its registers stay within 16 of w8_gemm's tile (the row phase is light)."""
+    """The ticketed kernels compile for sm_90 (ptxas, no GPU) with the tuned tiles, split planes and quantized x, int8
+    and fp8 (first_layer too), and their registers stay within 16 of w8_gemm's tile (the row phases are light)."""
     import os
     import pathlib
     import re
@@ -188,7 +188,9 @@ def test_split_gemm_compiles_for_sm90():
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line for line in run.stdout.splitlines() if line.startswith("one_launch")]
     assert len(rows) == 7, run.stdout  # 3 W8A8 (quant_gemm) and 4 split (split_gemm) tiles
-    for line in rows:  # "one_launch <variant>: <n> SASS instructions, REG:<r> vs w8_gemm REG:<r0>"
+    first = [line for line in run.stdout.splitlines() if line.startswith("first_layer")]
+    assert len(first) == 4, run.stdout  # fused.kernels.first_layer with the M=128 and M=1024 gate/up tiles
+    for line in rows + first:  # "one_launch <variant>: <n> SASS instructions, REG:<r> vs w8_gemm REG:<r0>"
         r, r0 = (int(v) for v in re.findall(r"REG:(\d+)", line))
         assert r <= r0 + 16, line
 
