@@ -15,6 +15,6 @@ def test_ci_runs_the_readme_quick_start():
     quick = re.search(r"## Quick start.*?```bash\n(.*?)```", readme, re.S).group(1)
     expected = _commands(quick)
     assert expected == ['python3 -m pip install torch==2.13.0', 'python3 -m pip install -e ".[test,tools]"',
-                        "python3 -m fused demo", "python3 -m pytest -q tests"]
+                        "python3 -m fused demo", "python3 -m pytest -q -n 2 --dist loadfile tests"]
     ci = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
     assert _commands(ci) == expected
