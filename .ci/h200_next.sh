@@ -71,8 +71,11 @@ case "${1:-}" in
   sixteenth4)  # sixteenth session, prepared: fp8 cuBLAS products with the scales inside the GEMM (dispatch.CUBLAS_FP8 rowwise /
                # rowwise_fast, opt-in): their test on the GPU, then `.ci/diag.py rowwise` (raw GEMMs, the fp8 W8A8 block per
                # form at M = 1024 / 8192 beside torchao fp8 rowwise + compile). Prediction: block 2774 -> ~2500 at 8192
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "rowwise" 2>&1 | filt | tail -3
-    timeout 420 python3 .ci/diag.py rowwise 2>&1 | filt | grep "rowwise\|Error" ;;
+    # first, a smoke of the default paths this session refactored (w8_gemm's body as w8_tile, act_split's row, the
+    # dispatch's h-out and cuBLAS glue; testsx runs all), then the new rowwise tests
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py \
+      -k "rowwise or cublas_w8a8_cuda or act_quant_bit_exact or (dispatch_cuda and 300)" 2>&1 | filt | tail -3
+    timeout 380 python3 .ci/diag.py rowwise 2>&1 | filt | grep "rowwise\|Error" ;;
   sixteenth3)  # sixteenth session, prepared: the decode GEMVs' K loops pipelined by Triton (STAGES candidates at M=1: tiles
                # streamed through shared memory by cp.async; sm_90 compile with triton 3.6: dense 32x512 BAR 10 -> 2, all
                # loads LDGSTS, +4% instructions; 2:4 vsel 16x512 117 -> 96 registers, no layout conversion left in the loop,
