@@ -46,7 +46,7 @@ import triton.language as tl
 
 from fused.kernels import cdiv, check_out, dot_mode, next_pow2, sm_count
 from fused.kernels.launch import empty, launch_kernel, persistent
-from fused.kernels.splitk import buffers as splitk_buffers
+from fused.kernels.splitk import buffers as splitk_buffers, wait_count
 from fused.kernels.w8a16_gemv import _gemv_item
 
 # ticket counter, exit counter, then one ready counter per H chunk: int32, kept at zero between calls
@@ -98,9 +98,7 @@ def _chain_item(
         c = j // tiles2
         need = tl.minimum(per_chunk, tiles1 - c * per_chunk)
         if PHASES == 3:
-            r = tl.atomic_add(ready_ptr + c, 0, sem="acquire")
-            while r < need:
-                r = tl.atomic_add(ready_ptr + c, 0, sem="acquire")
+            wait_count(ready_ptr + c, need)
         _gemv_item(j % tiles2, c, h_ptr, w2_ptr, s2_ptr, b2_ptr, w2_ptr, s2_ptr, b2_ptr, y_ptr,
                    part_ptr + PART2, count_ptr + tiles1, M, D, H, KPS2, 0,
                    H, 1, stride_w2d, stride_w2h, stride_w2d, stride_w2h, stride_ym, stride_yd,

@@ -26,6 +26,7 @@ import triton.language as tl
 from fused.kernels import INTERPRET, cdiv, next_pow2, up_operands
 from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, quantize_row, reciprocal, token_scale, zero_row
 from fused.kernels.launch import empty, launch_kernel, persistent
+from fused.kernels.splitk import wait_count
 from fused.kernels.w8_gemm import _load_tiles, _mma, grouped_tile, tile_epilogue
 from lowbit.quant import MIN_SCALE
 
@@ -39,13 +40,6 @@ def _stats_buffer(device, M: int) -> torch.Tensor:
         persistent((new,), old=(buf,) if buf is not None else None)
         buf = _stats[device] = new
     return buf
-
-
-@triton.jit
-def _wait(ptr, need):
-    r = tl.atomic_add(ptr, 0, sem="acquire")
-    while r < need:
-        r = tl.atomic_add(ptr, 0, sem="acquire")
 
 
 @triton.jit
@@ -118,7 +112,7 @@ def _first_layer_kernel(
             tl.debug_barrier()
             tl.atomic_add(sync_ptr + 1, 1, sem="release")
         elif t < M + tiles:
-            _wait(sync_ptr + 1, M)
+            wait_count(sync_ptr + 1, M)
             _gemm_tile(t - M, xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, h_ptr, st_ptr,
                        M, N, K, u_row0, stride_wn, stride_wk, stride_un, stride_uk,
                        GATED, FP8, HAS_BIAS, ACT, FP8_AS_U8, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)
@@ -129,7 +123,7 @@ def _first_layer_kernel(
             if r >= M:
                 zero_row(hq_ptr + r * N, N, BLOCK_HN)
             else:
-                _wait(sync_ptr + 2, tiles)
+                wait_count(sync_ptr + 2, tiles)
                 amax = tl.atomic_add(st_ptr + r, 0, sem="relaxed").to(tl.float32, bitcast=True)
                 bad = tl.atomic_add(st_ptr + M + r, 0, sem="relaxed") > 0
                 scale = token_scale(amax, bad, QMAX, MIN_S)

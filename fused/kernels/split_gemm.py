@@ -31,7 +31,7 @@ from fused.kernels import INTERPRET, cdiv, next_pow2, up_operands
 from fused.kernels.act_quant import quantize_row
 from fused.kernels.act_split import split_row
 from fused.kernels.launch import empty, launch_kernel, persistent
-from fused.kernels.splitk import buffers
+from fused.kernels.splitk import buffers, wait_count
 from fused.kernels.w8_gemm import w8_tile
 from lowbit.quant import FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
@@ -74,9 +74,7 @@ def _split_gemm_kernel(
         tl.debug_barrier()
         tl.atomic_add(sync_ptr + 1, 1, sem="release")
     else:  # GEMM item (tile, K split) in w8_gemm's grid order, once every row is split
-        r = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
-        while r < M:
-            r = tl.atomic_add(sync_ptr + 1, 0, sem="acquire")
+        wait_count(sync_ptr + 1, M)
         i = t - M
         w8_tile(i % TILES, i // TILES, q_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr,
                 count_ptr, M, N, K, K_PER_SPLIT, u_row0, K, 1, stride_wn, stride_wk, stride_un, stride_uk, stride_ym,

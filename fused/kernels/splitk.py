@@ -16,6 +16,16 @@ from fused.kernels.launch import persistent
 _workspace: dict = {}
 
 
+@triton.jit
+def wait_count(ptr, need):
+    """Spin until the int32 counter at ``ptr`` reaches ``need`` (acquire: what the counting programs stored before
+    their release is visible after). The ticketed kernels (decode_chain, first_layer, split_gemm) wait this way, only
+    on items held by programs already running."""
+    r = tl.atomic_add(ptr, 0, sem="acquire")
+    while r < need:
+        r = tl.atomic_add(ptr, 0, sem="acquire")
+
+
 def buffers(device, part_numel: int, tiles: int):
     """Per-device partials (fp32; int32 accumulators are stored bitcast) and counters (int32, kept at
     zero by the kernels)."""

@@ -23,6 +23,8 @@ RETUNE_KERNELS = frozenset(k for k in _RETUNE_ENV.split(",") if k and k != "1" a
 def retune(kernel: str) -> bool:
     """Whether ``kernel``'s shipped picks are to be timed against its candidates instead of taken."""
     return RETUNE or kernel in RETUNE_KERNELS
+
+
 _cache: dict = {}
 # (kernel, key) -> config for every pick made in this process: what `explain`/bench report
 picks: dict = {}
