@@ -1028,6 +1028,7 @@ if "rowwise" in what:
     from fused import dispatch
     from lowbit import sqnr
     one = torch.ones((), device="cuda")
+    form0, dispatch.CUBLAS_FP8_MIN_M = dispatch.CUBLAS_FP8, 0
     for M in (1024, 8192):
         for name, (N, K) in (("gate/up", (28672, 4096)), ("down", (4096, 14336))):
             a = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
@@ -1066,7 +1067,36 @@ if "rowwise" in what:
             tao(x)
             row.append(f"torchao rowwise+compile {gus(lambda: tao(x)):.1f} ({sqnr(want, tao(x).float()):.1f} dB)")
             p(f"rowwise block M={M}: " + "; ".join(row))
-    dispatch.CUBLAS_FP8 = "unit"
+    dispatch.CUBLAS_FP8 = form0
+
+if "stgeq" in what:
+    # seventeenth session: test_gemv_staged_candidates_cuda failed on the H200 (both formats; message cut). Per case
+    # and staged candidate: bits equal to the plain twin?, max |diff|, SQNR to the plain twin and to the reference
+    from fused.kernels import w8a16_gemv as gv
+    from lowbit import quantize_weight, sqnr
+    from fused.reference import gated_ref, linear_ref
+    gv.GEMV_STAGES = True
+    for fmt in ("int8", "float8_e4m3"):
+        for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336)), (True, (100, 520))):
+            R = 2 * N if gated else N
+            q, s = quantize_weight(torch.randn(R, K, device="cuda"), fmt)
+            b = torch.randn(R, device="cuda")
+            x = torch.randn(1, K, device="cuda", dtype=torch.bfloat16)
+            act = "silu" if gated else "gelu_tanh"
+            ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
+            for cfg in [c for c in gv._candidates(1, N, K, gated, int8=fmt == "int8") if c.get("STAGES", 1) > 1]:
+                plain = {k: v for k, v in cfg.items() if k != "STAGES"}
+                try:
+                    got = gv.w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
+                    want = gv.w8a16_gemv(x, q, s, b, act, gated, config=plain)
+                except Exception as e:  # noqa: BLE001
+                    p(f"stgeq {fmt} {N}x{K} {cfg}: {type(e).__name__} {str(e)[:100]}")
+                    continue
+                d = (got.float() - want.float()).abs()
+                p(f"stgeq {fmt} {'g' if gated else 'l'} {N}x{K} {cfg}: equal {torch.equal(got, want)} "
+                  f"nan {int(got.isnan().sum())} maxdiff {d.nan_to_num(1e9).max().item():.3g} "
+                  f"diffs {int((d != 0).sum())}/{d.numel()} sqnr(plain) {sqnr(want.float(), got.float()):.1f} "
+                  f"sqnr(ref) {sqnr(ref.float(), got.float()):.1f} plain-sqnr(ref) {sqnr(ref.float(), want.float()):.1f}")
 
 if "staged" in what:
     # sixteenth session, prepared: the decode GEMVs' pipelined K loops (STAGES). Per M=1 layer of the Llama block

@@ -26,6 +26,34 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  seventeenth2)  # seventeenth session, last call: (1) the whole cuda suite with this session's defaults (staged GEMV
+                 # candidates on, fp8 rowwise_fast cuBLAS from M=1025, new M=1 picks), 8 xdist workers; (2) the 2:4 W8A8
+                 # blocks at M=1 with the 2:4 GEMV retuned (their fp8 tiled picks predate the staged candidates)
+    python3 -c "import xdist" 2>/dev/null || { echo "no xdist"; exit 1; }
+    timeout 360 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -n 8 --dist loadfile --durations=8 tests \
+      -k "not 32_row" 2>&1 | filt | tail -24
+    FUSED_RETUNE=sparse24_gemv timeout 110 python3 -m fused bench --blocks llama --m 1 --no-baselines \
+      --configs "ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/s24" > "$OUT/s24.log" 2>&1
+    grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -4
+    python3 .ci/picks_to_tuned.py "$OUT/s24/bench.json" --match "gemv" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  seventeenth1)  # seventeenth session: (1) why test_gemv_staged_candidates_cuda failed (diag stgeq: bits / SQNR of each
+                 # staged dense candidate against its plain twin and the reference); (2) the 2:4 GEMV's cuda candidate test
+                 # with the staged candidates (not selected by sixteenth3's -k); (3) M=1 rows with the staged candidates,
+                 # dense and 2:4 GEMVs retuned, their picks; (4) fp8 / int8 W8A8 at M = 1024 / 8192 with the rowwise_fast
+                 # default (FUSED_CUBLAS_FP8, shipped this session). Prediction (4): fp8 8192 2683 -> ~2470 as in diag
+    timeout 100 python3 .ci/diag.py stgeq 2>&1 | filt | grep "stgeq\|Error" | cut -c1-260
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_sparse24_gemv.py \
+      -k "every_candidate" 2>&1 | filt | tail -3
+    FUSED_GEMV_STAGES=1 FUSED_RETUNE=w8a16_gemv,sparse24_gemv timeout 200 python3 -m fused bench --blocks llama \
+      --m 1 --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours int8 2:4 W8A16,ours int8 W8A8,ours fp8 W8A8" \
+      --out "$OUT/m1" > "$OUT/m1.log" 2>&1
+    grep "^|" "$OUT/m1.log" | grep -v "^|--" | head -7
+    python3 .ci/picks_to_tuned.py "$OUT/m1/bench.json" --match "gemv" 2>&1 | filt
+    timeout 170 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines \
+      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/big" > "$OUT/big.log" 2>&1
+    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -4
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   sixteenth1)  # sixteenth session, first call: (1) firstlayer (the W8A8 first layer in one launch, prepared in the fifteenth,
                # prediction -4-6 µs at M=128); (2) the decode chain with one program per item (LOOP=False for the
                # programs_per_sm=0 candidates: sm_90 registers 142 -> 80 at M=1 int8, 181 -> 94 at M=16 fp8, so ~6 programs

@@ -121,15 +121,17 @@ FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
 # act_split and the split GEMM in ONE launch (fused.kernels.split_gemm: a ticketed kernel whose first programs split
 # x's rows and whose GEMM items wait for them, then run w8_gemm's own tile with its own config: bit-identical to the
 # two launches). Why: 4 launches per W8A16 block at 17 <= M <= 1023 where issue 3 asks 2 (2 per block with it, under
-# torch.compile too), and two kernel gaps fewer. Sixteenth session, CPU-tested and compiled for sm_90 (registers
-# within 0-16 of w8_gemm's tile), not yet timed: off until `bash .ci/h200_next.sh sixteenth5` measures it
-# (FUSED_SPLIT_ONE_LAUNCH=1: on). Prediction: W8A16 M=128 114.1 -> ~110 µs (fp8 108.5 -> ~104).
+# torch.compile too), and two kernel gaps fewer. Predicted W8A16 M=128 114.1 -> ~110 µs; measured on the H200
+# (2026-12-02, seventeenth session, `bash .ci/h200_next.sh sixteenth5`, Llama block, graph µs, off -> on): int8
+# M = 17 / 128 / 512 75.2 / 113.8 / 345.9 -> 77.8 / 127.0 / 391.0, fp8 76.4 / 107.3 / 345.4 -> 79.4 / 121.5 / 380.0.
+# It loses everywhere, so it stays off (FUSED_SPLIT_ONE_LAUNCH=1: on); why is not measured yet (NOTES, seventeenth).
 SPLIT_ONE_LAUNCH = os.environ.get("FUSED_SPLIT_ONE_LAUNCH", "0") == "1"
 _SPLIT_KERNEL = {False: "act_split+w8_gemm_split", True: "split_gemm"}
 # The same for W8A8 layers above the GEMV range: act_quant and the W8A8 GEMM in one launch (split_gemm.quant_gemm),
 # bit-identical; 4 -> 2 launches per block under torch.compile with per-Linear layers, and a first layer whose h is
-# handed on quantized then takes 2 launches instead of 3. Prepared in the sixteenth session, not yet timed:
-# FUSED_QUANT_ONE_LAUNCH=1 (`bash .ci/h200_next.sh sixteenth6`).
+# handed on quantized then takes 2 launches instead of 3. Prepared in the sixteenth session, not yet timed
+# (FUSED_QUANT_ONE_LAUNCH=1, `bash .ci/h200_next.sh sixteenth6`); its twin above lost 3-45 µs on the H200, and so did
+# first_layer below, so it stays off.
 QUANT_ONE_LAUNCH = os.environ.get("FUSED_QUANT_ONE_LAUNCH", "0") == "1"
 
 
@@ -451,11 +453,16 @@ CUBLAS_PATH = "cublas+triton:scale_epilogue"
 # use_fast_accum, torchao's default: no periodic fp32 promotion in the tensor-core accumulator). Why: torchao's fp8
 # rowwise block takes 2417 µs at M=8192 where ours takes 2774 with the same structure (quantize, GEMM, SiLU·mul
 # with h's quantization, GEMM): its GEMMs are faster than our unit-scale ones (1697 + 776 µs, seventh session).
-# Rowwise needs the rows of x unpadded (M a multiple of 16): other M keep "unit". Sixteenth session, not yet
-# measured: `bash .ci/h200_next.sh sixteenth4`; default "unit" until then.
-CUBLAS_FP8 = os.environ.get("FUSED_CUBLAS_FP8", "unit")
+# Rowwise needs the rows of x unpadded (M a multiple of 16): other M keep "unit".
+# H200, 2026-12-02 (seventeenth session, `bash .ci/h200_next.sh sixteenth4`, .ci/diag.py rowwise), fp8 W8A8 Llama
+# block, graph µs, unit / rowwise / rowwise_fast: M=1024 320.1 / 321.0 / 321.3, M=8192 2683.1 / 2684.7 / 2469.9
+# (torchao fp8 rowwise + compile 333.3 and 2603.5 in the same run; SQNR 23.6 dB for all). Raw GEMMs at M <= 128 lose
+# with rowwise scales (down at M=128: 22.5 unit, 37.8 rowwise_fast), where cuBLAS takes the down layer today, so the
+# rowwise form runs from CUBLAS_FP8_MIN_M (1025: the M buckets 2048 and up; 2048 / 4096 not measured, 1024 is even).
+CUBLAS_FP8 = os.environ.get("FUSED_CUBLAS_FP8", "rowwise_fast")
 if CUBLAS_FP8 not in ("unit", "rowwise", "rowwise_fast"):
     raise ValueError(f"FUSED_CUBLAS_FP8 must be unit, rowwise or rowwise_fast, got {CUBLAS_FP8!r}")
+CUBLAS_FP8_MIN_M = int(os.environ.get("FUSED_CUBLAS_FP8_MIN_M", "1025"))
 _dense_routes: dict = {}
 _unit_scales: dict = {}
 
@@ -497,7 +504,7 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
     else:
         M, dtype = x2.shape[0], x2.dtype
         xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
-    if fp8 and CUBLAS_FP8 != "unit" and xq.shape[0] == M:  # the scales inside the GEMM (CUBLAS_FP8)
+    if fp8 and CUBLAS_FP8 != "unit" and M >= CUBLAS_FP8_MIN_M and xq.shape[0] == M:  # scales inside (CUBLAS_FP8)
         # a plain layer in bf16 (a block's down projection) is then finished by the GEMM itself (its bias too where
         # it is bf16): one launch, no epilogue pass
         done = (q_rows is None and not gated and act == "none" and dtype == torch.bfloat16
@@ -669,9 +676,10 @@ def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
 # The first layer of a handed-off block in ONE launch (fused.kernels.first_layer: act_quant(x), the tiled GEMM with
 # its epilogue, act_quant(h), bit-equal for int8 to the three launches with the same tile), a third candidate of
 # the "h out" route beside the three Triton launches and cuBLAS + epilogue_quant. Why: at M=128 the fp8 W8A8 Llama
-# block runs 5 kernels in 75.7 µs on the H200 (target 70), three of them this layer's. Prepared in the fifteenth
-# and sixteenth sessions without a GPU: not yet measured, so off by default (FUSED_FIRST_LAYER=1: on; `bash
-# .ci/h200_next.sh firstlayer` / `sixteenth2` measure it). Prediction: -4-6 µs at M=128 (two kernel gaps).
+# block runs 5 kernels in 75.7 µs on the H200 (target 70), three of them this layer's. Predicted -4-6 µs at M=128
+# (two kernel gaps); measured (H200, 2026-12-02, `bash .ci/h200_next.sh sixteenth2`, the route's graph µs, three
+# launches / cuBLAS / first_layer): fp8 M=128 52.3 / 52.8 / 58.7, int8 54.0 / 71.3 / 58.8; M=1024 fp8 220.3 / 229.5 /
+# 325.8, int8 252.6 / 334.6 / 320.0. It never wins, so it stays off (FUSED_FIRST_LAYER=1: a route candidate).
 FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer"}
 

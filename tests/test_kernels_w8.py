@@ -466,7 +466,8 @@ def test_gemv_prmt_candidates_cuda(monkeypatch):
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
     """On the GPU: every pipelined (STAGES) GEMV candidate at M=1 gives the same bits as the plain loop with its tile
-    (only where the tiles wait changes), and matches the reference."""
+    at 4 warps (only where the tiles wait changes); at 8 warps the pipelined loop's layout reduces across warps in
+    another order (H200: 1-4 of 14336 outputs differ in the last bit, SQNR to the plain twin >= 135 dB)."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
@@ -481,7 +482,11 @@ def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
         for cfg in staged:
             got = w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
             plain = {k: v for k, v in cfg.items() if k != "STAGES"}
-            assert torch.equal(got, w8a16_gemv(x, q, s, b, act, gated, config=plain)), (gated, N, K, cfg)
+            want = w8a16_gemv(x, q, s, b, act, gated, config=plain)
+            if cfg["num_warps"] == 4:
+                assert torch.equal(got, want), (gated, N, K, cfg)
+            else:
+                assert sqnr(want, got) > 100 and (got != want).sum() <= 8, (gated, N, K, cfg)
             assert sqnr(ref, got) > 45, (gated, N, K, cfg)
 
 
@@ -1001,6 +1006,8 @@ def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
     of 16 (the quantized h of a block's first layer too); other M take the unit-scale form, bit for bit."""
     from fused import dispatch
 
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8_MIN_M", 0)
     torch.manual_seed(0)
     N = 2 * 48 if gated else 48
     q, s = quantize_weight(torch.randn(N, 64), "float8_e4m3")
@@ -1031,6 +1038,13 @@ def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
         got = dispatch._cublas_w8a8(x, q1, s1, bias, "none", False)
         monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
         assert got.dtype == torch.bfloat16 and sqnr(ref.float(), got.float()) > 35 and sqnr(unit.float(), got.float()) > 40
+    # below CUBLAS_FP8_MIN_M the unit-scale form runs, bit for bit
+    unit = dispatch._cublas_w8a8(x, q1, s1, None, "none", False)
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8", mode)
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8_MIN_M", 33)
+    assert torch.equal(dispatch._cublas_w8a8(x, q1, s1, None, "none", False), unit)
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8_MIN_M", 32)
+    assert not torch.equal(dispatch._cublas_w8a8(x, q1, s1, None, "none", False), unit)
 
 
 @pytest.mark.cuda
@@ -1040,6 +1054,8 @@ def test_cublas_fp8_rowwise_cuda(mode, monkeypatch):
     gated and not, with h quantized for a second layer; M not a multiple of 16 keeps the unit-scale form."""
     from fused import dispatch
 
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
+    monkeypatch.setattr(dispatch, "CUBLAS_FP8_MIN_M", 0)
     torch.manual_seed(0)
     for gated in (False, True):
         N = 2 * 256 if gated else 256

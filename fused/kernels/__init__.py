@@ -7,10 +7,13 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 # The decode GEMVs' K loops software-pipelined by Triton (STAGES > 1: tiles streamed through shared memory by
-# cp.async, a few steps ahead), offered to the tuners as extra M=1 candidates (w8a16_gemv, sparse24_gemv) with
-# FUSED_GEMV_STAGES=1. Sixteenth session, compiled for sm_90 but not yet run on a GPU: off until their cuda tests (each
-# bit-equal to its plain twin) pass there, so that the tuner of a new shape never picks an untested kernel.
-GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "0") == "1"
+# cp.async, a few steps ahead), offered to the tuners as extra M=1 candidates (w8a16_gemv, sparse24_gemv).
+# H200, 2026-12-02 (seventeenth session, `bash .ci/h200_next.sh sixteenth3` / `seventeenth1`): the 2:4 vsel tile
+# 16x512 went 53.5 -> 41.8 µs for gate/up and 32.0 -> 24.6 for down (layer alone, graph), the int8 2:4 W8A16 block
+# at M=1 62.6 -> 59.4 (cuSPARSELt keeps gate/up in graphs, 38 µs); dense GEMVs 0-1.3 µs per layer. Every staged
+# candidate matches its plain twin (bit for bit at 4 warps; at 8 warps 1-4 outputs of 14336 differ in the last bit:
+# the pipelined loop's layout changes the cross-warp reduction order). FUSED_GEMV_STAGES=0: off.
+GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
 
 
 def dot_mode(dtype) -> str:

@@ -3,7 +3,9 @@
 Missing keys are tuned on first use (`fused.kernels.tuning`). The int8 M=1 GEMV rows: `.ci/diag.py gemv` of
 2026-12-01 (every candidate, L2 flushed): the 16-row tensor-core tile with 15 rows masked off ties the
 broadcast-and-sum loop on gate/up and beats it on the down projection (26.1 µs). fp8 M=1 keeps the
-broadcast-and-sum loop: block 61.3 µs vs 65.2 with the 16-row tile (same day, two interleaved rounds)."""
+broadcast-and-sum loop: block 61.3 µs vs 65.2 with the 16-row tile (same day, two interleaved rounds).
+The M=1 GEMV rows (dense and int8 2:4) were retuned on 2026-12-02 with the pipelined (STAGES) candidates (`bash
+.ci/h200_next.sh seventeenth1`): int8 W8A16 block 65.2 µs, fp8 60.5, int8 2:4 59.0 in that run."""
 
 TUNED: dict = {
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
@@ -30,10 +32,10 @@ TUNED: dict = {
     ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'native'},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 128, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'native'},
-    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'native'},
-    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
-    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic'},
-    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic', 'STAGES': 3},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 8, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 8, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 8, 'CVT': 'magic'},
     # split activations at M=17..64 (fourteenth session, 2026-12-01, `bash .ci/h200_next.sh fourteenth1`, the run with
     # STACK candidates; examples/results/h200/fourteenth/FUSED_SPLIT_STACK1.json "tuned", every candidate timed)
     ('w8_gemm', '32', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 1},
@@ -71,8 +73,8 @@ TUNED: dict = {
     # (UNFUSED in two runs)
     ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'SPLIT_K': 1},
     ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 256, 'num_warps': 4, 'SPLIT_K': 4},
-    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'SPLIT_K': 1},
-    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'SPLIT_K': 2},
+    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 1},
+    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 2},
     ('sparse24_gemv', '16', '14336', '4096', 'True', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 1},
     ('sparse24_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 8},
     ('sparse24_gemv', '16', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 1},
