@@ -419,8 +419,11 @@ for t in (1, 0):
            # pytest-xdist and execnet wheels in .whl/ (fourteenth session: `pip download pytest-xdist execnet --no-deps
            # -d .whl`). A failure here may be timing noise in a route pick: rerun that test alone before believing it
     python3 -c "import xdist" 2>/dev/null || { echo "no xdist: bash $0 tests; bash $0 testsb"; exit 1; }
-    timeout 570 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -n 4 --dist loadfile --durations=12 tests \
-      -k "not 32_row" 2>&1 | filt | tail -30 ;;
+    # -v lines go to a log under $OUT as they come: a run cut by its timeout still names its failures (the
+    # seventeenth session's 8-worker run was cut at 360 s with one F and no summary)
+    timeout 570 python3 -m pytest -v -p no:cacheprovider -m cuda -rf -n 4 --dist loadfile --durations=12 tests \
+      -k "not 32_row" 2>&1 | filt > "$OUT/testsx.log"
+    grep -c " PASSED" "$OUT/testsx.log"; grep " FAILED\|ERROR" "$OUT/testsx.log" | head -20; tail -30 "$OUT/testsx.log" ;;
   testsb)  # the cuda suite's second half: test_kernels_w8 .. test_tiled_meta, but the files of tests2
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 >= "tests/test_kernels_w8"' \
       | grep -v "narrow_mlp\|test_profile\|save_load\|smoothing\|unpack24") -k "not 32_row" 2>&1 | filt | tail -25 ;;
