@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (prepared in the sixteenth, which had no device time; NOTES "sixteenth"): `sixteenth4` (fp8 rowwise
-# cuBLAS, M=1024/8192), `sixteenth2` (one-launch W8A8 first layer in the block), `sixteenth3` (staged decode GEMVs,
-# 2:4 first), `sixteenth5` (one-launch split W8A16), then `sixteenth6` (one-launch W8A8 layer), `prmt`, `sixteenth1`
-# (chain + firstlayer kernel-level), `testsx`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "seventeenth", "Open leads now"): `testsx` (the suite; one unnamed failure in the seventeenth
+# session's cut run), `prmt`, `s24stages` (new 2:4 M=1 candidates), `splitrows` (one-launch split with pipelined row
+# loops), then `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -26,6 +25,31 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  splitrows)  # prepared in the seventeenth session: split_gemm (act_split + split GEMM in one launch) lost 3-45 µs
+              # (sixteenth5); the likely cause is its row phase: one heavy GEMM CTA per SM splitting one row as a chain
+              # of dependent chunk loads. Now the row loops are pipelined by Triton (FUSED_SPLIT_ROW_STAGES, 3 by
+              # default; sm_90: registers unchanged, shared memory reused). (1) its cuda tests; (2) W8A16 at M = 128 /
+              # 512: two launches, then one launch with row stages 1 / 3. Prediction: with 3 the one-launch form within
+              # +-3 µs of two launches at 128 (113.8 / 107.3) and the 45 µs loss at 512 down to < 15; if rows stay
+              # slow with 3, the cause is elsewhere (ticket order, the spin-wait)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_split_gemm.py 2>&1 | filt | tail -3
+    ab FUSED_SPLIT_ONE_LAUNCH "0" 6 160 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16"
+    export FUSED_SPLIT_ONE_LAUNCH=1
+    ab FUSED_SPLIT_ROW_STAGES "1 3" 6 160 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
+  s24stages)  # prepared in the seventeenth session: the 2:4 decode GEMV's new pipelined candidates at M=1 (16x512 with 8
+              # warps: 78 registers against 153 with 4, twice the warps per SM; 6 stages; 16x1024 / 32x512 with 8 warps).
+              # (1) their cuda test (every candidate against the reference, staged ones against their plain twins);
+              # (2) `.ci/diag.py staged` (layer alone, graph µs, every staged candidate); (3) the 2:4 blocks at M=1 with
+              # the 2:4 GEMV retuned, their picks. Prediction: gate/up 41.8 -> 36-38 µs with the 8-warp tile, which
+              # would take gate/up from cuSPARSELt (38 µs) in graphs: int8 2:4 W8A16 block 59.0 -> ~56
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_sparse24_gemv.py \
+      -k "every_candidate or llama_shapes" 2>&1 | filt | tail -3
+    timeout 200 python3 .ci/diag.py staged 2>&1 | filt | grep "staged\|   \|Error"
+    FUSED_RETUNE=sparse24_gemv timeout 150 python3 -m fused bench --blocks llama --m 1 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/s24" > "$OUT/s24.log" 2>&1
+    grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -5
+    python3 .ci/picks_to_tuned.py "$OUT/s24/bench.json" --match "gemv" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   seventeenth2)  # seventeenth session, last call: (1) the whole cuda suite with this session's defaults (staged GEMV
                  # candidates on, fp8 rowwise_fast cuBLAS from M=1025, new M=1 picks), 8 xdist workers; (2) the 2:4 W8A8
                  # blocks at M=1 with the 2:4 GEMV retuned (their fp8 tiled picks predate the staged candidates)

@@ -28,6 +28,12 @@ VARIANTS = [
 ]
 
 
+def ldgsts(kernel) -> int:
+    """cp.async / TMA copies in the PTX: a K loop Triton pipelined streams its tiles through shared memory this way."""
+    ptx = kernel.asm["ptx"]
+    return len(re.findall(r"cp\.async\.(?:ca|cg)|cp\.async\.bulk", ptx))
+
+
 def regs(kernel) -> str:
     f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
     f.write(kernel.asm["cubin"])
@@ -77,7 +83,7 @@ def compile_split_gemm(v):
     consts = dict(GATED=gated, FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", FP8_AS_U8=False,
                   SPLIT_K=split, EVEN_K=True, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, STACK=stack, OUT_M=out_m,
                   QMAX=448.0 if fp8 else 32639.0, MIN_S=1e-12, HAND_ROUND=False, BLOCK_XK=sgm.ROW_BLOCK,
-                  XK_ONE_PASS=K <= sgm.ROW_BLOCK, SPLIT=x_lo)
+                  XK_ONE_PASS=K <= sgm.ROW_BLOCK, SPLIT=x_lo, ROW_STAGES=sgm.ROW_STAGES if x_lo else 1)
     return compile_sm90(sgm._split_gemm_kernel, pointers, ints, consts, warps, stages)["kernel"]
 
 
@@ -102,12 +108,14 @@ if __name__ == "__main__":
         stack_fp8 = ("split fp8 STACK down split 2", True) + VARIANTS[6][2:]
         for v in [v for v in VARIANTS if v[2] and not v[5]] + [stack_fp8]:  # A8 (planes or quantized x), x prepared
             k, k0 = compile_split_gemm(v), compile_variant(v)
-            print(f"one_launch {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+            print(f"one_launch {v[0]}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}; shared "
+                  f"{k.metadata.shared} vs {k0.metadata.shared}; LDGSTS {ldgsts(k)} vs {ldgsts(k0)}")
         for v in VARIANTS[:2]:  # first_layer with the M=128 (and M=1024) gate/up tiles of the W8A8 GEMM
             for tile in ((128, 64, 128, 3, 8), (128, 128, 128, 4, 8)):
                 k = compile_first_layer(v[1], *tile)
                 k0 = compile_variant(v[:7] + tile[:3] + tile[3:] + v[12:])
-                print(f"first_layer {v[0]} tile {tile}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm {regs(k0)}")
+                print(f"first_layer {v[0]} tile {tile}: {size(k)[0]} SASS instructions, {regs(k)} vs w8_gemm "
+                      f"{regs(k0)}; shared {k.metadata.shared} vs {k0.metadata.shared}; LDGSTS {ldgsts(k)} vs {ldgsts(k0)}")
         sys.exit()
     for v in VARIANTS:
         k = compile_variant(v)

@@ -231,6 +231,12 @@ def test_cuda_every_candidate_compiles_and_is_right(M, vdtype, monkeypatch):
     for cfg in _candidates(M, N, K, True):
         y, ref = run_both(x, v, m, s, b, "silu", True, cfg)
         check(y, ref, torch.bfloat16)
-        if cfg.get("STAGES", 1) > 1:  # the pipelined loop: the plain loop's arithmetic, bit for bit
+        if cfg.get("STAGES", 1) > 1:  # the pipelined loop: the plain loop's arithmetic, bit for bit at 4 warps;
+            # at 8 the pipelined layout may reduce across warps in another order (the dense GEMV's 8-warp twins
+            # differ in 1-4 outputs by one rounding step on the H200)
             plain = {k: c for k, c in cfg.items() if k != "STAGES"}
-            assert torch.equal(y, run_both(x, v, m, s, b, "silu", True, plain)[0]), cfg
+            want = run_both(x, v, m, s, b, "silu", True, plain)[0]
+            if cfg["num_warps"] == 4:
+                assert torch.equal(y, want), cfg
+            else:
+                assert sqnr(want.float(), y.float()) > 100 and (y != want).sum() <= 8, cfg

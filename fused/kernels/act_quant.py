@@ -68,10 +68,13 @@ def _quantize(x, inv, QMAX: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.cons
 
 
 @triton.jit
-def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, INF_BAD: tl.constexpr):
+def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, INF_BAD: tl.constexpr,
+               STAGES: tl.constexpr = 1):
     """The statistics pass of the per-token kernels (act_quant, act_split) over one row:
     (x: the row in fp32 when ONE_PASS, kept in registers for the second pass; absmax; bad: the row holds a
-    NaN, or with INF_BAD a NaN or ±Inf). max() drops NaN, so they are counted."""
+    NaN, or with INF_BAD a NaN or ±Inf). max() drops NaN, so they are counted. STAGES > 1: the chunk loop
+    pipelined by Triton (chunks streamed through shared memory, STAGES - 1 ahead), for a row phase run by one
+    heavy program per SM (split_gemm), where one chunk in flight at a time leaves the row latency-bound."""
     offs = tl.arange(0, BLOCK_K)
     if ONE_PASS:  # the whole row stays in registers: x is read once
         x = tl.load(x_row + offs * stride_xk, mask=offs < K, other=0.0).to(tl.float32)
@@ -81,7 +84,7 @@ def row_absmax(x_row, stride_xk, K, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexp
         x = tl.zeros((BLOCK_K,), dtype=tl.float32)  # unused: the caller re-reads the row
         amax = tl.zeros((BLOCK_K,), dtype=tl.float32)
         nans = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
             amax = tl.maximum(amax, tl.abs(xk))
             if INF_BAD:
@@ -108,18 +111,18 @@ def zero_row(q_row, K, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def quantize_row(x_row, stride_xk, q_row, s_out, K, QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr,
-                 BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
+                 BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr, STAGES: tl.constexpr = 1):
     """One token: its scale to s_out, its quantized row to q_row (act_quant's program; fused.kernels.first_layer
     runs it as an item)."""
     offs = tl.arange(0, BLOCK_K)
-    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False)
+    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, False, STAGES)
     scale = token_scale(amax, bad, QMAX, MIN_S)
     tl.store(s_out, scale)
     inv = reciprocal(scale)
     if ONE_PASS:
         tl.store(q_row + offs, _quantize(x, inv, QMAX, FP8, HAND_ROUND), mask=offs < K)
     else:
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
             tl.store(q_row + k0 + offs, _quantize(xk, inv, QMAX, FP8, HAND_ROUND), mask=k0 + offs < K)
 

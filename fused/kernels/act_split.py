@@ -74,17 +74,17 @@ def _act_split_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm
 
 @triton.jit
 def split_row(x_row, stride_xk, q_row, lo_off, s_row, K, QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr,
-              ONE_PASS: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr):
+              ONE_PASS: tl.constexpr, FP8: tl.constexpr, HAND_ROUND: tl.constexpr, STAGES: tl.constexpr = 1):
     """One token: its scale to s_row, its hi plane at q_row and lo plane at q_row + lo_off (act_split's program;
     shared with fused.kernels.split_gemm, which splits x in the GEMM's own launch)."""
     offs = tl.arange(0, BLOCK_K)
-    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True)  # bad: NaN or ±Inf
+    x, amax, bad = row_absmax(x_row, stride_xk, K, BLOCK_K, ONE_PASS, True, STAGES)  # bad: NaN or ±Inf
     scale = tl.maximum(tl.math.div_rn(amax, QMAX), MIN_S)  # IEEE, as the reference
     inv = reciprocal(scale)
     if ONE_PASS:
         _split_store(q_row, lo_off, tl.where(bad, 0.0, x), offs, K, inv, QMAX, FP8, HAND_ROUND)
     else:
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             xk = tl.load(x_row + (k0 + offs) * stride_xk, mask=k0 + offs < K, other=0.0).to(tl.float32)
             _split_store(q_row + k0, lo_off, tl.where(bad, 0.0, xk), offs, K - k0, inv, QMAX, FP8, HAND_ROUND)
     tl.store(s_row, tl.where(bad, float("nan"), scale))

@@ -316,17 +316,20 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     if M == 1:
         # vsel won every M=1 comparison on the H200 (gate/up 50.2 vs 62.1 µs, down 29.8 vs 55.4); the best
         # gather tile stays as the fallback.
-        # STAGES (sixteenth session, not yet timed): the plain loop has one tile of 4-5 KB in flight per program
-        # (4 programs per SM at 117 registers): ~20 KB per SM, where ~25-30 KB are needed to cover the memory
-        # latency at 4 TB/s, so it streams at 1.2-1.8 TB/s. Pipelined through shared memory (triton 3.6, sm_90
-        # compile of 16x512: 96 registers, 5 programs per SM, 2 tiles ahead, no layout conversion left in the
-        # loop, 401 instructions per 32 values against 322). Prediction: the 2:4 block at M=1 60.7 -> ~45 µs
-        out = [_cfg("vsel", 1, 32, 256, 4), _cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8)]
+        # STAGES: the plain loop has one tile of 4-5 KB in flight per program, ~20 KB per SM where ~25-30 KB are
+        # needed to cover the memory latency at 4 TB/s. Pipelined through shared memory by Triton (cp.async), the
+        # 16x512 tile went 53.5 -> 41.8 µs for gate/up with STAGES=4 and 32.0 -> 24.6 for down (H200, seventeenth
+        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). Added after that run, not yet timed
+        # (sm_90 compile, triton 3.6, gate/up tiled): 16x512 with 8 warps (78 registers against 153 with 4: twice
+        # the warps per SM at the same 16 KB of shared memory), 6 stages, 16x1024 with 8 warps (120), 32x512 with 8
+        # warps (155)
+        out = [_cfg("vsel", 1, 32, 256, 4)]
         if GEMV_STAGES:
-            out += [_cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 32, 256, 4, 3), _cfg("vsel", 1, 16, 512, 4, 4),
-                    _cfg("vsel", 1, 64, 256, 8, 3)]
+            out += [_cfg("vsel", 1, 16, 512, 4, 4), _cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 16, 512, 8, 4),
+                    _cfg("vsel", 1, 16, 512, 4, 6), _cfg("vsel", 1, 16, 1024, 8, 3), _cfg("vsel", 1, 32, 512, 8, 4)]
         else:
-            out += [_cfg("vsel", 1, 64, 256, 8), _cfg("vsel", 1, 64, 128, 4)]
+            out += [_cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8), _cfg("vsel", 1, 64, 256, 8),
+                    _cfg("vsel", 1, 64, 128, 4)]
         out.append(_cfg("gather", 1, 16, 256, 4))
     else:
         out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),

@@ -23,6 +23,8 @@ W8A8 GEMM (2 launches per layer above M=16, 4 per block under torch.compile with
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -40,6 +42,12 @@ _sync: dict = {}  # device -> int32 [3]: ticket, rows done, programs out
 # over chunks of this many elements (x read twice, from L2) rather than held whole as act_split holds it: one pass over
 # K=14336 took the STACK down tile from 77 to 165 registers (sm_90, triton 3.6), 2048 keeps it near the tile's own
 ROW_BLOCK = 2048
+# The row phase's chunk loops pipelined by Triton (act_quant.row_absmax's STAGES): the row programs are the GEMM's
+# CTAs (8 warps, up to 192 KB of shared memory: one per SM), so a row read one chunk at a time is a chain of
+# dependent loads (2 passes x 7 chunks for K=14336). The likely cause of the one-launch form's loss on the H200
+# (seventeenth session, NOTES); 1: the plain loops. Not yet timed (`bash .ci/h200_next.sh splitrows`). split_gemm
+# only: quant_gemm's fp8 down tile took 72 -> 104 registers with it (triton 3.9).
+ROW_STAGES = int(os.environ.get("FUSED_SPLIT_ROW_STAGES", "3"))
 
 
 def _sync_buffer(device) -> torch.Tensor:
@@ -59,7 +67,7 @@ def _split_gemm_kernel(
     SPLIT_K: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, STACK: tl.constexpr, OUT_M: tl.constexpr,
     QMAX: tl.constexpr, MIN_S: tl.constexpr, HAND_ROUND: tl.constexpr, BLOCK_XK: tl.constexpr,
-    XK_ONE_PASS: tl.constexpr, SPLIT: tl.constexpr = True,
+    XK_ONE_PASS: tl.constexpr, SPLIT: tl.constexpr = True, ROW_STAGES: tl.constexpr = 1,
 ):
     # qb_ptr / q_ptr: x prepared (SPLIT: the planes [2, M, K], else x quantized [M, K]) as written (int8, or e4m3
     # bits as uint8) and as the GEMM reads it
@@ -67,10 +75,10 @@ def _split_gemm_kernel(
     if t < M:  # x row t: act_split's (act_quant's) program
         if SPLIT:
             split_row(x_ptr + t * stride_xm, stride_xk, qb_ptr + t * K, M * K, xs_ptr + t, K, QMAX, MIN_S, BLOCK_XK,
-                      XK_ONE_PASS, FP8, HAND_ROUND)
+                      XK_ONE_PASS, FP8, HAND_ROUND, ROW_STAGES)
         else:
             quantize_row(x_ptr + t * stride_xm, stride_xk, qb_ptr + t * K, xs_ptr + t, K, QMAX, MIN_S, FP8, BLOCK_XK,
-                         XK_ONE_PASS, HAND_ROUND)
+                         XK_ONE_PASS, HAND_ROUND, ROW_STAGES)
         tl.debug_barrier()
         tl.atomic_add(sync_ptr + 1, 1, sem="release")
     else:  # GEMM item (tile, K split) in w8_gemm's grid order, once every row is split
@@ -161,6 +169,6 @@ def _launch(x, qweight, wscale, bias, act, gated, config, up, split: bool, name:
         EVEN_K=K % bk == 0, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], STACK=stack, OUT_M=out_m,
         QMAX=(FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX)) if split else (448.0 if fp8 else 127.0), MIN_S=MIN_SCALE,
         HAND_ROUND=(fp8 and INTERPRET) if split else INTERPRET, BLOCK_XK=block_xk, XK_ONE_PASS=K <= block_xk,
-        SPLIT=split, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
+        SPLIT=split, ROW_STAGES=ROW_STAGES if split else 1, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
     )
     return y
