@@ -1069,6 +1069,70 @@ if "rowwise" in what:
             p(f"rowwise block M={M}: " + "; ".join(row))
     dispatch.CUBLAS_FP8 = form0
 
+if "w8tma" in what:
+    # seventeenth session, prepared: the persistent TMA tiles of the W8A8 GEMM (fused.kernels.w8a8_tma, FUSED_W8_TMA).
+    # Per layer of the fp8 / int8 W8A8 Llama block at M = 1024 / 8192: the shipped w8_gemm pick against every TMA
+    # candidate (graph µs of the GEMM alone, x quantized); then the block with the faster TMA tiles installed as the
+    # picks (routes re-timed: the Triton "h out" route may then beat cuBLAS + epilogue_quant). Prediction: gate/up at
+    # 8192 within 5% of cuBLAS's rowwise_fast GEMM (~1460 µs), the fp8 block 2434 -> ~2330 with the Triton route
+    import copy
+
+    from fused import dispatch
+    from fused.kernels import tuning, w8a8_tma
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+    from lowbit import sqnr
+    w8a8_tma.W8_TMA = True
+    base = make_block("llama", 4096, 14336, "cuda")
+    for name, qcfg in (("fp8", fused.FusedFloat8MLP()), ("int8", fused.FusedInt8MLP(weight_only=False))):
+        m = fused.quantize(copy.deepcopy(base), qcfg, blocks=True)
+        for M in (1024, 8192):
+            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+            with torch.no_grad():
+                want = base(x).float()
+                m(x)
+                before = gus(lambda: m(x))
+                paths0 = sorted({k[1] for k, v in dispatch.stats.items() if v})
+            installed = []
+            for layer, K_in, gated in ((m.gate_up, 4096, True), (m.down, 14336, False)):
+                q, s = layer.qweight, layer.scale
+                fp8 = q.dtype == torch.float8_e4m3fn
+                N = q.shape[0] // (2 if gated else 1)
+                xq, xs = act_quant(torch.randn(M, K_in, device="cuda", dtype=torch.bfloat16), fp8=fp8)
+                act = "silu" if gated else "none"
+                fn = lambda c: w8_gemm(xq, q, s, None, act, gated, x_scale=xs, out_dtype=torch.bfloat16,  # noqa: E731
+                                       config=c)
+                key = (tuning.m_bucket(M), N, K_in, gated, True, q.dtype)
+                pick = tuning.picks.get(("w8_gemm",) + key) or tuning.pick("w8_gemm", key, lambda: [], fn)
+                y0 = fn(pick)
+                rows = [(gus(lambda: fn(pick)), "pick", pick)]
+                for c in w8a8_tma.candidates(M, N, K_in, gated):
+                    try:
+                        y = fn(c)
+                        rows.append((gus(lambda: fn(c)), f"{sqnr(y0.float(), y.float()):.0f} dB", c))
+                    except Exception as e:  # noqa: BLE001
+                        rows.append((float("inf"), f"failed {type(e).__name__}: {str(e)[:80]}", c))
+                rows.sort(key=lambda r: r[0])
+                p(f"w8tma {name} M={M} {'gate/up' if gated else 'down'}:")
+                for t, what_, c in rows:
+                    p(f"      {t:.1f} {what_} {c}")
+                if rows[0][2].get("TMA"):
+                    tuning._cache[("w8_gemm",) + key] = rows[0][2]
+                    installed.append(("gate/up" if gated else "down", rows[0][2]))
+            if installed:
+                dispatch._dense_routes.clear()
+                dispatch.epoch += 1  # drop the module's recordings: the routes are timed again
+                with torch.no_grad():
+                    m(x)
+                    dispatch.stats.clear()
+                    after = gus(lambda: m(x))
+                    paths = sorted({k[1] for k, v in dispatch.stats.items() if v})
+                    db = sqnr(want, m(x).float())
+                p(f"w8tma block {name} M={M}: {before:.1f} ({', '.join(paths0)}) -> {after:.1f} with TMA picks "
+                  f"{installed} ({', '.join(paths)}; {db:.1f} dB)")
+            else:
+                p(f"w8tma block {name} M={M}: {before:.1f}, no TMA tile faster than the pick")
+
 if "stgeq" in what:
     # seventeenth session: test_gemv_staged_candidates_cuda failed on the H200 (both formats; message cut). Per case
     # and staged candidate: bits equal to the plain twin?, max |diff|, SQNR to the plain twin and to the reference

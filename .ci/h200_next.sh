@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|w8tma|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "seventeenth", "Open leads now"): `testsx` (the suite; one unnamed failure in the seventeenth
 # session's cut run), `prmt`, `s24stages` (new 2:4 M=1 candidates), `splitrows` (one-launch split with pipelined row
-# loops), then `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# loops), `w8tma` (persistent TMA tiles for the W8A8 GEMM at large M), then `sixteenth1`, `gptfull`, `w8a16eager`.
+# Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -25,6 +26,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  w8tma)  # prepared in the seventeenth session: the W8A8 GEMM as persistent TMA tiles (fused.kernels.w8a8_tma,
+          # FUSED_W8_TMA=1; sm_90 compile: TMA copies and wgmma, no spills, 255 registers for the gated 128x128 pair).
+          # (1) its cuda test (int8 bit-equal to w8_gemm's pointer form of the same tile, fp8 SQNR); (2) `.ci/diag.py
+          # w8tma`: per layer of the fp8 / int8 W8A8 blocks at M = 1024 / 8192 the pick against each TMA tile, then the
+          # block with the faster ones installed (routes re-timed). Prediction: fp8 block 2434 -> ~2330 at 8192 if the
+          # gated TMA tile comes within 5% of cuBLAS (the Triton route then skips the 470 MB y round trip)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_w8a8_tma.py 2>&1 | filt | tail -3
+    timeout 330 python3 .ci/diag.py w8tma 2>&1 | filt | grep "w8tma\|   \|Error" ;;
   splitrows)  # prepared in the seventeenth session: split_gemm (act_split + split GEMM in one launch) lost 3-45 µs
               # (sixteenth5); the likely cause is its row phase: one heavy GEMM CTA per SM splitting one row as a chain
               # of dependent chunk loads. Now the row loops are pipelined by Triton (FUSED_SPLIT_ROW_STAGES, 3 by

@@ -365,7 +365,23 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
     wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
     xk = x.view(torch.uint8) if (a8 and as_u8 and not quantize_x) else x
 
+    tma = a8 and planes is None and not quantize_x
+    explicit = config is not None  # a caller's config (else the tuner's pick)
+
     def launch(cfg):
+        if cfg.get("TMA"):  # the persistent TMA tiles (fused.kernels.w8a8_tma, large M)
+            from fused.kernels import w8a8_tma
+
+            if not tma:
+                raise ValueError(f"w8_gemm: a TMA config needs W8A8 operands (x quantized, no planes): {cfg}")
+            if not w8a8_tma.tma_ok(xk, w, wu):
+                if explicit:
+                    raise ValueError(f"w8_gemm: a TMA config needs operands TMA can read (16-byte rows): {cfg}")
+                # a tuned TMA pick met operands it cannot read (an unaligned view): the same tile by pointers
+                w8a8_tma.warn_pointer_form(cfg)
+                return launch({k: v for k, v in cfg.items() if k != "TMA"})
+            return w8a8_tma.launch(xk, x_scale, w, wscale, bias, wu, su, bu, y, M, N, K, u_row0, gated, fp8, act,
+                                   as_u8, cfg)
         bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
         stack = cfg.get("STACK", False)
         if stack and planes is None:
@@ -397,7 +413,14 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         if INTERPRET:
             cands = lambda: [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)]  # noqa: E731
         else:
-            cands = lambda: _candidates(M, N, K, gated, a8, x_split, quantize_x)  # noqa: E731
+            def cands():
+                out = _candidates(M, N, K, gated, a8, x_split, quantize_x)
+                if tma:
+                    from fused.kernels import w8a8_tma
+
+                    if w8a8_tma.tma_ok(xk, w, wu):
+                        out += w8a8_tma.candidates(M, N, K, gated)
+                return out
         key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ()) + (
             ("qx",) if quantize_x else ())
         config = pick("w8_gemm", key, cands, launch)
