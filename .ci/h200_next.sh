@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|w8tma|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "seventeenth", "Open leads now"): `testsx` (the suite; one unnamed failure in the seventeenth
 # session's cut run), `prmt`, `s24stages` (new 2:4 M=1 candidates), `splitrows` (one-launch split with pipelined row
-# loops), `w8tma` (persistent TMA tiles for the W8A8 GEMM at large M), then `sixteenth1`, `gptfull`, `w8a16eager`.
+# loops), `w8tma` (persistent TMA tiles for the W8A8 GEMM at large M), `eagerbig` (W8A8 plain calls on cuBLAS from
+# M=1025), then `sixteenth1`, `gptfull`, `w8a16eager`.
 # Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -26,6 +27,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  eagerbig)  # prepared in the seventeenth session: W8A8 plain (eager) calls take the eager route pick, cuBLAS included,
+             # from M=1025 (dispatch.CUBLAS_EAGER_MIN_M, on): its cuda test, then plain vs graph at M = 1024 / 8192.
+             # Prediction: plain fp8 W8A8 M=8192 2813 -> within ~2% of its graph time (~2440); M=1024 unchanged
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_kernels_w8.py -k "cublas_w8a8_cuda" \
+      2>&1 | filt | tail -3
+    timeout 200 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines \
+      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/big" > "$OUT/big.log" 2>&1
+    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -10 ;;
   w8tma)  # prepared in the seventeenth session: the W8A8 GEMM as persistent TMA tiles (fused.kernels.w8a8_tma,
           # FUSED_W8_TMA=1; sm_90 compile: TMA copies and wgmma, no spills, 255 registers for the gated 128x128 pair).
           # (1) its cuda test (int8 bit-equal to w8_gemm's pointer form of the same tile, fp8 SQNR); (2) `.ci/diag.py

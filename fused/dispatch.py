@@ -463,6 +463,13 @@ CUBLAS_FP8 = os.environ.get("FUSED_CUBLAS_FP8", "rowwise_fast")
 if CUBLAS_FP8 not in ("unit", "rowwise", "rowwise_fast"):
     raise ValueError(f"FUSED_CUBLAS_FP8 must be unit, rowwise or rowwise_fast, got {CUBLAS_FP8!r}")
 CUBLAS_FP8_MIN_M = int(os.environ.get("FUSED_CUBLAS_FP8_MIN_M", "1025"))
+# W8A8 eager (plain) calls take the eager route pick, cuBLAS included, from this M bucket (M >= 1025), as W8A16 does
+# from WIDEN_MIN_M: such a call is not replayed from a recording (cuBLAS's product is no kernel's output), which at
+# these M costs only host time that runs ahead of a GPU busy for 0.3-2.5 ms. Why: plain fp8 W8A8 calls at M=8192
+# ran the Triton route (2813 µs in the README's run) where CUDA graphs take cuBLAS (2434, seventeenth session).
+# Seventeenth session, not yet measured (`bash .ci/h200_next.sh eagerbig`); prediction: plain fp8 W8A8 M=8192
+# within ~2% of its graph time. FUSED_CUBLAS_EAGER_MIN_M=0 would take eager picks everywhere (loses replays).
+CUBLAS_EAGER_MIN_M = int(os.environ.get("FUSED_CUBLAS_EAGER_MIN_M", "2048"))
 _dense_routes: dict = {}
 _unit_scales: dict = {}
 
@@ -541,9 +548,9 @@ def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
 def _graph_pick(key, triton, cublas, op, w8a16=False, others=None) -> str:
     """"triton" or "cublas" (or a name of ``others``, more Triton routes {name: fn}) for a dense shape, all timed on
     the shape's first eager call: under CUDA-graph capture the graph pick (Triton if never timed); eager calls a
-    Triton route for W8A8 (replayable by `eager`: the graph pick, or the fastest Triton one in a graph where cuBLAS
-    won), the eager pick for W8A16 from WIDEN_MIN_M (``w8a16``: at those M host time does not matter).
-    ``cublas`` None: not a candidate."""
+    Triton route for W8A8 below CUBLAS_EAGER_MIN_M (replayable by `eager`: the graph pick, or the fastest Triton one
+    in a graph where cuBLAS won), the eager pick for W8A16 from WIDEN_MIN_M (``w8a16``) and for W8A8 from
+    CUBLAS_EAGER_MIN_M (at those M host time does not matter). ``cublas`` None: not a candidate."""
     routes = _dense_routes.get(key)
     capturing = torch.cuda.is_current_stream_capturing()
     what = "W8A16" if w8a16 else "W8A8"
@@ -557,7 +564,7 @@ def _graph_pick(key, triton, cublas, op, w8a16=False, others=None) -> str:
         return "triton"
     if capturing:
         return routes[1]
-    if w8a16:
+    if w8a16 or key[1] >= CUBLAS_EAGER_MIN_M:
         pick = routes[0]
     elif routes[1] != "cublas":
         pick = routes[1]

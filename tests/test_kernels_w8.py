@@ -1116,6 +1116,12 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
     torch.cuda.synchronize()
     assert dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 1 and offered == ["triton", "cublas"]
     assert sqnr(ref.float(), out.float()) > 35
+    # from CUBLAS_EAGER_MIN_M eager calls take the eager pick too (cuBLAS here)
+    x = torch.randn(1100, 512, device="cuda", dtype=torch.bfloat16)
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", dynamic=True)
+    dispatch.stats.clear()
+    got = op(x, q, s, b, "silu", dynamic=True)
+    assert dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 1 and sqnr(ref.float(), got.float()) > 35
 
 
 @pytest.mark.cuda
