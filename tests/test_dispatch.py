@@ -128,3 +128,26 @@ def test_cublas_w8a16_route_matches_reference_on_cpu():
             ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu", False)
             assert y.shape == ref.shape and y.dtype == torch.bfloat16
             assert sqnr(ref.float(), y.float()) > 40, (fmt, gated)
+
+
+@pytest.mark.parametrize("w8a16", [False, True])
+def test_graph_pick_eager_calls_take_cublas_only_at_large_m(w8a16, monkeypatch):
+    """_graph_pick with cuBLAS the faster route in eager and in graphs: a W8A8 eager call keeps a (replayable) Triton
+    route below CUBLAS_EAGER_MIN_M and takes cuBLAS from it; W8A16 (from WIDEN_MIN_M) always takes the eager pick;
+    a capture takes the graph pick."""
+    import torch
+
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+                        ("cublas", "cublas"))
+    capturing = [False]
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: capturing[0])
+    for bucket in (512, 1024, 2048, 8192):
+        key = ("gated", bucket, (64, 32), torch.int8, torch.bfloat16, True, "silu")
+        pick = dispatch._graph_pick(key, lambda: None, lambda: None, "gated", w8a16=w8a16)
+        want = "cublas" if (w8a16 or bucket >= dispatch.CUBLAS_EAGER_MIN_M) else "triton"
+        assert pick == want, bucket
+        capturing[0] = True
+        assert dispatch._graph_pick(key, lambda: None, lambda: None, "gated", w8a16=w8a16) == "cublas"
+        capturing[0] = False
+    assert dispatch.CUBLAS_EAGER_MIN_M == 2048  # M >= 1025 (the M buckets are powers of two)
