@@ -442,9 +442,9 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # 45.5 µs at M=128. Each shape's first eager call times both, replayed from CUDA graphs.
 # H200 A/B (2026-12-01, seventh session; Llama block, graph): fp8 W8A8 M=128 84.4 -> 79.5 µs (cuBLAS
 # takes the down projection), even at 32, 1024 and 8192; int8's cuBLAS GEMM (int32 out) lost every shape.
-# Only CUDA graphs take it: an eager call on it cannot be replayed (the product is no kernel's output), and
-# the per-candidate eager timing cannot see that: with eager picks, plain calls at M=32 went 78 -> 390 µs.
-# FUSED_CUBLAS_W8A8=0: off.
+# Only CUDA graphs take it below CUBLAS_EAGER_MIN_M: an eager call on it cannot be replayed (the product is no
+# kernel's output), and the per-candidate eager timing cannot see that: with eager picks, plain calls at M=32 went
+# 78 -> 390 µs. FUSED_CUBLAS_W8A8=0: off.
 CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "1") == "1"
 CUBLAS_PATH = "cublas+triton:scale_epilogue"
 # How the fp8 product runs on cuBLAS(Lt): "unit" (tensorwise unit scales, bf16 out; the token and channel scales
@@ -538,7 +538,7 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
 def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
     """The CUDA-graph picks measured so far for a dense layer's shape (CUBLAS_W8A8, CUBLAS_W8A16, GEMV_ROUTE_MAX_M):
     {(M bucket, x dtype, bias None, act, tag): "triton" or "cublas" ("split" or "gemv" for tag "gemv")} (what
-    `explain` lists; W8A8 eager calls always run Triton). tag: "" for a plain W8A8 call, "h out" / "h in" for a
+    `explain` lists; W8A8 eager calls run Triton below CUBLAS_EAGER_MIN_M). tag: "" for a plain W8A8 call, "h out" / "h in" for a
     block's layers passing h quantized (QuantizedAct), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv"
     for the weight-only split-or-GEMV route at small M."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
