@@ -124,7 +124,8 @@ FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
 # torch.compile too), and two kernel gaps fewer. Predicted W8A16 M=128 114.1 -> ~110 µs; measured on the H200
 # (2026-12-02, seventeenth session, `bash .ci/h200_next.sh sixteenth5`, Llama block, graph µs, off -> on): int8
 # M = 17 / 128 / 512 75.2 / 113.8 / 345.9 -> 77.8 / 127.0 / 391.0, fp8 76.4 / 107.3 / 345.4 -> 79.4 / 121.5 / 380.0.
-# It loses everywhere, so it stays off (FUSED_SPLIT_ONE_LAUNCH=1: on); why is not measured yet (NOTES, seventeenth).
+# It loses everywhere, so it stays off (FUSED_SPLIT_ONE_LAUNCH=1: on). Likely cause, not yet measured: its row phase
+# runs on the GEMM's heavy CTAs, one per SM (NOTES, seventeenth); split_gemm.ROW_STAGES is the prepared remedy.
 SPLIT_ONE_LAUNCH = os.environ.get("FUSED_SPLIT_ONE_LAUNCH", "0") == "1"
 _SPLIT_KERNEL = {False: "act_split+w8_gemm_split", True: "split_gemm"}
 # The same for W8A8 layers above the GEMV range: act_quant and the W8A8 GEMM in one launch (split_gemm.quant_gemm),
