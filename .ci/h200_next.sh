@@ -34,7 +34,8 @@ case "${1:-}" in
       2>&1 | filt | tail -3
     timeout 200 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines \
       --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/big" > "$OUT/big.log" 2>&1
-    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -10 ;;
+    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -10
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   w8tma)  # prepared in the seventeenth session: the W8A8 GEMM as persistent TMA tiles (fused.kernels.w8a8_tma,
           # FUSED_W8_TMA=1; sm_90 compile: TMA copies and wgmma, no spills, 255 registers for the gated 128x128 pair).
           # (1) its cuda test (int8 bit-equal to w8_gemm's pointer form of the same tile, fp8 SQNR); (2) `.ci/diag.py
@@ -50,10 +51,11 @@ case "${1:-}" in
               # 512: two launches, then one launch with row stages 1 / 3. Prediction: with 3 the one-launch form within
               # +-3 µs of two launches at 128 (113.8 / 107.3) and the 45 µs loss at 512 down to < 15; if rows stay
               # slow with 3, the cause is elsewhere (ticket order, the spin-wait)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_split_gemm.py 2>&1 | filt | tail -3
-    ab FUSED_SPLIT_ONE_LAUNCH "0" 6 160 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16"
+    timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda -rf tests/test_split_gemm.py 2>&1 | filt | tail -3
+    ab FUSED_SPLIT_ONE_LAUNCH "0" 6 120 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16"
     export FUSED_SPLIT_ONE_LAUNCH=1
-    ab FUSED_SPLIT_ROW_STAGES "1 3" 6 160 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
+    ab FUSED_SPLIT_ROW_STAGES "1 3" 6 120 --m 128,512 --configs "ours int8 W8A16,ours fp8 W8A16"
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   s24stages)  # prepared in the seventeenth session: the 2:4 decode GEMV's new pipelined candidates at M=1 (16x512 with 8
               # warps: 78 registers against 153 with 4, twice the warps per SM; 6 stages; 16x1024 / 32x512 with 8 warps).
               # (1) their cuda test (every candidate against the reference, staged ones against their plain twins);
