@@ -85,19 +85,24 @@ _warned: set = set()
 
 
 def warn_pointer_form(cfg: dict) -> None:
-    """Once per config: a tuned TMA pick met operands TMA cannot read, so w8_gemm runs the same tile by pointers."""
+    """Once per config: a tuned TMA pick met operands TMA cannot read, so w8_gemm runs the same tile by pointers
+    (FUSED_STRICT=1: an error instead). Only direct w8_gemm callers can get here: the dispatch hands it act_quant's
+    fresh rows and the modules' contiguous weights."""
+    why = (f"w8_gemm: the TMA tile {cfg} cannot read these operands (rows not 16-byte aligned); the same tile runs "
+           "with pointer loads")
+    if os.environ.get("FUSED_STRICT") == "1":
+        raise RuntimeError(f"fused strict mode: {why}")
     key = tuple(sorted(cfg.items()))
     if key not in _warned:
         _warned.add(key)
-        warnings.warn(f"w8_gemm: the TMA tile {cfg} cannot read these operands (rows not 16-byte aligned); the same "
-                      "tile runs with pointer loads", stacklevel=4)
+        warnings.warn(why, stacklevel=4)
 
 
 def candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """Persistent TMA tiles for large M. sm_90 compile, triton 3.6, no spills: gated 128x128 (two accumulators)
     255 registers, 180 / 229 / 131 KB of shared memory for 128x128x128 x 3 / x 4 stages and 128x128x64 x 4; the
     down shape 128x256x128 x 3 205 registers (fp8), 128x128x128 x 4 126."""
-    if not W8_TMA or M <= 256 or K % 16:
+    if not W8_TMA or M <= 256 or N == 0 or K < 16 or K % 16:
         return []
     bn = 128 if gated else 256
     out = []
@@ -109,6 +114,8 @@ def candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
 
 def launch(x, x_scale, w, wscale, bias, wu, su, bu, y, M, N, K, u_row0, gated, fp8, act, as_u8, cfg) -> None:
     """One launch of the persistent kernel with ``cfg`` (a `candidates` entry); operands as w8_gemm prepared them."""
+    if M == 0 or N == 0:
+        return
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     sms = sm_count(x.device) if x.is_cuda else 2  # the interpreter: two programs, so tiles are strided
     progs = max(1, min(cdiv(M, bm) * cdiv(N, bn), sms))
