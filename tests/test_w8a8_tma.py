@@ -27,7 +27,7 @@ def test_tma_tiles_equal_w8_gemm_interpreted(fmt, gated, poisoned):
     torch.manual_seed(0)
     cfg = dict(TILE, TMA=True)
     for M, N, K, bias, act, view in [(1, 24, 48, True, "silu", "plain"), (3, 37, 80, False, "gelu_tanh", "3d"),
-                                     (17, 20, 112, True, "relu", "plain"), (300, 18, 32, False, "none", "plain")]:
+                                     (17, 20, 112, True, "relu", "plain"), (300, 40, 32, False, "none", "plain")]:
         R = 2 * N if gated else N
         q, s = quantize_weight(torch.randn(R, K), fmt)
         b = torch.randn(R) if bias else None
@@ -38,6 +38,10 @@ def test_tma_tiles_equal_w8_gemm_interpreted(fmt, gated, poisoned):
         assert torch.equal(y, want), (M, N, K)
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, act, dynamic=True)
         assert sqnr(ref.float(), y.float()) > (38 if fmt == "int8" else 25), (M, N, K)
+        if N % 8 == 0:  # the output by TMA store (rows 16-byte aligned): the same bits
+            y2 = _run(x, q, s, b, act, gated, dict(cfg, TMA_Y=True), out=torch.full((M, N), float("nan"),
+                                                                                     dtype=torch.bfloat16))
+            assert torch.equal(y2, want), (M, N, K)
         if gated:  # the up projection in tensors of its own (compile_passes' gated pair)
             up = (q[N:].clone(), s[N:].clone(), None if b is None else b[N:].clone())
             yu = _run(x, q[:N].clone(), s[:N].clone(), None if b is None else b[:N].clone(), act, True, cfg, up=up)
@@ -53,7 +57,7 @@ def test_tma_candidates_and_refusals(monkeypatch):
     assert w8a8_tma.candidates(8192, 14336, 4096, True) == []
     monkeypatch.setattr(w8a8_tma, "W8_TMA", True)
     cands = w8a8_tma.candidates(8192, 14336, 4096, True)
-    assert cands and all(c["TMA"] and c["SPLIT_K"] == 1 for c in cands)
+    assert cands and all(c["TMA"] and c["SPLIT_K"] == 1 for c in cands) and any(c.get("TMA_Y") for c in cands)
     assert w8a8_tma.candidates(128, 14336, 4096, True) == [] and w8a8_tma.candidates(8192, 100, 4104, False) == []
     q, s = quantize_weight(torch.randn(16, 40), "int8")
     x = torch.randn(3, 40, dtype=torch.bfloat16)
@@ -104,15 +108,17 @@ t.W8_TMA = True
 for fp8 in (True, False):
     w = "*fp8e4nv" if fp8 else "*i8"
     for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
-        cfg = t.candidates(8192, N, K, gated)[0]
+        cfg = t.candidates(8192, N, K, gated)[-1]  # the TMA-store form of the first tile
         ptrs = dict(x_ptr=w, xs_ptr="*fp32", w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32",
                     bu_ptr="*fp32", y_ptr="*bf16")
         ints = dict(M=8192, N=N, K=K, RW=2 * N if gated else N, RU=2 * N if gated else N, u_row0=N if gated else 0,
                     stride_xm=K, stride_wn=K, stride_un=K, stride_ym=N, stride_yn=1)
         consts = dict(GATED=gated, FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", AS_U8=False,
-                      BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, NUM_PROGS=132)
+                      BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, NUM_PROGS=132,
+                      TMA_Y=cfg.get("TMA_Y", False))
         ptx = compile_sm90(t._w8a8_tma_kernel, ptrs, ints, consts, cfg["num_warps"], cfg["num_stages"])["ptx"]
-        print("ok", fp8, gated, "cp.async.bulk.tensor" in ptx, "wgmma" in ptx, "st.local" in ptx)
+        print("ok", fp8, gated, "cp.async.bulk.tensor" in ptx, "wgmma" in ptx, "st.local" in ptx,
+              "cp.async.bulk.tensor.2d.global.shared" in ptx)
 """
     run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=900)
     if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
@@ -120,7 +126,8 @@ for fp8 in (True, False):
     assert run.returncode == 0, run.stderr[-3000:]
     rows = [line.split() for line in run.stdout.splitlines() if line.startswith("ok")]
     assert len(rows) == 4, run.stdout
-    assert all(r[3:] == ["True", "True", "False"] for r in rows), run.stdout  # TMA copies, wgmma, no spills
+    # TMA copies, wgmma, no spills, the output by TMA store
+    assert all(r[3:] == ["True", "True", "False", "True"] for r in rows), run.stdout
 
 
 # ------------------------------------------------------------------------------------------ on the GPU
