@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "seventeenth", "Open leads now"): `testsx` (the suite; one unnamed failure in the seventeenth
-# session's cut run), `prmt`, `s24stages` (new 2:4 M=1 candidates), `splitrows` (one-launch split with pipelined row
-# loops), `w8tma` (persistent TMA tiles for the W8A8 GEMM at large M), `eagerbig` (W8A8 plain calls on cuBLAS from
-# M=1025), then `sixteenth1`, `gptfull`, `w8a16eager`.
-# Each fits one 600 s call.
+# Next session (NOTES "seventeenth", "Open leads now"), in this order: `testsx` (the suite; one unnamed failure in the
+# seventeenth session's cut 8-worker run), `eagerbig` (checks a default shipped unmeasured), `w8tma` (persistent TMA
+# tiles for the W8A8 GEMM at large M), `s24stages` (new 2:4 M=1 candidates), then `splitrows` (one-launch split with
+# pipelined row loops), `prmt`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
