@@ -1103,7 +1103,10 @@ if "w8tma" in what:
                 fn = lambda c: w8_gemm(xq, q, s, None, act, gated, x_scale=xs, out_dtype=torch.bfloat16,  # noqa: E731
                                        config=c)
                 key = (tuning.m_bucket(M), N, K_in, gated, True, q.dtype)
-                pick = tuning.picks.get(("w8_gemm",) + key) or tuning.pick("w8_gemm", key, lambda: [], fn)
+                pick = tuning.known("w8_gemm", key)
+                if pick is None:
+                    p(f"w8tma {name} M={M}: no w8_gemm pick for {key}")
+                    continue
                 y0 = fn(pick)
                 rows = [(gus(lambda: fn(pick)), "pick", pick)]
                 for c in w8a8_tma.candidates(M, N, K_in, gated):

@@ -162,10 +162,7 @@ def gemm_config(M: int, N: int, K: int, gated: bool, wdtype: torch.dtype) -> dic
     h equals the three launches' bit for bit, fp8 too; else None."""
     from fused.kernels import tuning
 
-    key = (tuning.m_bucket(M), N, K, gated, True, wdtype)
-    cfg = tuning._cache.get(("w8_gemm",) + key)
-    if cfg is None and not tuning.retune("w8_gemm"):
-        cfg = tuning.TUNED.get(("w8_gemm",) + tuple(str(k) for k in key))
+    cfg = tuning.known("w8_gemm", (tuning.m_bucket(M), N, K, gated, True, wdtype))
     if cfg is None or cfg.get("SPLIT_K", 1) != 1 or cfg.get("STACK"):
         return None
     return {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_stages", "num_warps")}

@@ -107,10 +107,7 @@ def gemm_config(M: int, N: int, K: int, gated: bool, wdtype: torch.dtype, split:
     if INTERPRET:
         return dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4)
     key = (tuning.m_bucket(M), N, K, gated, True, wdtype) + (("split",) if split else ())
-    cfg = tuning._cache.get(("w8_gemm",) + key)
-    if cfg is None and not tuning.retune("w8_gemm"):
-        cfg = tuning.TUNED.get(("w8_gemm",) + tuple(str(k) for k in key))
-    return cfg or _candidates(M, N, K, gated, True, split, False)[0]
+    return tuning.known("w8_gemm", key) or _candidates(M, N, K, gated, True, split, False)[0]
 
 
 def split_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,

@@ -40,6 +40,16 @@ def m_bucket(M: int) -> int:
     return b
 
 
+def known(kernel: str, key: tuple) -> dict | None:
+    """The config ``pick`` would take for ``key`` without timing anything: this process's pick, else the shipped one
+    (unless ``kernel`` is being retuned); None when neither exists. For kernels that must run another kernel's tile
+    (split_gemm, first_layer: the same sums as act_split / act_quant + w8_gemm)."""
+    cfg = _cache.get((kernel,) + key)
+    if cfg is None and not retune(kernel):
+        cfg = TUNED.get((kernel,) + tuple(str(k) for k in key))
+    return cfg
+
+
 def pick(kernel: str, key: tuple, candidates, launch) -> dict:
     """Return the config to use for ``key``. ``candidates()`` lists configs (called only on a cache
     miss: this is on every call's host path), ``launch(cfg)`` runs the kernel once with one."""

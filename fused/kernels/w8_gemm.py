@@ -230,6 +230,7 @@ def w8_tile(
     tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn,
              y.to(y_ptr.dtype.element_ty), mask=out_mask)
 
+
 @triton.jit
 def _w8_gemm_kernel(
     x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
@@ -245,7 +246,6 @@ def _w8_gemm_kernel(
             part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk, stride_un,
             stride_uk, stride_ym, stride_yn, stride_xlo, GATED, A8, FP8, HAS_BIAS, ACT, DOT, FP8_AS_U8, SPLIT_K,
             EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, X_LO, QX, QMAX, MIN_S, HAND_ROUND, STACK, OUT_M)
-
 
 
 # STACK candidates (both split planes in one tile) offered to the tuner at M <= 128: one >= 64-row wgmma per weight

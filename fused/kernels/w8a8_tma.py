@@ -6,9 +6,9 @@ Why: at M=8192 the fp8 W8A8 Llama block takes cuBLAS for gate/up (H200, seventee
 epilogue would not pay, but w8_gemm's pointer-load tiles run below cuBLAS's rate there. Triton's persistent
 matmul (tutorial 09) streams both operands by TMA into shared memory from one program per SM (the tile loop
 flattened with the K loop, so the next tile's copies start under this tile's epilogue). (`warp_specialize=True` on
-that loop gave the identical PTX on triton 3.6 for sm_90: no producer warps there, so it is not offered.) Same tile arithmetic as
-w8_gemm (w8_gemm._mma, w8_gemm.tile_epilogue, grouped order): int8 products are exact, so int8 outputs equal
-w8_gemm's with the same tile bit for bit.
+that loop gave the identical PTX on triton 3.6 for sm_90: no producer warps there, so it is not offered.) Same tile
+arithmetic as w8_gemm (w8_gemm._mma, w8_gemm.tile_epilogue, grouped order): int8 products are exact, so int8
+outputs equal w8_gemm's with the same tile bit for bit.
 
 TMA needs 16-byte aligned rows: K a multiple of 16 (1-byte operands) and unit stride along K (`tma_ok`).
 """
@@ -82,8 +82,12 @@ def _w8a8_tma_kernel(
 def tma_ok(x: torch.Tensor, w: torch.Tensor, wu: torch.Tensor) -> bool:
     """Whether the operands can go through TMA descriptors: 1-byte elements, unit stride along K, row strides and
     base addresses 16-byte aligned."""
-    return _HAS_DESC and all(t.element_size() == 1 and t.stride(-1) == 1 and t.stride(0) % 16 == 0
-                             and t.data_ptr() % 16 == 0 for t in (x, w, wu))
+    return _HAS_DESC and all(t.element_size() == 1 and _rows_ok(t) for t in (x, w, wu))
+
+
+def _rows_ok(t: torch.Tensor) -> bool:
+    # what a 2-D TMA descriptor needs: unit stride along the last dim, 16-byte aligned rows and base
+    return t.stride(-1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
 
 
 _warned: set = set()
@@ -101,12 +105,6 @@ def warn_pointer_form(cfg: dict) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(why, stacklevel=4)
-
-
-def _y_ok(y: torch.Tensor) -> bool:
-    # a TMA store needs unit stride along N and 16-byte aligned rows; otherwise the same tile stores by pointers
-    # (the same values: only how they reach memory differs)
-    return y.stride(1) == 1 and (y.stride(0) * y.element_size()) % 16 == 0 and y.data_ptr() % 16 == 0
 
 
 def candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
@@ -138,4 +136,5 @@ def launch(x, x_scale, w, wscale, bias, wu, su, bu, y, M, N, K, u_row0, gated, f
                   y.stride(1),
                   GATED=gated, FP8=fp8, HAS_BIAS=bias is not None, ACT=act, AS_U8=as_u8, BLOCK_M=bm, BLOCK_N=bn,
                   BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"], NUM_PROGS=progs,
-                  TMA_Y=cfg.get("TMA_Y", False) and _y_ok(y), num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
+                  # an unaligned y stores the same tile by pointers (the same values; only how they reach memory)
+                  TMA_Y=cfg.get("TMA_Y", False) and _rows_ok(y), num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
