@@ -464,13 +464,13 @@ for t in (1, 0):
     python3 -c "import xdist" 2>/dev/null || { echo "no xdist: bash $0 tests; bash $0 testsb"; exit 1; }
     # -v lines go to a log under $OUT as they come: a run cut by its timeout still names its failures (the
     # seventeenth session's 8-worker run was cut at 360 s with one F and no summary)
-    # 6 workers (the suite grew: 4 may not finish in 570 s; 8 ran 200+ tests in 360 s), then every failed test once
+    # 8 workers (8 ran 201 of the 220 tests in 360 s), then every failed test once
     # more alone: with 6-8 workers sharing the GPU, a test that times real routes can see noisy timings
-    timeout 470 python3 -m pytest -v -p no:cacheprovider -m cuda -rf -n 6 --dist loadfile --durations=12 tests \
+    timeout 475 python3 -m pytest -v -p no:cacheprovider -m cuda -rf -n 8 --dist loadfile --durations=12 tests \
       -k "not 32_row" 2>&1 | filt > "$OUT/testsx.log"
     grep -c " PASSED" "$OUT/testsx.log"; grep " FAILED\|ERROR" "$OUT/testsx.log" | head -20; tail -16 "$OUT/testsx.log"
     failed=$(grep -o "FAILED tests/[^ ]*" "$OUT/testsx.log" | sed 's/^FAILED //' | sort -u | head -8)
-    [ -n "$failed" ] && { echo "rerun alone: $failed"; timeout 100 python3 -m pytest -q -p no:cacheprovider -m cuda -rf \
+    [ -n "$failed" ] && { echo "rerun alone: $failed"; timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf \
       $failed 2>&1 | filt | tail -30; } ;;
   testsb)  # the cuda suite's second half: test_kernels_w8 .. test_tiled_meta, but the files of tests2
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 >= "tests/test_kernels_w8"' \
