@@ -278,6 +278,30 @@ def test_scratch_kernels_get_an_allocator_in_every_thread():
     assert seen["after"] is launch._scratch and seen["kept"]
 
 
+@pytest.mark.parametrize("enabled", [True, False])
+def test_first_launch_finds_an_allocator(enabled, monkeypatch):
+    """Whether a kernel needs global scratch is known only once Triton has compiled it, inside the launch that
+    needs it: every launch through Triton's own path (a first launch, the cache off) sets the allocator first.
+    (The seventeenth session's device-made TMA descriptors failed on the H200 with "no allocator was set".)"""
+    import threading
+
+    from triton.runtime import _allocation
+
+    seen = []
+
+    class Fn:
+        params = []
+
+        def __getitem__(self, grid):
+            return lambda *a, **kw: seen.append(_allocation._allocator.get())
+
+    monkeypatch.setattr(launch, "ENABLED", enabled)
+    t = threading.Thread(target=lambda: launch.launch_kernel(Fn(), (1,), torch.randn(2), 3))
+    t.start()
+    t.join()
+    assert seen == [launch._scratch]
+
+
 def test_note_gain_adds_what_the_graph_pick_saves(monkeypatch):
     """A recording's gain is the route timings' graph-time difference between the eager and the graph pick."""
     from fused import dispatch

@@ -55,6 +55,7 @@ class _Env:
 def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw) -> None:
     """``fn[grid](*args, **kw)``, through the cached launcher after the first call of a signature."""
     if not ENABLED:
+        ensure_scratch_allocator()
         with _Env(compile_env):
             fn[grid](*args, **kw)
         return
@@ -65,6 +66,7 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
     except TypeError:
         # an unhashable argument, e.g. a host TMA descriptor (Triton's own binder expands it; it holds a tensor's
         # address, so a replay would reuse it): Triton's path, not recorded. Our kernels make theirs on the device.
+        ensure_scratch_allocator()
         with _Env(compile_env):
             fn[grid](*args, **kw)
         if _rec is not None:
@@ -72,6 +74,9 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
         return
     if hit is None or _hooked():
         counts["jit"] += 1
+        # a kernel's first launch runs inside Triton's compile-and-launch: whether it needs global scratch (a TMA
+        # descriptor made on the device) is known only after it, so the allocator must be there before
+        ensure_scratch_allocator()
         with _Env(compile_env):
             compiled = fn[grid](*args, **kw)
         if hit is None and compiled is not None:
