@@ -26,6 +26,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  eighteenth1)  # eighteenth session: (1) the staged GEMV test that failed for fp8 in testsx (and alone), its message;
+                # (2) w8tma again: its first run failed at launch ("no allocator was set": a device-made descriptor's
+                # scratch; launch_kernel now sets the allocator before a first launch)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
+      -k "gemv_staged_candidates_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -12
+    timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_tma.py 2>&1 | filt | tail -12
+    timeout 300 python3 .ci/diag.py w8tma 2>&1 | filt | grep "w8tma\|   \|Error" ;;
   eagerbig)  # prepared in the seventeenth session: W8A8 plain (eager) calls take the eager route pick, cuBLAS included,
              # from M=1025 (dispatch.CUBLAS_EAGER_MIN_M, on): its cuda test, then plain vs graph at M = 1024 / 8192.
              # Prediction: plain fp8 W8A8 M=8192 2813 -> within ~2% of its graph time (~2440); M=1024 unchanged

@@ -483,10 +483,11 @@ def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
             got = w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
             plain = {k: v for k, v in cfg.items() if k != "STAGES"}
             want = w8a16_gemv(x, q, s, b, act, gated, config=plain)
+            diff = (gated, N, K, cfg, int((got != want).sum()), sqnr(want, got))
             if cfg["num_warps"] == 4:
-                assert torch.equal(got, want), (gated, N, K, cfg)
+                assert torch.equal(got, want), diff
             else:
-                assert sqnr(want, got) > 100 and (got != want).sum() <= 8, (gated, N, K, cfg)
+                assert sqnr(want, got) > 100 and (got != want).sum() <= 8, diff
             assert sqnr(ref, got) > 45, (gated, N, K, cfg)
 
 
