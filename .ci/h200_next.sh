@@ -26,6 +26,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  eighteenth2)  # eighteenth session: the W8A8 blocks at M = 1024 / 8192 with w8_gemm retuned, without / with the
+                # persistent TMA tiles among the candidates (diag w8tma: int8 gate/up 1858 -> 1730, down 808 -> 775 at
+                # 8192; fp8 down 835 -> 717). Prediction: int8 8192 2775 -> ~2650, fp8 8192 -100 µs if the Triton
+                # down layer is on the route
+    export FUSED_RETUNE=w8_gemm
+    ab FUSED_W8_TMA "0 1" 6 250 --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8"
+    python3 .ci/picks_to_tuned.py "$OUT/FUSED_W8_TMA1/bench.json" --match "w8_gemm" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   eighteenth1)  # eighteenth session: (1) the staged GEMV test that failed for fp8 in testsx (and alone), its message;
                 # (2) w8tma again: its first run failed at launch ("no allocator was set": a device-made descriptor's
                 # scratch; launch_kernel now sets the allocator before a first launch)
