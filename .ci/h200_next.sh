@@ -26,6 +26,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  eighteenth3)  # eighteenth session: the staged GEMV test with its 8-warp check as one rounding step in <= 8 outputs;
+                # the W8A8 blocks at M = 1024 / 8192 with eighteenth2's retuned w8_gemm picks shipped (no retune)
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
+      -k "gemv_staged_candidates_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -6
+    timeout 200 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines \
+      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/big" > "$OUT/big.log" 2>&1
+    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -10
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   eighteenth2)  # eighteenth session: the W8A8 blocks at M = 1024 / 8192 with w8_gemm retuned, without / with the
                 # persistent TMA tiles among the candidates (diag w8tma: int8 gate/up 1858 -> 1730, down 808 -> 775 at
                 # 8192; fp8 down 835 -> 717). Prediction: int8 8192 2775 -> ~2650, fp8 8192 -100 µs if the Triton

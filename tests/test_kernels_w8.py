@@ -467,7 +467,7 @@ def test_gemv_prmt_candidates_cuda(monkeypatch):
 def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
     """On the GPU: every pipelined (STAGES) GEMV candidate at M=1 gives the same bits as the plain loop with its tile
     at 4 warps (only where the tiles wait changes); at 8 warps the pipelined loop's layout reduces across warps in
-    another order (H200: 1-4 of 14336 outputs differ in the last bit, SQNR to the plain twin >= 135 dB)."""
+    another order (H200: 1-4 of 14336 outputs differ by one rounding step)."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
@@ -487,7 +487,11 @@ def test_gemv_staged_candidates_cuda(fmt, monkeypatch):
             if cfg["num_warps"] == 4:
                 assert torch.equal(got, want), diff
             else:
-                assert sqnr(want, got) > 100 and (got != want).sum() <= 8, diff
+                # one rounding step of the output dtype at most, in a few outputs (a whole-vector SQNR bound does not
+                # fit: one step on a large output alone took it to 80.6 dB on the H200, eighteenth session)
+                big = torch.maximum(got.float().abs(), want.float().abs()).clamp_min(1e-30)
+                step = torch.finfo(got.dtype).eps * torch.exp2(torch.floor(torch.log2(big)))
+                assert (got != want).sum() <= 8 and ((got.float() - want.float()).abs() <= step).all(), diff
             assert sqnr(ref, got) > 45, (gated, N, K, cfg)
 
 

@@ -11,8 +11,8 @@ fp8 2:4 W8A8 57.8 in those runs."""
 TUNED: dict = {
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
-    ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
-    ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '1024', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '1024', '16384', '4096', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '1024', '16384', '4096', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '1024', '4096', '14336', 'False', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
@@ -22,7 +22,7 @@ TUNED: dict = {
     ('w8_gemm', '1024', '4096', '16384', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
     ('w8_gemm', '1024', '4096', '16384', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
-    ('w8_gemm', '8192', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8},
+    ('w8_gemm', '8192', '14336', '4096', 'True', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '8192', '16384', '4096', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '16384', '4096', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '4096', '14336', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
@@ -116,6 +116,8 @@ TUNED: dict = {
     ('epilogue_quant', '8192', '16384', 'False', 'False', 'True', 'True', 'gelu_tanh'): {'UNFUSED': True},
     ('w8_gemm', '8192', '16384', '4096', 'False', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '8192', '4096', '16384', 'False', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4, 'SPLIT_K': 1},
+    ('w8_gemm', '8192', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '8192', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn'): {'TMA': True, 'BLOCK_M': 128, 'BLOCK_N': 256, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 8, 'SPLIT_K': 1, 'TMA_Y': True},
     # the 32-row GEMV (Llama shapes, twelfth session's `gemv32` run, examples/results/h200/llama_gemv64.json "tuned";
     # the kernel is unchanged since): what dispatch.GEMV_ROUTE_MAX_M times against split activations at M = 17..32
     ('w8a16_gemv', '32', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'SPLIT_K': 2, 'num_warps': 4, 'CVT': 'magic', 'JOINT': True},
