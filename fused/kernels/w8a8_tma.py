@@ -1,5 +1,5 @@
 """The W8A8 GEMM (int8 / e4m3 x quantized per token, 8-bit weights) as persistent tiles fed by TMA: w8_gemm's
-candidate for large M (`FUSED_W8_TMA=1`; seventeenth session, CPU-tested and compiled for sm_90, not yet timed).
+candidate for large M (`FUSED_W8_TMA=1`; built in the seventeenth session, timed in the eighteenth).
 
 Why: at M=8192 the fp8 W8A8 Llama block takes cuBLAS for gate/up (H200, seventeenth session): its bf16 y of
 8192 x 28672 (470 MB) is written, then read back by epilogue_quant, ~110 µs of traffic that w8_gemm's fused
@@ -11,6 +11,11 @@ arithmetic as w8_gemm (w8_gemm._mma, w8_gemm.tile_epilogue, grouped order): int8
 outputs equal w8_gemm's with the same tile bit for bit.
 
 TMA needs 16-byte aligned rows: K a multiple of 16 (1-byte operands) and unit stride along K (`tma_ok`).
+
+Measured (H200, eighteenth session, layer alone in a graph, `.ci/diag.py w8tma`), pointer pick -> best TMA tile:
+int8 gate/up 233.6 -> 217.9 (M=1024), 1858 -> 1730 (8192); down 92.9 -> 103.8, 808 -> 775; fp8 gate/up 215.9 ->
+234.3, 1750 -> 1876; down 89.9 -> 89.5, ~835 -> 717. Gated fp8 tiles lose (cause not measured; 255 registers a thread).
+A retune of whole blocks with these candidates took one (fp8 down at 8192) into tuned_h200.py.
 """
 from __future__ import annotations
 
@@ -25,7 +30,8 @@ from fused.kernels import cdiv, sm_count
 from fused.kernels.launch import launch_kernel
 from fused.kernels.w8_gemm import _mma, grouped_tile, tile_epilogue
 
-# On by default once measured (`bash .ci/h200_next.sh w8tma`); until then only offered with FUSED_W8_TMA=1.
+# Offered to the tuner only with FUSED_W8_TMA=1 (each candidate costs a compile on first use of a shape); a shipped
+# pick with "TMA" runs whatever the switch.
 W8_TMA = os.environ.get("FUSED_W8_TMA", "0") == "1"
 _HAS_DESC = hasattr(tl, "make_tensor_descriptor")
 
