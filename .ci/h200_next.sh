@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "seventeenth", "Open leads now"), in this order: `testsx` (the suite; one unnamed failure in the
-# seventeenth session's cut 8-worker run), `eagerbig` (checks a default shipped unmeasured), `w8tma` (persistent TMA
-# tiles for the W8A8 GEMM at large M), `s24stages` (new 2:4 M=1 candidates), then `splitrows` (one-launch split with
-# pipelined row loops), `prmt`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# usage: bash .ci/h200_next.sh stagedtest|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "eighteenth", "Open leads now"), in this order: `stagedtest` (confirms the fixed staged test),
+# `retune16` and `retune8` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
+# workers) with the new picks, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -26,6 +25,24 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  retune16)  # eighteenth session, for the next: eighteenth2 found the shipped W8A8 picks stale (a retune of w8_gemm alone
+             # took int8 W8A8 at M = 1024 / 8192 from 344.6 / 2820 to 316.4 / 2654 µs). The W8A16 rows at M = 16 / 128 /
+             # 1024 with every kernel retuned (FUSED_RETUNE=1: shipped table ignored), then the picks that differ.
+             # Prediction: 0-8% per cell where a pick changes (114.1 at 128 and 694 at 1024 are the far-off cells)
+    FUSED_RETUNE=1 timeout 540 python3 -m fused bench --blocks llama --m 16,128,1024 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/r16" > "$OUT/r16.log" 2>&1
+    grep "^|" "$OUT/r16.log" | grep -v "^|--" | head -8
+    python3 .ci/picks_to_tuned.py "$OUT/r16/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  retune8)  # the same for the W8A8 rows at M = 16 / 128 (1024 / 8192 retuned in eighteenth2)
+    FUSED_RETUNE=1 timeout 540 python3 -m fused bench --blocks llama --m 16,128 --no-baselines \
+      --configs "ours int8 W8A8,ours fp8 W8A8" --out "$OUT/r8" > "$OUT/r8.log" 2>&1
+    grep "^|" "$OUT/r8.log" | grep -v "^|--" | head -8
+    python3 .ci/picks_to_tuned.py "$OUT/r8/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  stagedtest)  # the staged GEMV test with its new 8-warp check (eighteenth3 cut it at 90 s after int8 passed)
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
+      -k "gemv_staged_candidates_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -6 ;;
   eighteenth3)  # eighteenth session: the staged GEMV test with its 8-warp check as one rounding step in <= 8 outputs;
                 # the W8A8 blocks at M = 1024 / 8192 with eighteenth2's retuned w8_gemm picks shipped (no retune)
     timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
