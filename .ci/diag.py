@@ -1165,6 +1165,35 @@ if "stgeq" in what:
                   f"diffs {int((d != 0).sum())}/{d.numel()} sqnr(plain) {sqnr(want.float(), got.float()):.1f} "
                   f"sqnr(ref) {sqnr(ref.float(), got.float()):.1f} plain-sqnr(ref) {sqnr(ref.float(), want.float()):.1f}")
 
+if "ncu24" in what:
+    # eighteenth session, for the next: run under ncu. The 2:4 decode GEMV's gate/up pick (16x512, 4 warps, 4 stages)
+    # streams 1.75 TB/s where the dense 1-row GEMV on the same loop shape reaches ~2.7: issue-bound (the per-value
+    # select) or latency-bound? More warps or stages did not move it (s24stages). The shipped picks, no tuning
+    # launches: int8 2:4 gate/up and down, then the dense int8 gate/up pick for comparison; 3 launches each
+    import copy
+
+    from fused.kernels import sparse24_gemv as sg
+    from fused.kernels import tuning
+    from fused.kernels import w8a16_gemv as gv
+    base = make_block("llama", 4096, 14336, "cuda")
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
+    with torch.no_grad():
+        ms = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4"), blocks=True)
+        md = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(), blocks=True)
+        for layer, xin, gated in ((ms.gate_up, x, True), (ms.down, xh, False)):
+            N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
+            cfg = tuning.known("sparse24_gemv", (1, N, K, gated, torch.int8, "tiled"))
+            print("ncu24 2:4", "gate/up" if gated else "down", cfg, flush=True)
+            for _ in range(3):
+                sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None, "silu" if gated else "none",
+                                 gated, config=cfg)
+        cfg = tuning.known("w8a16_gemv", (1, 14336, 4096, True, torch.int8))
+        print("ncu24 dense gate/up", cfg, flush=True)
+        for _ in range(3):
+            gv.w8a16_gemv(x, md.gate_up.qweight, md.gate_up.scale, None, "silu", True, config=cfg)
+        torch.cuda.synchronize()
+
 if "staged" in what:
     # sixteenth session, prepared: the decode GEMVs' pipelined K loops (STAGES). Per M=1 layer of the Llama block
     # (dense int8 / fp8, int8 2:4): the config the tuner takes (shipped pick) against the same tile with STAGES 2 / 3

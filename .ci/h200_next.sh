@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh stagedtest|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh stagedtest|ncu24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "eighteenth", "Open leads now"), in this order: `stagedtest` (confirms the fixed staged test),
 # `retune16` and `retune8` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
-# workers) with the new picks, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# workers) with the new picks, `ncu24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -40,6 +40,17 @@ case "${1:-}" in
     grep "^|" "$OUT/r8.log" | grep -v "^|--" | head -8
     python3 .ci/picks_to_tuned.py "$OUT/r8/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  ncu24)  # eighteenth session, for the next: ncu of the 2:4 decode GEMV picks (int8 gate/up, down) and the dense int8
+          # gate/up pick: issue slots, stalls, DRAM throughput, instruction counts. Question: is the 2:4 loop issue-bound
+          # (select per value; then fewer instructions per value is the lever) or latency-bound (then neither more
+          # warps nor stages helped, s24stages)? Prediction: issue-bound, Issue Slots Busy > 70% for 2:4 gate/up
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 400 "$NCU" --clock-control none --kernel-name regex:gemv --launch-count 9 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats --section InstructionStats python3 .ci/diag.py ncu24 \
+      > "$OUT/ncu24.txt" 2>&1
+    grep -E "^ncu24|_gemv_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|Issued Ipc|No Eligible|Warp Cycles Per Issued|Executed Instructions |Stall|stalled|Est. Speedup" \
+      "$OUT/ncu24.txt" | head -90 ;;
   stagedtest)  # the staged GEMV test with its new 8-warp check (eighteenth3 cut it at 90 s after int8 passed)
     timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
       -k "gemv_staged_candidates_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -6 ;;
