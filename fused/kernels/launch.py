@@ -52,12 +52,18 @@ class _Env:
                 os.environ[k] = v
 
 
+def _triton_launch(fn, grid: tuple, args: tuple, kw: dict, compile_env: dict | None):
+    # Triton's own compile-and-launch. Whether a kernel needs global scratch (a TMA descriptor made on the device) is
+    # known only once it is compiled, inside this launch, so the allocator must be there before
+    ensure_scratch_allocator()
+    with _Env(compile_env):
+        return fn[grid](*args, **kw)
+
+
 def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw) -> None:
     """``fn[grid](*args, **kw)``, through the cached launcher after the first call of a signature."""
     if not ENABLED:
-        ensure_scratch_allocator()
-        with _Env(compile_env):
-            fn[grid](*args, **kw)
+        _triton_launch(fn, grid, args, kw, compile_env)
         return
     dev = args[0].get_device()
     key = (fn, dev, _key(args), tuple(kw.items()))
@@ -66,19 +72,13 @@ def launch_kernel(fn, grid: tuple, *args, compile_env: dict | None = None, **kw)
     except TypeError:
         # an unhashable argument, e.g. a host TMA descriptor (Triton's own binder expands it; it holds a tensor's
         # address, so a replay would reuse it): Triton's path, not recorded. Our kernels make theirs on the device.
-        ensure_scratch_allocator()
-        with _Env(compile_env):
-            fn[grid](*args, **kw)
+        _triton_launch(fn, grid, args, kw, compile_env)
         if _rec is not None:
             _rec.ok = False
         return
     if hit is None or _hooked():
         counts["jit"] += 1
-        # a kernel's first launch runs inside Triton's compile-and-launch: whether it needs global scratch (a TMA
-        # descriptor made on the device) is known only after it, so the allocator must be there before
-        ensure_scratch_allocator()
-        with _Env(compile_env):
-            compiled = fn[grid](*args, **kw)
+        compiled = _triton_launch(fn, grid, args, kw, compile_env)
         if hit is None and compiled is not None:
             # constexpr params after the positional ones, in signature order (the launcher takes them all)
             tail = tuple(kw[p.name] if p.name in kw else p.default for p in fn.params[len(args):])
