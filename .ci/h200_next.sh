@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh stagedtest|ncu24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "eighteenth", "Open leads now"), in this order: `stagedtest` (confirms the fixed staged test),
-# `retune16` and `retune8` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
+# `retune16`, `retune8`, `retune24` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
 # workers) with the new picks, `ncu24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -51,6 +51,12 @@ case "${1:-}" in
       > "$OUT/ncu24.txt" 2>&1
     grep -E "^ncu24|_gemv_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|Issued Ipc|No Eligible|Warp Cycles Per Issued|Executed Instructions |Stall|stalled|Est. Speedup" \
       "$OUT/ncu24.txt" | head -90 ;;
+  retune24)  # the same for the 2:4 rows at M = 16 / 128 / 1024 (their tiled picks date from the twelfth-fifteenth sessions)
+    FUSED_RETUNE=1 timeout 540 python3 -m fused bench --blocks llama --m 16,128,1024 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/r24" > "$OUT/r24.log" 2>&1
+    grep "^|" "$OUT/r24.log" | grep -v "^|--" | head -10
+    python3 .ci/picks_to_tuned.py "$OUT/r24/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   stagedtest)  # the staged GEMV test with its new 8-warp check (eighteenth3 cut it at 90 s after int8 passed)
     timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
       -k "gemv_staged_candidates_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -6 ;;
