@@ -41,9 +41,10 @@ case "${1:-}" in
     python3 .ci/picks_to_tuned.py "$OUT/r8/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   ncu24)  # eighteenth session, for the next: ncu of the 2:4 decode GEMV picks (int8 gate/up, down) and the dense int8
-          # gate/up pick: issue slots, stalls, DRAM throughput, instruction counts. Question: is the 2:4 loop issue-bound
-          # (select per value; then fewer instructions per value is the lever) or latency-bound (then neither more
-          # warps nor stages helped, s24stages)? Prediction: issue-bound, Issue Slots Busy > 70% for 2:4 gate/up
+          # gate/up pick: issue slots, stalls, DRAM throughput, instruction counts. Question: what limits the 2:4 loop
+          # (more warps / stages did not help, s24stages)? Prediction from its SASS (~23 M warp-instructions for gate/up,
+          # 41.7 µs): Issue Slots Busy ~50%, top stalls barrier / short scoreboard (10 BAR per iteration: layout
+          # conversions through shared memory)
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     timeout 400 "$NCU" --clock-control none --kernel-name regex:gemv --launch-count 9 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
