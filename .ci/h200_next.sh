@@ -43,8 +43,8 @@ case "${1:-}" in
   ncu24)  # eighteenth session, for the next: ncu of the 2:4 decode GEMV picks (int8 gate/up, down) and the dense int8
           # gate/up pick: issue slots, stalls, DRAM throughput, instruction counts. Question: what limits the 2:4 loop
           # (more warps / stages did not help, s24stages)? Prediction from its SASS (~23 M warp-instructions for gate/up,
-          # 41.7 µs): Issue Slots Busy ~50%, top stalls barrier / short scoreboard (10 BAR per iteration: layout
-          # conversions through shared memory)
+          # 41.7 µs): Issue Slots Busy ~50%; the staged loop has no layout conversions (2 BAR), so the top stalls should
+          # be long scoreboard / shared-memory (LDS) waits
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     timeout 400 "$NCU" --clock-control none --kernel-name regex:gemv --launch-count 9 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
