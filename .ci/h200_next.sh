@@ -528,8 +528,9 @@ for t in (1, 0):
       -k "not 32_row" 2>&1 | filt > "$OUT/testsx.log"
     grep -c " PASSED" "$OUT/testsx.log"; grep " FAILED\|ERROR" "$OUT/testsx.log" | head -20; tail -16 "$OUT/testsx.log"
     failed=$(grep -o "FAILED tests/[^ ]*" "$OUT/testsx.log" | sed 's/^FAILED //' | sort -u | head -8)
+    # the assertion lines only (E ...): a traceback's tail hid the staged test's message in the eighteenth session
     [ -n "$failed" ] && { echo "rerun alone: $failed"; timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf \
-      $failed 2>&1 | filt | tail -30; } ;;
+      --tb=short $failed 2>&1 | filt | grep -E "^E |^FAILED|passed|failed|^_____" | cut -c1-400 | head -40; } ;;
   testsb)  # the cuda suite's second half: test_kernels_w8 .. test_tiled_meta, but the files of tests2
     timeout 560 python3 -m pytest -q -p no:cacheprovider -m cuda -rf $(ls tests/test_*.py | awk '$0 >= "tests/test_kernels_w8"' \
       | grep -v "narrow_mlp\|test_profile\|save_load\|smoothing\|unpack24") -k "not 32_row" 2>&1 | filt | tail -25 ;;
