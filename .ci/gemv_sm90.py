@@ -18,7 +18,7 @@ def run(label, gated, M, N, K, cfg, fp8=False):
     consts = dict(GATED=gated, W_FP8=fp8, HAS_BIAS=False, ACT="silu" if gated else "none", SPLIT_K=split,
                   BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], DOT="native",
                   CVT=cfg.get("CVT", "magic"), JOINT=cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False),
-                  PERSISTENT=cfg.get("PERSISTENT", 0) > 0, STAGES=cfg.get("STAGES", 1), HALVES=cfg.get("HALVES", False))
+                  PERSISTENT=cfg.get("PERSISTENT", 0) > 0, STAGES=cfg.get("STAGES", 1))
     r = compile_sm90(g._w8a16_gemv_kernel, pointers, ints, consts, cfg["num_warps"])
     loads = collections.Counter(re.findall(r"\bld\.global(?:\.[\w]+)*", r["ptx"]))
     print(f"{label:40s}", dict(loads))
