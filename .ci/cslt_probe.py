@@ -1,5 +1,5 @@
 """What torch's cuSPARSELt takes and how fast it is on this GPU (the 2:4 "cslt" route, issue 5)."""
-import torch, traceback
+import torch
 from triton.testing import do_bench
 
 torch.manual_seed(0)
