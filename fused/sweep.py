@@ -36,6 +36,7 @@ from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantiz
 from fused.gptq import calibrate_gptq
 from fused.smoothing import calibrate_smoothing
 from fused.tasks import Task, call, cast_inputs
+from lowbit.metrics import ratio_db
 from sparsity import prune_24_
 
 
@@ -212,16 +213,6 @@ def time_side_by_side(runs: list, iters: int = 10, warmup: int = 2) -> list[floa
     return [statistics.median(t) for t in times]
 
 
-def _db(signal: float, noise: float) -> float:
-    if math.isnan(signal) or math.isnan(noise):
-        return float("nan")
-    if noise == 0.0:
-        return float("inf")
-    if signal == 0.0:
-        return float("-inf")
-    return 10.0 * math.log10(signal / noise)
-
-
 class _LayerError:
     """Accumulates ‖ref‖² and ‖ref − out‖² over batches (float64), so SQNR covers every batch."""
 
@@ -246,8 +237,9 @@ class _LayerError:
     def result(self) -> dict:
         if not self.calls:  # the model never ran this layer on the batches
             return {"sqnr_db": math.nan, "sqnr_in_model_db": math.nan}
-        return {"sqnr_db": _db(self.signal, self.noise_isolated),
-                "sqnr_in_model_db": _db(self.signal, self.noise_in_model)}
+        # signal and noise are sums of squares (powers): 10 dB per decade
+        return {"sqnr_db": ratio_db(self.signal, self.noise_isolated, 10.0),
+                "sqnr_in_model_db": ratio_db(self.signal, self.noise_in_model, 10.0)}
 
 
 def _capture(model: nn.Module, fqns: list[str], store: dict, inputs_too: bool):

@@ -12,12 +12,16 @@ def sqnr(ref: torch.Tensor, out: torch.Tensor) -> float:
     out = out.detach().double()
     if ref.shape != out.shape:
         raise ValueError(f"sqnr: shapes differ, ref {tuple(ref.shape)} vs out {tuple(out.shape)}")
-    signal = torch.linalg.vector_norm(ref).item()
-    noise = torch.linalg.vector_norm(ref - out).item()
+    return ratio_db(torch.linalg.vector_norm(ref).item(), torch.linalg.vector_norm(ref - out).item())
+
+
+def ratio_db(signal: float, noise: float, per_decade: float = 20.0) -> float:
+    """``per_decade``·log10(signal / noise): 20 for amplitudes (norms), 10 for powers (sums of squares). inf for no
+    noise, -inf for no signal, NaN if either is NaN."""
     if math.isnan(signal) or math.isnan(noise):
         return float("nan")
     if noise == 0.0:
         return float("inf")
     if signal == 0.0:
         return float("-inf")
-    return 20.0 * math.log10(signal / noise)
+    return per_decade * math.log10(signal / noise)
