@@ -468,8 +468,9 @@ CUBLAS_FP8_MIN_M = int(os.environ.get("FUSED_CUBLAS_FP8_MIN_M", "1025"))
 # from WIDEN_MIN_M: such a call is not replayed from a recording (cuBLAS's product is no kernel's output), which at
 # these M costs only host time that runs ahead of a GPU busy for 0.3-2.5 ms. Why: plain fp8 W8A8 calls at M=8192
 # ran the Triton route (2813 µs in the README's run) where CUDA graphs take cuBLAS (2434, seventeenth session).
-# Seventeenth session, not yet measured (`bash .ci/h200_next.sh eagerbig`); prediction: plain fp8 W8A8 M=8192
-# within ~2% of its graph time. FUSED_CUBLAS_EAGER_MIN_M=0 would take eager picks everywhere (loses replays).
+# Predicted: plain fp8 W8A8 M=8192 within ~2% of its graph time; measured (H200, 2026-12-02, eighteenth session,
+# `bash .ci/h200_next.sh eagerbig` / `eighteenth3`): plain 2813 -> 2452.7 / 2391.8 µs (graph 2533.5 / 2466.3 in the
+# same runs). FUSED_CUBLAS_EAGER_MIN_M=0 would take eager picks everywhere (loses replays).
 CUBLAS_EAGER_MIN_M = int(os.environ.get("FUSED_CUBLAS_EAGER_MIN_M", "2048"))
 _dense_routes: dict = {}
 _unit_scales: dict = {}

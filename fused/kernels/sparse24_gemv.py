@@ -319,10 +319,9 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
         # STAGES: the plain loop has one tile of 4-5 KB in flight per program, ~20 KB per SM where ~25-30 KB are
         # needed to cover the memory latency at 4 TB/s. Pipelined through shared memory by Triton (cp.async), the
         # 16x512 tile went 53.5 -> 41.8 µs for gate/up with STAGES=4 and 32.0 -> 24.6 for down (H200, seventeenth
-        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). Added after that run, not yet timed
-        # (sm_90 compile, triton 3.6, gate/up tiled): 16x512 with 8 warps (78 registers against 153 with 4: twice
-        # the warps per SM at the same 16 KB of shared memory), 6 stages, 16x1024 with 8 warps (120), 32x512 with 8
-        # warps (155)
+        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). Added after that run: 16x512 with 8
+        # warps (78 registers against 153 with 4), 6 stages, 16x1024 with 8 warps, 32x512 with 8 warps; timed in the
+        # eighteenth session (`s24stages`): none beat 16x512 with 4 warps and 4 stages (gate/up 41.7 µs)
         out = [_cfg("vsel", 1, 32, 256, 4)]
         if GEMV_STAGES:
             out += [_cfg("vsel", 1, 16, 512, 4, 4), _cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 16, 512, 8, 4),

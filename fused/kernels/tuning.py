@@ -46,8 +46,13 @@ def known(kernel: str, key: tuple) -> dict | None:
     (split_gemm, first_layer: the same sums as act_split / act_quant + w8_gemm)."""
     cfg = _cache.get((kernel,) + key)
     if cfg is None and not retune(kernel):
-        cfg = TUNED.get((kernel,) + tuple(str(k) for k in key))
+        cfg = _shipped(kernel, key)
     return cfg
+
+
+def _shipped(kernel: str, key: tuple) -> dict | None:
+    # tuned_h200.py keys its entries by the key's values as strings
+    return TUNED.get((kernel,) + tuple(str(k) for k in key))
 
 
 def pick(kernel: str, key: tuple, candidates, launch) -> dict:
@@ -58,7 +63,7 @@ def pick(kernel: str, key: tuple, candidates, launch) -> dict:
     if cfg is not None:
         return cfg
     candidates = candidates()
-    tuned = TUNED.get((kernel,) + tuple(str(k) for k in key))
+    tuned = _shipped(kernel, key)
     if retune(kernel) and tuned is not None:  # timed against the candidates, not taken as it is
         candidates = candidates + [tuned] * (tuned not in candidates)
         tuned = None
