@@ -1194,6 +1194,44 @@ if "ncu24" in what:
             gv.w8a16_gemv(x, md.gate_up.qweight, md.gate_up.scale, None, "silu", True, config=cfg)
         torch.cuda.synchronize()
 
+if "s24wave" in what:
+    # nineteenth session: ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96 registers) as 896 CTAs at
+    # 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers) at 21% occupancy. The
+    # same tiles with a register cap (7 / 8 CTAs per SM: one wave) and the down with more splits, graph µs of the
+    # layer alone, bits checked against the pick
+    import copy
+
+    from fused.kernels import sparse24_gemv as sg
+    from fused.kernels import tuning
+    from lowbit.metrics import sqnr
+    base = make_block("llama", 4096, 14336, "cuda")
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
+    ms = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4"), blocks=True)
+    with torch.no_grad():
+        for layer, xin, gated in ((ms.gate_up, x, True), (ms.down, xh, False)):
+            N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
+            pick = tuning.known("sparse24_gemv", (1, N, K, gated, torch.int8, "tiled"))
+            fn = lambda c: sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None,  # noqa: E731
+                                            "silu" if gated else "none", gated, config=c)
+            want = fn(pick)
+            tries = [dict(pick, maxnreg=r) for r in (80, 72, 64)]
+            if not gated:
+                tries += [dict(pick, SPLIT_K=s) for s in (4, 8)] + [dict(pick, SPLIT_K=4, maxnreg=64)]
+            else:
+                tries += [dict(pick, SPLIT_K=2), dict(pick, SPLIT_K=2, maxnreg=72)]
+            rows = [(gus(lambda: fn(pick)), "pick", pick)]
+            for c in tries:
+                try:
+                    y = fn(c)
+                except Exception as e:  # noqa: BLE001
+                    rows.append((float("inf"), f"failed {str(e)[:60]}", c))
+                    continue
+                tag = "=" if torch.equal(y, want) else f"{sqnr(want.float(), y.float()):.0f}dB"
+                rows.append((gus(lambda: fn(c)), tag, c))
+            for t, tag, c in rows:
+                p(f"s24wave {'gate/up' if gated else 'down'} {t:7.1f} {tag} {c}")
+
 if "staged" in what:
     # sixteenth session, prepared: the decode GEMVs' pipelined K loops (STAGES). Per M=1 layer of the Llama block
     # (dense int8 / fp8, int8 2:4): the config the tuner takes (shipped pick) against the same tile with STAGES 2 / 3

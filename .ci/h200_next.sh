@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "eighteenth", "Open leads now"), in this order: `stagedtest` (confirms the fixed staged test),
 # `retune16`, `retune8`, `retune24` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
 # workers) with the new picks, `ncu24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
@@ -25,6 +25,20 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  s24wave)  # nineteenth session: ncu24 showed the 2:4 gate/up pick at 896 CTAs, 5 per SM (96 registers): 1.36 waves,
+            # DRAM 41%, L1 78%, issue 66%. The pick with a register cap (maxnreg 80 / 72 / 64: 6 / 7 / 8 CTAs per SM) and
+            # more splits. Prediction: if the partial wave costs, gate/up 38-42 -> ~33 µs with 72; if L1 / issue limits
+            # (no spare per-SM throughput), no change
+    timeout 200 python3 .ci/diag.py s24wave 2>&1 | filt | grep "^s24wave" ;;
+  nineteenth1)  # nineteenth session: CVT="prmt" on by default with the shipped prmt / retune8 picks: the GEMV cuda tests,
+                # then the dense Llama rows at M = 1 / 16 / 128 (no retune) beside bf16 eager. Prediction: int8 W8A16 M=1
+                # 65.2 -> ~63.5 (the retune's 63.4), the rest unchanged within run-to-run spread
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k "gemv" \
+      2>&1 | filt | grep -v "^  \|^$" | tail -4
+    timeout 300 python3 -m fused bench --blocks llama --m 1,16,128 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16,ours int8 W8A8,ours fp8 W8A8" --out "$OUT/n1" > "$OUT/n1.log" 2>&1
+    grep "^|" "$OUT/n1.log" | grep -v "^|--" | head -14
+    rm -f "$OUT"/*/bench.png ;;
   retune16)  # eighteenth session, for the next: eighteenth2 found the shipped W8A8 picks stale (a retune of w8_gemm alone
              # took int8 W8A8 at M = 1024 / 8192 from 344.6 / 2820 to 316.4 / 2654 µs). The W8A16 rows at M = 16 / 128 /
              # 1024 with every kernel retuned (FUSED_RETUNE=1: shipped table ignored), then the picks that differ.

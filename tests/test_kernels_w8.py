@@ -385,13 +385,14 @@ def test_int8_prmt_widening_emulated():
 
 
 def test_gemv_prmt_config_interpreted(monkeypatch):
-    """CVT="prmt" (inline PTX) is offered for int8 weights at BLOCK_M=1 only (with FUSED_GEMV_PRMT=1); the
+    """CVT="prmt" (inline PTX) is offered for int8 weights at BLOCK_M=1 only (unless FUSED_GEMV_PRMT=0); the
     interpreter runs it as "magic", the same exact widening: equal bits."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
     _poisoned_empty(monkeypatch)
-    assert not any(c["CVT"] == "prmt" for c in _candidates(1, 4096, 14336, True, int8=True))  # off by default
+    monkeypatch.setattr(gv, "PRMT", False)
+    assert not any(c["CVT"] == "prmt" for c in _candidates(1, 4096, 14336, True, int8=True))
     monkeypatch.setattr(gv, "PRMT", True)
     assert {c["CVT"] for c in _candidates(1, 4096, 14336, True, int8=True) if c["BLOCK_M"] == 1} == {
         "magic", "native", "prmt"}

@@ -408,7 +408,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
             EVEN_K=K % bk == 0, TILED=_tiled_mode(tiled, mode, bn, N, gated), STAGES=cfg.get("STAGES", 1),
-            num_warps=cfg["num_warps"],
+            num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
         )
 
     if config is None:
