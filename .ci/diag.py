@@ -1194,6 +1194,43 @@ if "ncu24" in what:
             gv.w8a16_gemv(x, md.gate_up.qweight, md.gate_up.scale, None, "silu", True, config=cfg)
         torch.cuda.synchronize()
 
+if "s24quad" in what:
+    # nineteenth session, for the next: the 2:4 decode GEMV's "quad" form (one asm block per meta byte: PRMT
+    # selectors, widening, 4 FMAs; sm_90 int8 gate/up 16x512 4 stages 399 -> 275 instructions per iteration, 96 -> 64
+    # registers) against the shipped vsel picks, layer alone, graph µs, int8 and fp8 values, SQNR vs the pick
+    import copy
+
+    from fused.kernels import sparse24_gemv as sg
+    from fused.kernels import tuning
+    from lowbit.metrics import sqnr
+    base = make_block("llama", 4096, 14336, "cuda")
+    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
+    xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
+    for name, qcfg in (("int8", fused.FusedInt8MLP(sparsity="2:4")), ("fp8", fused.FusedFloat8MLP(sparsity="2:4"))):
+        ms = fused.quantize(copy.deepcopy(base), qcfg, blocks=True)
+        with torch.no_grad():
+            for layer, xin, gated in ((ms.gate_up, x, True), (ms.down, xh, False)):
+                N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
+                pick = tuning.known("sparse24_gemv", (1, N, K, gated, layer.values.dtype, "tiled"))
+                if pick is None:
+                    p(f"s24quad {name}: no shipped pick for {(N, K, gated)}")
+                    continue
+                fn = lambda c: sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None,  # noqa: E731
+                                                "silu" if gated else "none", gated, config=c)
+                want = fn(pick)
+                rows = [(gus(lambda: fn(pick)), "pick", pick)]
+                for c in [c for c in sg._candidates(1, N, K, gated) if c["MODE"] == "quad"]:
+                    try:
+                        y = fn(c)
+                    except Exception as e:  # noqa: BLE001
+                        rows.append((float("inf"), f"failed {str(e)[:60]}", c))
+                        continue
+                    rows.append((gus(lambda: fn(c)), f"{sqnr(want.float(), y.float()):.0f}dB", c))
+                for t, tag, c in sorted(rows, key=lambda r: r[0]):
+                    p(f"s24quad {name} {'gate/up' if gated else 'down'} {t:7.1f} {tag} {c}")
+        del ms
+        torch.cuda.empty_cache()
+
 if "s24wave" in what:
     # nineteenth session: ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96 registers) as 896 CTAs at
     # 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers) at 21% occupancy. The

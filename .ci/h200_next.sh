@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh quad24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "eighteenth", "Open leads now"), in this order: `stagedtest` (confirms the fixed staged test),
 # `retune16`, `retune8`, `retune24` (stale picks: whole-block retunes), `prmt`, `splitrows`, then `testsx` (the whole suite, 8
 # workers) with the new picks, `ncu24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
@@ -25,6 +25,20 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  quad24)  # nineteenth session, for the next: the 2:4 decode GEMV's "quad" form (ncu24: vsel bound by per-SM work, L1 78%,
+           # issue 66%, DRAM 41%; quad cuts the sm_90 loop 399 -> 275 instructions for int8, 345 -> 249 for fp8, registers
+           # 96 -> 64). (1) its cuda tests (asm bit-equal to its Triton twin; every candidate right); (2) the layers alone
+           # against the shipped vsel picks (.ci/diag.py s24quad); (3) the 2:4 rows at M=1 retuned (FUSED_RETUNE=1) and
+           # the picks. Prediction: int8 gate/up 41.3 -> ~29-33 µs, down 24.8 -> ~18-20, block int8 2:4 W8A16 59.0 ->
+           # ~46-50 (fp8 2:4 W8A8 57.8 alike); if L1 (shared-memory traffic, unchanged) binds instead, < 10%
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_gemv.py \
+      -k "quad or every_candidate" 2>&1 | filt | grep -v "^  \|^$" | tail -5
+    timeout 150 python3 .ci/diag.py s24quad 2>&1 | filt | grep "^s24quad"
+    FUSED_RETUNE=1 timeout 200 python3 -m fused bench --blocks llama --m 1 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/q24" > "$OUT/q24.log" 2>&1
+    grep "^|" "$OUT/q24.log" | grep -v "^|--" | head -5
+    python3 .ci/picks_to_tuned.py "$OUT/q24/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   s24wave)  # nineteenth session: ncu24 showed the 2:4 gate/up pick at 896 CTAs, 5 per SM (96 registers): 1.36 waves,
             # DRAM 41%, L1 78%, issue 66%. The pick with a register cap (maxnreg 80 / 72 / 64: 6 / 7 / 8 CTAs per SM) and
             # more splits. Prediction: if the partial wave costs, gate/up 38-42 -> ~33 µs with 72; if L1 / issue limits

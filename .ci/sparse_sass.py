@@ -25,7 +25,8 @@ def compile_sparse(cfg, gated, N, K, M=1, value="int8", tiled=0):
                 stride_ym=N, stride_yn=1)
     consts = dict(VALUE=value, MODE=cfg["MODE"], DOT="native", GATED=gated, HAS_SCALE=True, HAS_BIAS=False,
                   ACT="silu" if gated else "none", SPLIT_K=split, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                  BLOCK_K=bk, EVEN_K=K % bk == 0, TILED=tiled, STAGES=cfg.get("STAGES", 1))
+                  BLOCK_K=bk, EVEN_K=K % bk == 0, TILED=tiled, STAGES=cfg.get("STAGES", 1), X_F16=False,
+                  ASM=True)
     return compile_sm90(sg._sparse24_gemv_kernel, pointers, ints, consts, cfg["num_warps"])["kernel"]
 
 

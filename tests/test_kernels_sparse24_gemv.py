@@ -1,13 +1,14 @@
 """The 2:4 decode kernel (sparse24_gemv; TRITON_INTERPRET=1 on the CPU) against the pure-torch reference.
 
-Every MODE is run through an explicit config: "gather" (M = 1, 3 and 16), "vsel" (M = 1 to 16) and "dot"
-(M = 3, 16), each with split-K. Odd shapes: N = 37; K = 40 and 100 (multiples of 4, not of 8: the last meta
+Every MODE is run through an explicit config: "gather" (M = 1, 3 and 16), "vsel" (M = 1 to 16), "quad" (M = 1;
+the interpreter runs the Triton twin of its asm) and "dot" (M = 3, 16), each with split-K. Odd shapes: N = 37; K = 40 and 100 (multiples of 4, not of 8: the last meta
 byte holds one group; K > BLOCK_K: several, partial, K steps and splits). Outputs are poisoned with NaN;
 accuracy is SQNR against the reference at the output dtype's resolution."""
 import pytest
 import torch
 
 from fused import dispatch
+from fused.kernels.launch import counts
 from fused.kernels.sparse24_gemv import _candidates, _cfg, sparse24_gemv
 from fused.kernels.splitk import buffers
 from fused.reference import sparse24_gated_ref, sparse24_linear_ref
@@ -67,6 +68,39 @@ def test_matches_reference(M, mode, bm, K, vdtype, gated):
     x = torch.randn(M, K, dtype=torch.bfloat16)
     act = "silu" if gated else "gelu_tanh"
     check(*run_both(x, v, m, s, b, act, gated, config(mode, bm)), torch.bfloat16)
+
+
+QUAD = [(8, 40), (32, 96), (64, 128)]  # (BLOCK_K, K): "quad" needs K % BLOCK_K == 0; 1-3 K steps per split
+
+
+@pytest.mark.parametrize("xdtype", [torch.bfloat16, torch.float16], ids=["x_bf16", "x_fp16"])
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+@pytest.mark.parametrize("bk,K", QUAD, ids=[f"bk{b}-K{k}" for b, k in QUAD])
+def test_quad_matches_reference(bk, K, vdtype, gated, xdtype):
+    N = 37
+    v, m, s = packed(2 * N if gated else N, K, vdtype)
+    b = torch.randn(v.shape[0]) if K == 96 else None
+    x = torch.randn(1, K, dtype=xdtype)
+    before = counts["quad_as_vsel"]
+    act = "silu" if gated else "gelu_tanh"
+    check(*run_both(x, v, m, s, b, act, gated, config("quad", 1, bk=bk)), xdtype)
+    assert counts["quad_as_vsel"] == before  # it ran as "quad"
+
+
+def test_quad_pick_serves_x_it_cannot_read_as_words():
+    """A shape's pick serves every x: where "quad" cannot read x or the values as 32-bit words (fp32 or
+    unaligned x, a strided x, bf16 values) the same tile runs as "vsel", counted in launch.counts."""
+    v, m, s = packed(37, 128, torch.int8)
+    vb, mb, _ = packed(37, 128, torch.bfloat16)
+    cases = [(torch.randn(1, 128), v, m, s),                                     # fp32 x
+             (torch.randn(1, 129, dtype=torch.bfloat16)[:, 1:], v, m, s),        # 2-byte aligned
+             (torch.randn(1, 256, dtype=torch.bfloat16)[:, ::2], v, m, s),       # K stride 2
+             (torch.randn(1, 128, dtype=torch.bfloat16), vb, mb, None)]          # bf16 values
+    for x, vv, mm, ss in cases:
+        before = counts["quad_as_vsel"]
+        check(*run_both(x, vv, mm, ss, None, "relu", False, config("quad", 1, bk=64)), x.dtype)
+        assert counts["quad_as_vsel"] == before + 1
 
 
 @pytest.mark.parametrize("xdtype", [torch.float16, torch.float32], ids=["x_fp16", "x_fp32"])
@@ -173,6 +207,8 @@ def test_candidates_are_few_and_valid():
             for c in cands:
                 assert c["BLOCK_M"] >= M and c["BLOCK_K"] % 8 == 0 and c["SPLIT_K"] >= 1
                 assert c["MODE"] != "dot" or min(c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) >= 16
+                assert c["MODE"] != "quad" or (M == 1 and K % c["BLOCK_K"] == 0)
+            assert not any(c["MODE"] == "quad" for c in _candidates(M, N, K, True, quad=False))
 
 
 @pytest.mark.parametrize("K", [40, 100, 128])
@@ -212,6 +248,30 @@ def test_cuda_llama_shapes_and_determinism(M, N, K, gated, vdtype):
     check(y, ref, torch.bfloat16)
     for _ in range(5):
         assert torch.equal(sparse24_gemv(x, v, m, s, None, "silu", gated), y)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("tiled", [False, True], ids=["row_meta", "tiled_meta"])
+@pytest.mark.parametrize("xdtype", [torch.bfloat16, torch.float16], ids=["x_bf16", "x_fp16"])
+@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+def test_cuda_quad_asm_equals_its_triton_twin(vdtype, xdtype, tiled, monkeypatch):
+    """The inline-asm "quad" (selectors by PRMT, widening, 4 FMAs) against its Triton twin compiled for the same
+    GPU (the same fp32 operations in the same order): equal bits, and the reference's SQNR."""
+    from fused.kernels import sparse24_gemv as sg
+    from sparsity.packing import tile_meta
+
+    if vdtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability >= 8.9")
+    N, K = 1024, 2048
+    v, m, s = packed(2 * N, K, vdtype, device="cuda")
+    x = torch.randn(1, K, dtype=xdtype, device="cuda")
+    mm = tile_meta(m) if tiled else m
+    for cfg in (dict(_cfg("quad", 1, 16, 512, 4, 4), SPLIT_K=2), dict(_cfg("quad", 1, 32, 256, 8), SPLIT_K=1)):
+        y, ref = run_both(x, v, mm, s, None, "silu", True, cfg)
+        check(y, ref, xdtype)
+        monkeypatch.setattr(sg, "INTERPRET", True)  # ASM=False: the twin
+        assert torch.equal(run_both(x, v, mm, s, None, "silu", True, cfg)[0], y), cfg
+        monkeypatch.setattr(sg, "INTERPRET", False)
 
 
 @pytest.mark.cuda

@@ -444,6 +444,19 @@ def test_staged_gemvs_compile_for_sm90():
     assert _sm90_last_line(code) == "[False, False, True, True]"
 
 
+def test_sparse_quad_compiles_for_sm90():
+    """The 2:4 decode GEMV's "quad" form (inline PTX: PRMT selectors, int8 / e4m3 widening, FMA chain) assembles
+    for sm_90 inside the staged gated loop (ptxas, no GPU), with the asm there and no local-memory spills."""
+    code = ("from sparse_sass import compile_sparse; out = []\n"
+            "for value, mark in (('int8', 'mad.lo.u32'), ('fp8', 'cvt.rn.f16x2.e4m3x2')):\n"
+            "    k = compile_sparse(dict(MODE='quad', BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, SPLIT_K=1,"
+            " STAGES=4), True, 14336, 4096, value=value, tiled=2)\n"
+            "    p = k.asm['ptx']\n"
+            "    out.append('prmt.b32' in p and mark in p and 'ld.local' not in p and 'st.local' not in p)\n"
+            "print(out)")
+    assert _sm90_last_line(code) == "[True, True]"
+
+
 @pytest.mark.cuda
 def test_gemv_prmt_candidates_cuda(monkeypatch):
     """On the GPU: every CVT="prmt" GEMV candidate at M=1 (gated and not) gives the same bits as its "magic" twin

@@ -109,7 +109,8 @@ def poisoned(shape, dtype):
 # (M, mode, BLOCK_M, BLOCK_N, BLOCK_K, SPLIT_K): each decode form on whole 64-column K steps
 GEMV_FORMS = [(1, "gather", 1, 16, 64, 2), (1, "vsel", 1, 32, 128, 1), (1, "vsel", 1, 16, 64, 3),
               (3, "vsel", 4, 16, 64, 2), (3, "gather", 4, 32, 64, 1), (3, "dot", 16, 16, 64, 2),
-              (16, "dot", 16, 32, 128, 1), (1, "vsel", 1, 64, 64, 2)]  # the last: gated H=96 falls back to gathers
+              (16, "dot", 16, 32, 128, 1), (1, "vsel", 1, 64, 64, 2),  # gated H=96: gathers
+              (1, "quad", 1, 16, 64, 2), (1, "quad", 1, 64, 64, 1)]
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
@@ -121,6 +122,8 @@ def test_gemv_tiled_equals_row_major(M, mode, bm, bn, bk, split, vdtype, gated):
     v, m, s = weights(n, k, vdtype, seed=M)
     b = torch.randn(n) if M == 3 else None
     xs = torch.randn(M, 2 * k, dtype=torch.bfloat16)[:, ::2]  # a strided view
+    if mode == "quad":  # it reads x as 32-bit words (a strided x runs as vsel: test_kernels_sparse24_gemv)
+        xs = xs.contiguous()
     cfg = dict(_cfg(mode, bm, bn, bk, 4), SPLIT_K=split)
     act = "silu" if gated else "gelu"
     out_n = n // 2 if gated else n

@@ -23,8 +23,9 @@ from fused.kernels import INTERPRET
 
 ENABLED = not INTERPRET and os.environ.get("FUSED_FAST_LAUNCH", "1") != "0"
 _cache: dict = {}
-# launches through Triton's own path ("jit": first call of a key, or a hook installed) vs the cache
-counts = {"jit": 0, "cached": 0, "replayed": 0, "graph_replayed": 0}
+# launches through Triton's own path ("jit": first call of a key, or a hook installed) vs the cache; also the 2:4
+# decode launches whose "quad" pick met an x it cannot read as words (fp32, unaligned) and ran as "vsel"
+counts = {"jit": 0, "cached": 0, "replayed": 0, "graph_replayed": 0, "quad_as_vsel": 0}
 _Tensor = torch.Tensor
 
 

@@ -22,6 +22,12 @@ Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three wa
             [groups, 4] and each kept value selects its x by position (`tl.where`: ALU instead of
             gathered loads). With BLOCK_M > 1 the select and products run per row on the shared decode
             of the tile. H200, Llama block at M=1: 107.2 µs with "gather" -> 72.9.
+  "quad"    (BLOCK_M = 1, int8 / fp8 values, bf16 / fp16 x, K % BLOCK_K == 0) works per meta byte: the byte's
+            4 kept values load as one int32 word, x as bf16 pairs (int32 words), and one inline-asm block per
+            byte builds a PRMT selector from the 4 positions, picks both groups' x pairs with 2 PRMT, widens the
+            values and chains 4 FMAs into the accumulator (_quad_fma: ~25 instructions per 4 values where
+            "vsel" spends ~12.5 per value; ncu on the H200 found vsel bound by per-SM work, not bytes).
+            The interpreter runs the same arithmetic in Triton (_quad_fma_ref: equal bits).
   "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
             (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows
             (sm_90, 64×128 int8 tile: 594 instructions per thread and step with the 16-bit word expansion,
@@ -41,16 +47,16 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import GEMV_STAGES, cdiv, check_out, next_pow2
+from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, next_pow2
 from fused.kernels.epilogue import activation, int8_to_f32
-from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.launch import counts, empty, launch_kernel
 from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
                                            meta_chunks, meta_col_off, meta_row_off)
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
 
-MODES = ("gather", "vsel", "dot")
+MODES = ("gather", "vsel", "quad", "dot")
 
 
 @triton.jit
@@ -123,6 +129,143 @@ def _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_
         xv = tl.where((pos & 2) != 0, tl.where(lo, x3, x2), tl.where(lo, x1, x0))
         acc3 += w * xv
     return tl.sum(tl.sum(acc3, axis=2), axis=1)[None, :]
+
+
+# "quad": one meta byte = 4 kept values = 2 groups of 4 columns. Its 2-bit positions are spread into bytes (two
+# shift-or-mask steps), times 0x22 plus 0x10 per byte gives prmt selectors (2p, 2p+1) per value: the low 16 bits
+# pick group a's two bf16 x from its 4 (x01 = bytes 0-3, x23 = bytes 4-7), the high 16 bits group b's. Values:
+# int8 through the 2**23 mantissa (PRMT into 0x4B0000uu, u = w + 128, one subtraction), fp8 through cvt e4m3x2.
+def _quad_asm(value: str, xdt: str) -> str:
+    if value == "int8":
+        widen = """xor.b32 u, $1, 0x80808080;
+        mov.b32 c, 0x4B000000;
+        prmt.b32 w0, u, c, 0x7540;
+        prmt.b32 w1, u, c, 0x7541;
+        prmt.b32 w2, u, c, 0x7542;
+        prmt.b32 w3, u, c, 0x7543;
+        sub.rn.f32 w0, w0, 0f4B000080;
+        sub.rn.f32 w1, w1, 0f4B000080;
+        sub.rn.f32 w2, w2, 0f4B000080;
+        sub.rn.f32 w3, w3, 0f4B000080;"""
+    else:
+        widen = """mov.b32 {l16, h16}, $1;
+        cvt.rn.f16x2.e4m3x2 u, l16;
+        cvt.rn.f16x2.e4m3x2 c, h16;
+        mov.b32 {e0, e1}, u;
+        mov.b32 {e2, e3}, c;
+        cvt.f32.f16 w0, e0;
+        cvt.f32.f16 w1, e1;
+        cvt.f32.f16 w2, e2;
+        cvt.f32.f16 w3, e3;"""
+    if xdt == "bf16":
+        unpack = """shl.b32 a0, xa, 16;
+        and.b32 a1, xa, 0xFFFF0000;
+        shl.b32 b0, xb, 16;
+        and.b32 b1, xb, 0xFFFF0000;"""
+    else:
+        unpack = """mov.b32 {e0, e1}, xa;
+        mov.b32 {e2, e3}, xb;
+        cvt.f32.f16 a0, e0;
+        cvt.f32.f16 a1, e1;
+        cvt.f32.f16 b0, e2;
+        cvt.f32.f16 b1, e3;"""
+    return f"""{{
+        .reg .b32 t, s, sb, xa, xb, u, c, w0, w1, w2, w3, a0, a1, b0, b1;
+        .reg .b16 l16, h16, e0, e1, e2, e3;
+        shl.b32 t, $2, 12;
+        or.b32 t, t, $2;
+        and.b32 t, t, 0x000F000F;
+        shl.b32 s, t, 6;
+        or.b32 s, s, t;
+        and.b32 s, s, 0x03030303;
+        mad.lo.u32 s, s, 0x22, 0x10101010;
+        shr.b32 sb, s, 16;
+        prmt.b32 xa, $3, $4, s;
+        prmt.b32 xb, $5, $6, sb;
+        {unpack}
+        {widen}
+        fma.rn.f32 $0, w0, a0, $7;
+        fma.rn.f32 $0, w1, a1, $0;
+        fma.rn.f32 $0, w2, b0, $0;
+        fma.rn.f32 $0, w3, b1, $0;
+        }}"""
+
+
+_QUAD_ASM = {(v, x): tl.constexpr(_quad_asm(v, x)) for v in ("int8", "fp8") for x in ("bf16", "fp16")}
+_QUAD_I8_BF16: tl.constexpr = _QUAD_ASM["int8", "bf16"]
+_QUAD_I8_F16: tl.constexpr = _QUAD_ASM["int8", "fp16"]
+_QUAD_F8_BF16: tl.constexpr = _QUAD_ASM["fp8", "bf16"]
+_QUAD_F8_F16: tl.constexpr = _QUAD_ASM["fp8", "fp16"]
+
+
+@triton.jit
+def _quad_x(p, w01, w23, X_F16: tl.constexpr):
+    """x at position p (0..3) of a group given as two words of 16-bit pairs, as fp32."""
+    word = tl.where(p >= 2, w23, w01)
+    half = tl.where((p & 1) != 0, (word >> 16) & 0xFFFF, word & 0xFFFF)
+    if X_F16:
+        return half.to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+    return (half << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _quad_value(vw, i: tl.constexpr, VALUE: tl.constexpr):
+    """Byte i of the values word as fp32 (int8 or e4m3 bits)."""
+    if VALUE == "int8":
+        return int8_to_f32((vw << (24 - 8 * i)) >> 24)
+    return ((vw >> (8 * i)) & 0xFF).to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+
+
+@triton.jit
+def _quad_fma_ref(acc, vw, m, xa01, xa23, xb01, xb23, VALUE: tl.constexpr, X_F16: tl.constexpr):
+    """_quad_fma's arithmetic in Triton (the interpreter's form; the same fp32 operations in the same order)."""
+    acc = tl.fma(_quad_value(vw, 0, VALUE), _quad_x(m & 3, xa01, xa23, X_F16), acc)
+    acc = tl.fma(_quad_value(vw, 1, VALUE), _quad_x((m >> 2) & 3, xa01, xa23, X_F16), acc)
+    acc = tl.fma(_quad_value(vw, 2, VALUE), _quad_x((m >> 4) & 3, xb01, xb23, X_F16), acc)
+    return tl.fma(_quad_value(vw, 3, VALUE), _quad_x((m >> 6) & 3, xb01, xb23, X_F16), acc)
+
+
+@triton.jit
+def _quad_fma(acc, vw, m, xa01, xa23, xb01, xb23, VALUE: tl.constexpr, X_F16: tl.constexpr, ASM: tl.constexpr):
+    """acc + the 4 products of one meta byte m (int32) with its values word vw: fp32, elementwise."""
+    if not ASM:
+        return _quad_fma_ref(acc, vw, m, xa01, xa23, xb01, xb23, VALUE, X_F16)
+    if VALUE == "int8":
+        asm: tl.constexpr = _QUAD_I8_F16 if X_F16 else _QUAD_I8_BF16
+    else:
+        asm: tl.constexpr = _QUAD_F8_F16 if X_F16 else _QUAD_F8_BF16
+    return tl.inline_asm_elementwise(asm, "=r,r,r,r,r,r,r,r", [vw, m, xa01, xa23, xb01, xb23, acc],
+                                     dtype=tl.float32, is_pure=True, pack=1)
+
+
+@triton.jit
+def _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_vn, stride_mn,
+                  VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, TILED: tl.constexpr,
+                  STAGES: tl.constexpr, X_F16: tl.constexpr, ASM: tl.constexpr):
+    """"quad" (BLOCK_M = 1, K % BLOCK_K == 0, x contiguous and 4-byte aligned, values rows 4-byte aligned):
+    [BLOCK_N, BLOCK_K/8] values words and meta bytes per step, x as [BLOCK_K/8, 4] words; one _quad_fma per
+    (row, meta byte). Returns [1, BLOCK_N] fp32."""
+    Q: tl.constexpr = BLOCK_K // 8
+    offs_q = tl.arange(0, Q)
+    r_ok = rows < R_END
+    vw_ptr = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    xw_ptr = x_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    acc = tl.zeros((BLOCK_N, Q), dtype=tl.float32)
+    for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
+        q = tl.multiple_of(k0 // 8, Q) + offs_q
+        vw = tl.load(vw_ptr + rows[:, None] * (stride_vn // 4) + q[None, :], mask=r_ok[:, None], other=0)
+        if TILED == 2:
+            meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, True)
+        else:
+            meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
+                           + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None], other=0)
+        xw = tl.load(xw_ptr + 4 * q[:, None] + tl.arange(0, 4)[None, :])       # [Q, 4]: 2 words per group
+        even, odd = tl.split(tl.reshape(xw, (Q, 2, 2)))                         # words 4q + 2g (+ 1), g = a, b
+        xa01, xb01 = tl.split(even)
+        xa23, xb23 = tl.split(odd)
+        acc = _quad_fma(acc, vw, meta.to(tl.int32), xa01[None, :], xa23[None, :], xb01[None, :], xb23[None, :],
+                        VALUE, X_F16, ASM)
+    return tl.sum(acc, axis=1)[None, :]
 
 
 @triton.jit
@@ -233,10 +376,13 @@ def _partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_vn, stride_mn,
              VALUE: tl.constexpr, MODE: tl.constexpr, DOT: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr,
-             TILED: tl.constexpr, STAGES: tl.constexpr):
+             TILED: tl.constexpr, STAGES: tl.constexpr, X_F16: tl.constexpr, ASM: tl.constexpr):
     if MODE == "dot":
         acc = _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_hi,
                            stride_xm, stride_xk, stride_vn, stride_mn, VALUE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, TILED)
+    elif MODE == "quad":
+        acc = _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_vn, stride_mn, VALUE,
+                            BLOCK_N, BLOCK_K, TILED, STAGES, X_F16, ASM)
     elif MODE == "vsel" and BLOCK_M == 1:
         acc = _vsel_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_xk, stride_vn, stride_mn,
                             VALUE, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
@@ -260,7 +406,9 @@ def _sparse24_gemv_kernel(
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     EVEN_K: tl.constexpr = False,
     TILED: tl.constexpr = 0,  # meta: 0 row-major; tiled (cuSPARSELt's order): 1 byte gathers, 2 contiguous runs
-    STAGES: tl.constexpr = 1,  # vsel at BLOCK_M = 1: software-pipelined K loop (see _candidates)
+    STAGES: tl.constexpr = 1,  # vsel / quad at BLOCK_M = 1: software-pipelined K loop (see _candidates)
+    X_F16: tl.constexpr = False,  # quad: x is fp16 (else bf16)
+    ASM: tl.constexpr = False,  # quad: the inline-asm form (CUDA), else its Triton twin (the interpreter)
 ):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -269,11 +417,12 @@ def _sparse24_gemv_kernel(
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     acc = _partial(x_ptr, v_ptr, m_ptr, offs_m, offs_n, pid_n * BLOCK_N, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
+                   stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES, X_F16, ASM)
     if GATED:
         acc_u = _partial(x_ptr, v_ptr, m_ptr, offs_m, N + offs_n, N + pid_n * BLOCK_N, M, 2 * N, K, k_lo, k_hi,
                          stride_xm, stride_xk,
-                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES)
+                         stride_vn, stride_mn, VALUE, MODE, DOT, BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, TILED, STAGES,
+                         X_F16, ASM)
     else:
         acc_u = acc
 
@@ -308,28 +457,34 @@ def _cfg(mode, bm, bn, bk, warps, stages=1):
     return dict(cfg, STAGES=stages) if stages > 1 else cfg
 
 
-def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+def _candidates(M: int, N: int, K: int, gated: bool, quad: bool = True) -> list[dict]:
     """At most 8 configs (each one is a compile on the GPU); the first is the heuristic default.
 
-    M = 1: vsel tiles, and one gather tile. 2 <= M <= 16: expand + tl.dot (the expansion is shared by the
-    16 rows); for M <= 4 also vsel and gather with BLOCK_M = next power of two (their cost grows with M)."""
+    M = 1: vsel and quad tiles (quad where K % BLOCK_K == 0 and ``quad``: 8-bit values), and one gather tile.
+    2 <= M <= 16: expand + tl.dot (the expansion is shared by the 16 rows); for M <= 4 also vsel and gather with
+    BLOCK_M = next power of two (their cost grows with M)."""
     if M == 1:
         # vsel won every M=1 comparison on the H200 (gate/up 50.2 vs 62.1 µs, down 29.8 vs 55.4); the best
         # gather tile stays as the fallback.
         # STAGES: the plain loop has one tile of 4-5 KB in flight per program, ~20 KB per SM where ~25-30 KB are
         # needed to cover the memory latency at 4 TB/s. Pipelined through shared memory by Triton (cp.async), the
         # 16x512 tile went 53.5 -> 41.8 µs for gate/up with STAGES=4 and 32.0 -> 24.6 for down (H200, seventeenth
-        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). Added after that run: 16x512 with 8
-        # warps (78 registers against 153 with 4), 6 stages, 16x1024 with 8 warps, 32x512 with 8 warps; timed in the
-        # eighteenth session (`s24stages`): none beat 16x512 with 4 warps and 4 stages (gate/up 41.7 µs)
+        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). 16x512 with 8 warps, 6 stages, 16x1024
+        # with 8 warps and 32x512 with 8 warps lost to it (eighteenth session, `s24stages`), and ncu found it bound
+        # by per-SM work (nineteenth: L1 78%, issue 66%, DRAM 41%), hence "quad" (sm_90, int8 gate/up 16x512 with 4
+        # stages: 399 -> 275 SASS instructions per iteration, 96 -> 64 registers: 8 CTAs per SM instead of 5)
         out = [_cfg("vsel", 1, 32, 256, 4)]
         if GEMV_STAGES:
-            out += [_cfg("vsel", 1, 16, 512, 4, 4), _cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 16, 512, 8, 4),
-                    _cfg("vsel", 1, 16, 512, 4, 6), _cfg("vsel", 1, 16, 1024, 8, 3), _cfg("vsel", 1, 32, 512, 8, 4)]
+            out.append(_cfg("vsel", 1, 16, 512, 4, 4))
+            quads = [(16, 512, 4, 4), (16, 512, 4, 3), (16, 1024, 4, 3), (16, 512, 8, 4), (32, 512, 4, 4)]
+            spare = [_cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 32, 512, 8, 4)]
         else:
-            out += [_cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8), _cfg("vsel", 1, 64, 256, 8),
-                    _cfg("vsel", 1, 64, 128, 4)]
-        out.append(_cfg("gather", 1, 16, 256, 4))
+            out += [_cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8), _cfg("vsel", 1, 64, 256, 8)]
+            quads = [(16, 512, 4, 1), (32, 512, 4, 1)]
+            spare = [_cfg("vsel", 1, 64, 128, 4)]
+        if quad:
+            out += [_cfg("quad", 1, bn, bk, w, st) for bn, bk, w, st in quads if K % bk == 0]
+        out = (out + spare)[:7] + [_cfg("gather", 1, 16, 256, 4)]
     else:
         out = [_cfg("dot", 16, 64, 128, 4), _cfg("dot", 16, 32, 128, 4), _cfg("dot", 16, 64, 256, 8),
                _cfg("dot", 16, 32, 256, 4)]
@@ -351,7 +506,7 @@ def _tiled_mode(tiled: bool, mode: str, bn: int, N: int, gated: bool) -> int:
     byte gathers (1)."""
     if not tiled:
         return 0
-    return 2 if mode in ("vsel", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
+    return 2 if mode in ("vsel", "quad", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
 
 
 def _interpret_config(M, N, K, tiled=False):
@@ -394,8 +549,17 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
     v = values.view(torch.uint8) if values.dtype == torch.float8_e4m3fn else values
     dot = _dot_for(x, values, False)
 
+    # "quad" reads x and the values as 32-bit words: x one contiguous, 4-byte aligned bf16 / fp16 row
+    quad_ok = (M == 1 and value != "float" and x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1
+               and x.data_ptr() % 4 == 0 and v.stride(0) % 4 == 0 and v.data_ptr() % 4 == 0)
+
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
+        if mode == "quad" and not (quad_ok and K % bk == 0):
+            # a shape's pick serves every x of that shape: an fp32 or unaligned x takes the same tile as "vsel"
+            # (the same products; counted, see launch.counts)
+            mode = "vsel"
+            counts["quad_as_vsel"] += 1
         assert mode in MODES and bm >= M and bk % (64 if tiled else 8) == 0, cfg
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk  # split bounds on BLOCK_K (so meta-byte) edges
@@ -408,13 +572,13 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
             VALUE=value, MODE=mode, DOT=dot, GATED=gated, HAS_SCALE=wscale is not None,
             HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
             EVEN_K=K % bk == 0, TILED=_tiled_mode(tiled, mode, bn, N, gated), STAGES=cfg.get("STAGES", 1),
+            X_F16=x.dtype == torch.float16, ASM=not INTERPRET,
             num_warps=cfg["num_warps"], **({"maxnreg": cfg["maxnreg"]} if cfg.get("maxnreg") else {}),
         )
 
     if config is None:
-        from fused.kernels import INTERPRET
-
-        cands = (lambda: [_interpret_config(M, N, K, tiled)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        cands = (lambda: [_interpret_config(M, N, K, tiled)]) if INTERPRET else (
+            lambda: _candidates(M, N, K, gated, quad=quad_ok))
         # tiled meta is timed apart (its loads differ, so other tiles may win)
         key = (m_bucket(M), N, K, gated, values.dtype) + (("tiled",) if tiled else ())
         config = pick("sparse24_gemv", key, cands, launch)
