@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh quad24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), then
-# `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# usage: bash .ci/h200_next.sh quad24|l2pf|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), `l2pf`
+# (down weights prefetched into L2 during gate/up), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -24,6 +24,11 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  l2pf)  # nineteenth session, for the next: the down projection's weights prefetched into L2 (cp.async.bulk.prefetch.L2,
+         # evict_last; .ci/l2_prefetch.py) ahead of each block, three blocks with their own weights in one graph
+         # (.ci/diag.py l2pf). Prediction: fp8 W8A8 M=128 75.5 -> ~68-70 µs per block at FRAC 0.5 (issue 4's 70);
+         # M=16 no gain (DRAM-bound); none anywhere if evict_last does not keep the lines through gate/up's stream
+    timeout 400 python3 .ci/diag.py l2pf 2>&1 | filt | grep "^l2pf" ;;
   quad24)  # nineteenth session, for the next: the 2:4 decode GEMV's "quad" form (ncu24: vsel bound by per-SM work, L1 78%,
            # issue 66%, DRAM 41%; quad cuts the sm_90 loop 399 -> 275 instructions for int8, 345 -> 249 for fp8, registers
            # 96 -> 64). (1) its cuda tests (asm bit-equal to its Triton twin; every candidate right); (2) the layers alone
