@@ -35,6 +35,7 @@ from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, record_function
 
 from fused import dispatch
+from fused.kernels import launch
 from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
 from fused.tasks import call
 
@@ -229,6 +230,7 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 2, lab
             mem_base = torch.cuda.memory_allocated(device)
         handles = _annotate_fused_ops(model)
         stats_before = Counter(dispatch.stats)
+        quad_before = launch.counts["quad_as_vsel"]
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         try:
             with torch.profiler.profile(activities=activities, profile_memory=profile_memory) as prof:
@@ -240,6 +242,7 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 2, lab
             for h in handles:
                 h.remove()
         fused_calls = Counter(dispatch.stats) - stats_before
+        quad_as_vsel = launch.counts["quad_as_vsel"] - quad_before
 
     events = prof.events()
     ranges = [(e.time_range.start, e.time_range.end) for e in events
@@ -299,6 +302,8 @@ def profile(model: nn.Module, inputs, *, forwards: int = 3, warmup: int = 2, lab
                      key=lambda a: a.self_cpu_time_total, reverse=True)[:top]
 
     paths = {f"{op} -> {path}": n / forwards for (op, path), n in sorted(fused_calls.items())}
+    if quad_as_vsel:  # a 2:4 decode pick that could not read this x as aligned words (sparse24_gemv "quad")
+        paths["sparse24_gemv -> quad pick ran as vsel (x not aligned 32-bit words)"] = quad_as_vsel / forwards
     fallbacks = sum(n for (op, path), n in fused_calls.items() if path == "reference") / forwards if cuda else 0.0
     if fallbacks:
         notes.append("some fused ops ran the pure-torch reference on the GPU (no kernel yet): see fused.explain")
