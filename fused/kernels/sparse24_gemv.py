@@ -10,7 +10,7 @@ Linear: R = N outputs. Gated: rows [0, H) are the gate, [H, 2H) the up projectio
 y = act(x·W_gᵀ·s_g + b_g) ⊙ (x·W_uᵀ·s_u + b_u) [M, H].
 Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref (weight-only).
 
-Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three ways to consume them (MODE):
+Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Four ways to consume them (MODE):
   "gather"  never builds the dense tile. Per K step a program loads, for BLOCK_N rows, BLOCK_K/2 kept values
             as a [BLOCK_N, BLOCK_K/8, 4] tile (quad q = the 4 values whose positions share meta byte q) and
             the [BLOCK_N, BLOCK_K/8] meta bytes, decodes each value's column k = 8q + 4·(s//2) + pos with
@@ -25,8 +25,8 @@ Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Three wa
   "quad"    (BLOCK_M = 1, int8 / fp8 values, bf16 / fp16 x, K % BLOCK_K == 0) works per meta byte: the byte's
             4 kept values load as one int32 word, x as bf16 pairs (int32 words), and one inline-asm block per
             byte builds a PRMT selector from the 4 positions, picks both groups' x pairs with 2 PRMT, widens the
-            values and chains 4 FMAs into the accumulator (_quad_fma: ~25 instructions per 4 values where
-            "vsel" spends ~12.5 per value; ncu on the H200 found vsel bound by per-SM work, not bytes).
+            values and chains 4 FMAs into the accumulator (_quad_fma: ~26 instructions per 4 values where
+            "vsel" spends ~50; ncu on the H200 found vsel bound by per-SM work, not bytes).
             The interpreter runs the same arithmetic in Triton (_quad_fma_ref: equal bits).
   "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
             (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows
@@ -191,11 +191,10 @@ def _quad_asm(value: str, xdt: str) -> str:
         }}"""
 
 
-_QUAD_ASM = {(v, x): tl.constexpr(_quad_asm(v, x)) for v in ("int8", "fp8") for x in ("bf16", "fp16")}
-_QUAD_I8_BF16: tl.constexpr = _QUAD_ASM["int8", "bf16"]
-_QUAD_I8_F16: tl.constexpr = _QUAD_ASM["int8", "fp16"]
-_QUAD_F8_BF16: tl.constexpr = _QUAD_ASM["fp8", "bf16"]
-_QUAD_F8_F16: tl.constexpr = _QUAD_ASM["fp8", "fp16"]
+_QUAD_I8_BF16: tl.constexpr = tl.constexpr(_quad_asm("int8", "bf16"))
+_QUAD_I8_F16: tl.constexpr = tl.constexpr(_quad_asm("int8", "fp16"))
+_QUAD_F8_BF16: tl.constexpr = tl.constexpr(_quad_asm("fp8", "bf16"))
+_QUAD_F8_F16: tl.constexpr = tl.constexpr(_quad_asm("fp8", "fp16"))
 
 
 @triton.jit
