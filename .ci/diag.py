@@ -1205,26 +1205,29 @@ if "l2pf" in what:
     # no gain; if evict_last does not protect the lines, no gain anywhere
     import copy
 
-    from l2_prefetch import prefetch
+    from l2_prefetch import prefetch, set_persisting_l2
 
     base = make_block("llama", 4096, 14336, "cuda")
     for name, qcfg in (("fp8 W8A8", fused.FusedFloat8MLP(weight_only=False)),
                        ("int8 W8A8", fused.FusedInt8MLP(weight_only=False))):
         blocks = [fused.quantize(copy.deepcopy(base), qcfg, blocks=True) for _ in range(3)]
-        for M in (16, 128, 1024):  # buckets with shipped picks (no tuning in this call)
-            x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
-            with torch.no_grad():
-                def run(frac):
-                    h = x
-                    for b in blocks:
-                        prefetch(b.down.qweight, frac)
-                        h = b(h)
-                    return h
-                want = run(0.0)
-                for frac in (0.0, 0.25, 0.5, 0.75):
-                    same = torch.equal(run(frac), want)
-                    p(f"l2pf {name} M={M} frac {frac:.2f}: {gus(lambda: run(frac)) / 3:7.1f} µs per block"
-                      f"{'' if same else ' OUTPUT DIFFERS'}")
+        for persist in (0, 64 << 20):  # the driver's default set-aside, then its maximum (clamped)
+            held = set_persisting_l2(persist)
+            for M in (16, 128, 1024):  # buckets with shipped picks (no tuning in this call)
+                x = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
+                with torch.no_grad():
+                    def run(frac):
+                        h = x
+                        for b in blocks:
+                            prefetch(b.down.qweight, frac)
+                            h = b(h)
+                        return h
+                    want = run(0.0)
+                    for frac in (0.0, 0.25, 0.5, 0.75):
+                        same = torch.equal(run(frac), want)
+                        p(f"l2pf {name} persisting L2 {held >> 20} MiB M={M} frac {frac:.2f}: "
+                          f"{gus(lambda: run(frac)) / 3:7.1f} µs per block{'' if same else ' OUTPUT DIFFERS'}")
+        set_persisting_l2(0)
         del blocks
         torch.cuda.empty_cache()
 

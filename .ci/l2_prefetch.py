@@ -21,6 +21,19 @@ def _l2_prefetch(ptr, n_bytes, CHUNK: tl.constexpr):
         "=r,l,l,l", [ptr + off, off, off * 0 + n_bytes], dtype=tl.int32, is_pure=False, pack=1)
 
 
+def set_persisting_l2(nbytes: int) -> int:
+    """The current context's L2 set-aside for persisting (evict_last) lines (driver API,
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE): the driver clamps it to the device's maximum; returns what it holds now. With 0 (the default) an evict_last hint
+    may earn the lines nothing over normal ones, so the diag times both."""
+    import ctypes
+    torch.cuda.init()
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuCtxSetLimit(ctypes.c_int(6), ctypes.c_size_t(nbytes))
+    got = ctypes.c_size_t(0)
+    cuda.cuCtxGetLimit(ctypes.byref(got), ctypes.c_int(6))
+    return got.value
+
+
 def prefetch(w: torch.Tensor, frac: float) -> None:
     """Prefetch the first ``frac`` of ``w``'s bytes (whole chunks) into L2."""
     n = int(w.numel() * w.element_size() * frac) // CHUNK * CHUNK
