@@ -23,8 +23,8 @@ def _l2_prefetch(ptr, n_bytes, CHUNK: tl.constexpr):
 
 def set_persisting_l2(nbytes: int) -> int:
     """The current context's L2 set-aside for persisting (evict_last) lines (driver API,
-    CU_LIMIT_PERSISTING_L2_CACHE_SIZE): the driver clamps it to the device's maximum; returns what it holds now. With 0 (the default) an evict_last hint
-    may earn the lines nothing over normal ones, so the diag times both."""
+    CU_LIMIT_PERSISTING_L2_CACHE_SIZE): the driver clamps it to the device's maximum; returns what it holds now.
+    With 0 (the default) an evict_last hint may earn the lines nothing over normal ones: the diag times both."""
     import ctypes
     torch.cuda.init()
     cuda = ctypes.CDLL("libcuda.so.1")
