@@ -475,7 +475,8 @@ def _candidates(M: int, N: int, K: int, gated: bool, quad: bool = True) -> list[
         out = [_cfg("vsel", 1, 32, 256, 4)]
         if GEMV_STAGES:
             out.append(_cfg("vsel", 1, 16, 512, 4, 4))
-            quads = [(16, 512, 4, 4), (16, 512, 4, 3), (16, 1024, 4, 3), (16, 512, 8, 4), (32, 512, 4, 4)]
+            # quad's plain loop too: at 62 registers 8 programs fit per SM, ~48 KB of loads in flight without staging
+            quads = [(16, 512, 4, 4), (16, 512, 4, 3), (16, 1024, 4, 3), (16, 512, 4, 1), (32, 512, 4, 4)]
             spare = [_cfg("vsel", 1, 16, 512, 4, 3), _cfg("vsel", 1, 32, 512, 8, 4)]
         else:
             out += [_cfg("vsel", 1, 16, 512, 4), _cfg("vsel", 1, 32, 512, 8), _cfg("vsel", 1, 64, 256, 8)]
