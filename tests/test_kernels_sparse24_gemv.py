@@ -250,10 +250,13 @@ def test_cuda_llama_shapes_and_determinism(M, N, K, gated, vdtype):
         assert torch.equal(sparse24_gemv(x, v, m, s, None, "silu", gated), y)
 
 
+QUAD_CUDA = [(torch.int8, torch.bfloat16, True), (torch.float8_e4m3fn, torch.bfloat16, True),
+             (torch.int8, torch.float16, False), (torch.float8_e4m3fn, torch.float16, False)]
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("tiled", [False, True], ids=["row_meta", "tiled_meta"])
-@pytest.mark.parametrize("xdtype", [torch.bfloat16, torch.float16], ids=["x_bf16", "x_fp16"])
-@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+@pytest.mark.parametrize("vdtype,xdtype,tiled", QUAD_CUDA, ids=["int8-bf16-tiled", "fp8-bf16-tiled", "int8-fp16-rows",
+                                                               "fp8-fp16-rows"])
 def test_cuda_quad_asm_equals_its_triton_twin(vdtype, xdtype, tiled, monkeypatch):
     """The inline-asm "quad" (selectors by PRMT, widening, 4 FMAs) against its Triton twin compiled for the same
     GPU (the same fp32 operations in the same order): equal bits, and the reference's SQNR."""
