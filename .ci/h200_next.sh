@@ -35,6 +35,7 @@ case "${1:-}" in
            # against the shipped vsel picks (.ci/diag.py s24quad); (3) the 2:4 rows at M=1 retuned (FUSED_RETUNE=1) and
            # the picks. Prediction: int8 gate/up 41.3 -> ~29-33 µs, down 24.8 -> ~18-20, block int8 2:4 W8A16 59.0 ->
            # ~46-50 (fp8 2:4 W8A8 57.8 alike); if L1 (shared-memory traffic, unchanged) binds instead, < 10%
+    export FUSED_S24_QUAD=1  # the quad candidates in the tuner (off by default until this test passes)
     timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_gemv.py \
       -k "quad or (every_candidate and 1-)" 2>&1 | filt | grep -v "^  \|^$" | tail -5
     timeout 150 python3 .ci/diag.py s24quad 2>&1 | filt | grep "^s24quad"
