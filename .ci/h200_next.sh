@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh quad24|l2pf|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), `l2pf`
-# (down weights prefetched into L2 during gate/up), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# (down weights prefetched into L2 during gate/up), `prmt24` (W8A8 2:4 tiles expanded by PRMT), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -24,6 +24,19 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  prmt24)  # nineteenth session, for the next: the W8A8 2:4 tiled kernel (sparse24_linear, 8-bit dots) with each group's
+           # dense bytes built by ONE prmt (EXPAND="prmt"; sm_90 16x64x128 int8 loop 956 -> 377 instructions, LDS 131 ->
+           # 21). (1) its cuda test: bit-equal to the byte selects (the pass-through pack=4 relies on each thread
+           # holding a group's 4 entries together); (2) only if it passed: the W8A8 2:4 rows at M = 1 / 16, every kernel
+           # retuned, FUSED_S24_PRMT 0 / 1. Prediction: the "h in" down layer (packed 23-25 µs at M=1, 37-42 at 16
+           # against cuSPARSELt's 28-29) drops to ~15-20, block M=1 57.8 -> ~52, M=16 60.4 -> ~52. Not timed: M=128
+           # (cuSPARSELt 28 µs vs packed 257: even 2.5x fewer instructions leave packed behind)
+    timeout 280 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24.py \
+      -k "prmt_expansion" 2>&1 | filt | grep -v "^  \|^$" | tail -5 | tee "$OUT/prmt24_test.txt"
+    grep -q " passed" "$OUT/prmt24_test.txt" && ! grep -q "failed" "$OUT/prmt24_test.txt" || { echo "test not green: no A/B"; exit 0; }
+    FUSED_RETUNE=1 ab FUSED_S24_PRMT "0 1" 6 140 --m 1,16 --configs "ours int8 2:4 W8A8,ours fp8 2:4 W8A8"
+    python3 .ci/picks_to_tuned.py "$OUT/FUSED_S24_PRMT1/bench.json" --match sparse24_linear 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   l2pf)  # nineteenth session, for the next: the down projection's weights prefetched into L2 (cp.async.bulk.prefetch.L2,
          # evict_last; .ci/l2_prefetch.py) ahead of each block, three blocks with their own weights in one graph
          # (.ci/diag.py l2pf). Prediction: fp8 W8A8 M=128 75.5 -> ~68-70 µs per block at FRAC 0.5 (issue 4's 70);

@@ -128,6 +128,31 @@ def test_threshold_catches_wrong_positions():
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+@pytest.mark.parametrize("M", [1, 17, 300])
+def test_cuda_prmt_expansion_equals_byte_selects(M, vdtype, monkeypatch):
+    """W8A8: EXPAND="prmt" builds the same dense bytes as the byte selects, so the same dots: equal bits, for the
+    first two candidate tiles of M, linear and gated, row-major and tiled meta, N = 1000 (a partial row tile)."""
+    from fused.kernels import sparse24_linear as sl
+    from sparsity.packing import tile_meta
+
+    if vdtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs compute capability >= 8.9")
+    x = torch.randn(M, 2048, dtype=torch.bfloat16, device="cuda")
+    for gated, rows in ((False, 1000), (True, 2048)):
+        v, m, s = (t.cuda() for t in packed(rows, 2048, vdtype))
+        for meta in (m, tile_meta(m)) if rows % 64 == 0 else (m,):
+            for cfg in sl._candidates(M, rows // 2 if gated else rows, 2048)[:2]:
+                outs = []
+                for ex in ("select", "prmt"):
+                    monkeypatch.setattr(sl, "pick", lambda kernel, key, cands, launch, c=dict(cfg, EXPAND=ex): c)
+                    y, ref = run_both(x, v, meta, s, None, "silu", True, gated)
+                    check(y, ref, torch.bfloat16)
+                    outs.append(y)
+                assert torch.equal(outs[0], outs[1]), (cfg, gated, meta.dim())
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("vdtype", VALUE_DTYPES, ids=["int8", "fp8", "bf16"])
 @pytest.mark.parametrize("M", [1, 16, 300])
 def test_cuda_llama_shapes(M, vdtype):
@@ -148,6 +173,30 @@ def test_sqnr_thresholds_are_meaningful():
     # bf16 rounding alone of a unit-variance signal is ~ 52 dB; the bf16 threshold sits below it
     r = torch.randn(10_000)
     assert 45 < sqnr(r, r.bfloat16()) < 60 and not math.isinf(sqnr(r, r.bfloat16()))
+
+
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+def test_prmt_expansion_candidates_opt_in(gated, monkeypatch):
+    """EXPAND="prmt" (one PRMT per 2:4 group for 8-bit dots) joins the tuner's candidates for W8A8 only, and only
+    with FUSED_S24_PRMT=1; the interpreter runs the byte selects for it (the same dense bytes): the reference's
+    result either way. The GPU test below checks the asm bit for bit."""
+    from fused.kernels import sparse24_linear as sl
+
+    seen = []
+
+    def last(kernel, key, cands, launch):  # the tuner's pick replaced by the last candidate (a prmt twin if any)
+        seen.append(cands())
+        return seen[-1][-1]
+
+    monkeypatch.setattr(sl, "pick", last)
+    v, m, s = packed(2 * 37 if gated else 37, 260, torch.int8)
+    x = torch.randn(3, 260, dtype=torch.bfloat16)
+    for on in (False, True):
+        monkeypatch.setattr(sl, "S24_PRMT", on)
+        for dynamic in (False, True):
+            seen.clear()
+            check(*run_both(x, v, m, s, None, "silu", dynamic, gated), torch.bfloat16)
+            assert any(c.get("EXPAND") == "prmt" for c in seen[0]) == (on and dynamic), (on, dynamic)
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])

@@ -457,6 +457,23 @@ def test_sparse_quad_compiles_for_sm90():
     assert _sm90_last_line(code) == "[True, True]"
 
 
+def test_sparse_prmt_expansion_compiles_for_sm90():
+    """The W8A8 2:4 tiled kernel with EXPAND="prmt" (one PRMT per group, then a pass-through asm packing the word
+    into 4 int8 elements) assembles for sm_90, gated, int8 and fp8, with no local-memory spills."""
+    code = ("from sm90_compile import compile_sm90\nfrom fused.kernels import sparse24_linear as sl\nout = []\n"
+            "for value in ('int8', 'fp8'):\n"
+            "    t = '*i8' if value == 'int8' else '*u8'\n"
+            "    k = compile_sm90(sl._sparse24_kernel, dict(x_ptr=t, xs_ptr='*fp32', v_ptr=t, m_ptr='*u8',"
+            " ws_ptr='*fp32', b_ptr='*fp32', y_ptr='*bf16'), dict(M=128, N=4096, K=4096, stride_xm=4096,"
+            " stride_xk=1, stride_vn=2048, stride_mn=512, stride_ym=4096, stride_yn=1), dict(VALUE=value,"
+            " DOT=value, GATED=True, HAS_SCALE=True, HAS_BIAS=False, ACT='silu', BLOCK_M=16, BLOCK_N=64,"
+            " BLOCK_K=128, GROUP_M=8, TILED=False, EXPAND='prmt'), 4)\n"
+            "    p = k['ptx']\n"
+            "    out.append('prmt.b32' in p and 'ld.local' not in p and 'st.local' not in p)\n"
+            "print(out)")
+    assert _sm90_last_line(code) == "[True, True]"
+
+
 @pytest.mark.cuda
 def test_gemv_prmt_candidates_cuda(monkeypatch):
     """On the GPU: every CVT="prmt" GEMV candidate at M=1 (gated and not) gives the same bits as its "magic" twin

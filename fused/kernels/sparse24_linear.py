@@ -21,11 +21,13 @@ bits (`_expand_24`). For small M (decode) there is one M tile: each program stre
 Weight-only (DOT "native"/"fp32") or dynamic W8A8 (DOT "int8"/"fp8": x quantized per token by the launcher
 with lowbit.quantize_activation, the dot in int8 -> int32 or fp8 -> fp32, scaled by s_x·s_w).
 """
+import os
+
 import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, dot_mode
+from fused.kernels import INTERPRET, cdiv, dot_mode
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
@@ -103,6 +105,40 @@ def _expand_24(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     return tl.reshape(w, (BLOCK_N, BLOCK_K))
 
 
+# EXPAND="prmt" (8-bit dots, W8A8): each 2:4 group becomes its 4 dense bytes in ONE prmt.b32 from the group's two
+# kept values (bytes 0, 1 of a word) and zero bytes (the second source is 0): the selector starts as 0x4444 (every
+# entry a zero byte) and XORs entry p0 to 0 (0x4 << 4·p0) and entry p1 to 1 (0x5 << 4·p1). sm_90, W8A8 int8 tiled
+# kernel 16x64x128: 956 -> 377 SASS instructions per K step (LDS 131 -> 21), 128x64x128: 749 -> 310 (nineteenth
+# session, compiled with triton 3.6, not yet run on a GPU). The dense word becomes 4 int8 elements through a
+# pass-through asm with pack=4 over the word broadcast to its group's 4 positions (each thread holds a group's 4
+# entries together: the broadcast's layout). Tuner candidates only with FUSED_S24_PRMT=1 until the cuda test
+# (bit-equal to the byte selects) has passed on the H200; the interpreter runs _expand_24 for it (the same bytes).
+S24_PRMT = os.environ.get("FUSED_S24_PRMT", "0") == "1"
+
+
+@triton.jit
+def _expand_24_prmt(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """_expand_24 by one PRMT per group (CUDA only): v [BLOCK_N, BLOCK_K/2] 8-bit kept values (int8 or uint8 bits),
+    meta [BLOCK_N, BLOCK_K/8] -> dense int8 bits [BLOCK_N, BLOCK_K]."""
+    G: tl.constexpr = BLOCK_K // 4
+    v0, v1 = tl.split(tl.reshape(v, (BLOCK_N, G, 2)))
+    pair = (v0.to(tl.int32) & 0xFF) | ((v1.to(tl.int32) & 0xFF) << 8)
+    nib = tl.reshape((meta.to(tl.int32)[:, :, None] >> (4 * tl.arange(0, 2))[None, None, :]) & 0xF, (BLOCK_N, G))
+    word = tl.inline_asm_elementwise("""{
+        .reg .b32 s0, s1, t0, t1, sel;
+        and.b32 s0, $2, 3;
+        shl.b32 s0, s0, 2;
+        and.b32 s1, $2, 12;
+        shl.b32 t0, 4, s0;
+        shl.b32 t1, 5, s1;
+        xor.b32 sel, t0, t1;
+        xor.b32 sel, sel, 0x4444;
+        prmt.b32 $0, $1, 0, sel;
+        }""", "=r,r,r", [pair, nib], dtype=tl.int32, is_pure=True, pack=1)
+    w = tl.reshape(tl.broadcast_to(word[:, :, None], (BLOCK_N, G, 4)), (BLOCK_N, BLOCK_K))
+    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r,r,r", [w], dtype=tl.int8, is_pure=True, pack=4)
+
+
 @triton.jit
 def _expand_24_16(v, meta, VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, dt):
     """_expand_24 for 8-bit values and a 16-bit dot: the kept values are widened first (half the
@@ -132,7 +168,7 @@ def _expand_24_16(v, meta, VALUE: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: 
 
 @triton.jit
 def _load_dense_tile(v_ptrs, meta, j_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, x_dtype):
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, x_dtype, EXPAND: tl.constexpr = "select"):
     """Load one row tile of packed weights (its [BLOCK_N, BLOCK_K/8] meta bytes already loaded) and return it
     dense, transposed [BLOCK_K, BLOCK_N], ready for the dot in DOT's dtype. Masked-off values and meta are 0:
     their columns contribute nothing."""
@@ -143,7 +179,10 @@ def _load_dense_tile(v_ptrs, meta, j_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
         if DOT == "fp32":
             w = w.to(tl.float32)
         return tl.trans(w)
-    w = _expand_24(v, meta, BLOCK_N, BLOCK_K)
+    if EXPAND == "prmt" and VALUE != "float":
+        w = _expand_24_prmt(v, meta, BLOCK_N, BLOCK_K)
+    else:
+        w = _expand_24(v, meta, BLOCK_N, BLOCK_K)
     if VALUE == "fp8":
         w = w.to(tl.float8e4nv, bitcast=True)  # 0x00 is +0.0, so the zero fill is exact
     if DOT == "fp32":
@@ -183,6 +222,7 @@ def _sparse24_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     TILED: tl.constexpr = False,  # meta in cuSPARSELt's tiles (BLOCK_K a multiple of 64)
+    EXPAND: tl.constexpr = "select",  # 8-bit dots: "prmt" builds each group's dense bytes with one PRMT
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -232,11 +272,11 @@ def _sparse24_kernel(
         j_ok = n_ok[:, None] & (offs_j[None, :] < half_k - k0 // 2)
         b_ok = n_ok[:, None] & (offs_b[None, :] < meta_k - k0 // 8)
         w = _load_dense_tile(v_ptrs, tl.load(m_ptrs, mask=b_ok, other=0), j_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
-                             x_ptr.dtype.element_ty)
+                             x_ptr.dtype.element_ty, EXPAND)
         acc = _dot_acc(x, w, acc, DOT)
         if GATED:
             wu = _load_dense_tile(vu_ptrs, tl.load(mu_ptrs, mask=b_ok, other=0), j_ok, VALUE, DOT, BLOCK_N, BLOCK_K,
-                                  x_ptr.dtype.element_ty)
+                                  x_ptr.dtype.element_ty, EXPAND)
             acc_u = _dot_acc(x, wu, acc_u, DOT)
             vu_ptrs += BLOCK_K // 2
             mu_ptrs += M_STEP
@@ -320,11 +360,16 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=Non
             VALUE=value, DOT=dot, GATED=gated,
             HAS_SCALE=wscale is not None, HAS_BIAS=bias is not None, ACT=act,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, TILED=tiled,
+            EXPAND="select" if INTERPRET else cfg.get("EXPAND", "select"),  # the interpreter runs no asm
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
 
+    def cands():
+        c = _candidates(M, N, K)
+        return c + [dict(cfg, EXPAND="prmt") for cfg in c] if S24_PRMT and dot in ("int8", "fp8") else c
+
     key = (m_bucket(M), N, K, gated, values.dtype, dot)
-    launch(pick("sparse24_linear", key, lambda: _candidates(M, N, K), launch))
+    launch(pick("sparse24_linear", key, cands, launch))
     return out
 
 
