@@ -1231,10 +1231,9 @@ if "l2pf" in what:
         del blocks
         torch.cuda.empty_cache()
 
-if "s24quad" in what:
-    # nineteenth session, for the next: the 2:4 decode GEMV's "quad" form (one asm block per meta byte: PRMT
-    # selectors, widening, 4 FMAs; sm_90 int8 gate/up 16x512 4 stages 399 -> 275 instructions per iteration, 96 -> 64
-    # registers) against the shipped vsel picks, layer alone, graph µs, int8 and fp8 values, SQNR vs the pick
+def s24_layers(label, qcfg, variants):
+    """The Llama 2:4 layers at M=1 (gate/up, down) alone, graph µs: the shipped pick, then each config of
+    variants(pick, N, K, gated), tagged "=" where bit-equal to the pick, else its SQNR against it."""
     import copy
 
     from fused.kernels import sparse24_gemv as sg
@@ -1243,59 +1242,19 @@ if "s24quad" in what:
     base = make_block("llama", 4096, 14336, "cuda")
     x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
     xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
-    for name, qcfg in (("int8", fused.FusedInt8MLP(sparsity="2:4")), ("fp8", fused.FusedFloat8MLP(sparsity="2:4"))):
-        ms = fused.quantize(copy.deepcopy(base), qcfg, blocks=True)
-        with torch.no_grad():
-            for layer, xin, gated in ((ms.gate_up, x, True), (ms.down, xh, False)):
-                N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
-                pick = tuning.known("sparse24_gemv", (1, N, K, gated, layer.values.dtype, "tiled"))
-                if pick is None:
-                    p(f"s24quad {name}: no shipped pick for {(N, K, gated)}")
-                    continue
-                fn = lambda c: sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None,  # noqa: E731
-                                                "silu" if gated else "none", gated, config=c)
-                want = fn(pick)
-                rows = [(gus(lambda: fn(pick)), "pick", pick)]
-                for c in [c for c in sg._candidates(1, N, K, gated) if c["MODE"] == "quad"]:
-                    try:
-                        y = fn(c)
-                    except Exception as e:  # noqa: BLE001
-                        rows.append((float("inf"), f"failed {str(e)[:60]}", c))
-                        continue
-                    rows.append((gus(lambda: fn(c)), f"{sqnr(want.float(), y.float()):.0f}dB", c))
-                for t, tag, c in sorted(rows, key=lambda r: r[0]):
-                    p(f"s24quad {name} {'gate/up' if gated else 'down'} {t:7.1f} {tag} {c}")
-        del ms
-        torch.cuda.empty_cache()
-
-if "s24wave" in what:
-    # nineteenth session: ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96 registers) as 896 CTAs at
-    # 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers) at 21% occupancy. The
-    # same tiles with a register cap (7 / 8 CTAs per SM: one wave) and the down with more splits, graph µs of the
-    # layer alone, bits checked against the pick
-    import copy
-
-    from fused.kernels import sparse24_gemv as sg
-    from fused.kernels import tuning
-    from lowbit.metrics import sqnr
-    base = make_block("llama", 4096, 14336, "cuda")
-    x = torch.randn(1, 4096, device="cuda", dtype=torch.bfloat16)
-    xh = torch.randn(1, 14336, device="cuda", dtype=torch.bfloat16)
-    ms = fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(sparsity="2:4"), blocks=True)
+    ms = fused.quantize(copy.deepcopy(base), qcfg, blocks=True)
     with torch.no_grad():
         for layer, xin, gated in ((ms.gate_up, x, True), (ms.down, xh, False)):
             N, K = layer.values.shape[0] // (2 if gated else 1), 2 * layer.values.shape[1]
-            pick = tuning.known("sparse24_gemv", (1, N, K, gated, torch.int8, "tiled"))
+            pick = tuning.known("sparse24_gemv", (1, N, K, gated, layer.values.dtype, "tiled"))
+            if pick is None:
+                p(f"{label}: no shipped pick for {(N, K, gated)}")
+                continue
             fn = lambda c: sg.sparse24_gemv(xin, layer.values, layer.meta, layer.scale, None,  # noqa: E731
                                             "silu" if gated else "none", gated, config=c)
             want = fn(pick)
-            tries = [dict(pick, maxnreg=r) for r in (80, 72, 64)]
-            if not gated:
-                tries += [dict(pick, SPLIT_K=s) for s in (4, 8)] + [dict(pick, SPLIT_K=4, maxnreg=64)]
-            else:
-                tries += [dict(pick, SPLIT_K=2), dict(pick, SPLIT_K=2, maxnreg=72)]
             rows = [(gus(lambda: fn(pick)), "pick", pick)]
-            for c in tries:
+            for c in variants(pick, N, K, gated):
                 try:
                     y = fn(c)
                 except Exception as e:  # noqa: BLE001
@@ -1303,8 +1262,31 @@ if "s24wave" in what:
                     continue
                 tag = "=" if torch.equal(y, want) else f"{sqnr(want.float(), y.float()):.0f}dB"
                 rows.append((gus(lambda: fn(c)), tag, c))
-            for t, tag, c in rows:
-                p(f"s24wave {'gate/up' if gated else 'down'} {t:7.1f} {tag} {c}")
+            for t, tag, c in sorted(rows, key=lambda r: r[0]):
+                p(f"{label} {'gate/up' if gated else 'down'} {t:7.1f} {tag} {c}")
+    del ms
+    torch.cuda.empty_cache()
+
+
+if "s24quad" in what:
+    # nineteenth session, for the next: the 2:4 decode GEMV's "quad" form (one asm block per meta byte: PRMT
+    # selectors, widening, 4 FMAs; sm_90 int8 gate/up 16x512 4 stages 399 -> 275 instructions per iteration, 96 -> 64
+    # registers) against the shipped vsel picks, int8 and fp8 values
+    from fused.kernels import sparse24_gemv as sg
+    for name, qcfg in (("int8", fused.FusedInt8MLP(sparsity="2:4")), ("fp8", fused.FusedFloat8MLP(sparsity="2:4"))):
+        s24_layers(f"s24quad {name}", qcfg,
+                   lambda pick, N, K, gated: [c for c in sg._candidates(1, N, K, gated) if c["MODE"] == "quad"])
+
+if "s24wave" in what:
+    # nineteenth session (measured: not the wave): ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96
+    # registers) as 896 CTAs at 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers)
+    # at 21% occupancy. The same tiles with a register cap (7 / 8 CTAs per SM: one wave) and more splits
+    def wave_variants(pick, N, K, gated):
+        tries = [dict(pick, maxnreg=r) for r in (80, 72, 64)]
+        if gated:
+            return tries + [dict(pick, SPLIT_K=2), dict(pick, SPLIT_K=2, maxnreg=72)]
+        return tries + [dict(pick, SPLIT_K=s) for s in (4, 8)] + [dict(pick, SPLIT_K=4, maxnreg=64)]
+    s24_layers("s24wave", fused.FusedInt8MLP(sparsity="2:4"), wave_variants)
 
 if "staged" in what:
     # sixteenth session, prepared: the decode GEMVs' pipelined K loops (STAGES). Per M=1 layer of the Llama block
