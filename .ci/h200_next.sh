@@ -25,12 +25,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 }
 case "${1:-}" in
   prmt24)  # nineteenth session, for the next: the W8A8 2:4 tiled kernel (sparse24_linear, 8-bit dots) with each group's
-           # dense bytes built by ONE prmt (EXPAND="prmt"; sm_90 16x64x128 int8 loop 956 -> 377 instructions, LDS 131 ->
-           # 21). (1) its cuda test: bit-equal to the byte selects (the pass-through pack=4 relies on each thread
-           # holding a group's 4 entries together); (2) only if it passed: the W8A8 2:4 rows at M = 1 / 16, every kernel
-           # retuned, FUSED_S24_PRMT 0 / 1. Prediction: the "h in" down layer (packed 23-25 µs at M=1, 37-42 at 16
-           # against cuSPARSELt's 28-29) drops to ~15-20, block M=1 57.8 -> ~52, M=16 60.4 -> ~52. Not timed: M=128
-           # (cuSPARSELt 28 µs vs packed 257: even 2.5x fewer instructions leave packed behind)
+           # dense bytes built by ONE prmt (EXPAND="prmt"; sm_90 per K step, int8: 16x64x128 956 -> 338 instructions,
+           # 128x64x128 749 -> 214, gated 1779 -> 637 / 976 -> 342). (1) its cuda test: bit-equal to the byte selects
+           # (the asm's selector logic; the joins are checked on the CPU through the Triton twin); (2) only if it
+           # passed: the W8A8 2:4 rows at M = 1 / 16, every kernel retuned, FUSED_S24_PRMT 0 / 1. Prediction: the "h in"
+           # down layer (packed 23-25 µs at M=1, 37-42 at 16, against cuSPARSELt's 28-29) drops to ~15-20, block M=1
+           # 57.8 -> ~52, M=16 60.4 -> ~52. Not timed: M=128 (cuSPARSELt 28 µs vs packed 257; 3.5x fewer
+           # instructions leave packed at ~75)
     timeout 280 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24.py \
       -k "prmt_expansion" 2>&1 | filt | grep -v "^  \|^$" | tail -5 | tee "$OUT/prmt24_test.txt"
     grep -q " passed" "$OUT/prmt24_test.txt" && ! grep -q "failed" "$OUT/prmt24_test.txt" || { echo "test not green: no A/B"; exit 0; }

@@ -131,8 +131,9 @@ def test_threshold_catches_wrong_positions():
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
 @pytest.mark.parametrize("M", [1, 17, 300])
 def test_cuda_prmt_expansion_equals_byte_selects(M, vdtype, monkeypatch):
-    """W8A8: EXPAND="prmt" builds the same dense bytes as the byte selects, so the same dots: equal bits, for the
-    first two candidate tiles of M, linear and gated, row-major and tiled meta, N = 1000 (a partial row tile)."""
+    """W8A8 on the GPU: EXPAND="prmt" (the asm's selectors) builds the same dense bytes as the byte selects, so the
+    same dots: equal bits, for the first two candidate tiles of M, linear and gated, row-major and tiled meta,
+    N = 1000 (a partial row tile)."""
     from fused.kernels import sparse24_linear as sl
     from sparsity.packing import tile_meta
 
@@ -197,6 +198,27 @@ def test_prmt_expansion_candidates_opt_in(gated, monkeypatch):
             seen.clear()
             check(*run_both(x, v, m, s, None, "silu", dynamic, gated), torch.bfloat16)
             assert any(c.get("EXPAND") == "prmt" for c in seen[0]) == (on and dynamic), (on, dynamic)
+
+
+@pytest.mark.parametrize("K", [52, 260])  # K % 8 == 4: a half-used last meta byte; 260: a second, partial K tile
+@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+@pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
+def test_prmt_expansion_equals_byte_selects(gated, vdtype, K, monkeypatch):
+    """W8A8: the PRMT expansion's group words (here their Triton twin: the interpreter runs no asm) and the joins
+    that spread them into entries give the byte selects' dense tiles: equal bits, odd N, M = 1 and 17."""
+    from fused.kernels import sparse24_linear as sl
+
+    v, m, s = packed(2 * 37 if gated else 37, K, vdtype)
+    for M in (1, 17):
+        x = torch.randn(M, K, dtype=torch.bfloat16)
+        outs = []
+        for ex in ("select", "prmt"):
+            cfg = dict(sl._candidates(M, 37, K)[0], EXPAND=ex)
+            monkeypatch.setattr(sl, "pick", lambda kernel, key, cands, launch, c=cfg: c)
+            y, ref = run_both(x, v, m, s, None, "silu", True, gated)
+            check(y, ref, torch.bfloat16)
+            outs.append(y)
+        assert torch.equal(outs[0], outs[1]), M
 
 
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])

@@ -108,35 +108,54 @@ def _expand_24(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
 # EXPAND="prmt" (8-bit dots, W8A8): each 2:4 group becomes its 4 dense bytes in ONE prmt.b32 from the group's two
 # kept values (bytes 0, 1 of a word) and zero bytes (the second source is 0): the selector starts as 0x4444 (every
 # entry a zero byte) and XORs entry p0 to 0 (0x4 << 4·p0) and entry p1 to 1 (0x5 << 4·p1). sm_90, W8A8 int8 tiled
-# kernel 16x64x128: 956 -> 377 SASS instructions per K step (LDS 131 -> 21), 128x64x128: 749 -> 310 (nineteenth
-# session, compiled with triton 3.6, not yet run on a GPU). The dense word becomes 4 int8 elements through a
-# pass-through asm with pack=4 over the word broadcast to its group's 4 positions (each thread holds a group's 4
-# entries together: the broadcast's layout). Tuner candidates only with FUSED_S24_PRMT=1 until the cuda test
-# (bit-equal to the byte selects) has passed on the H200; the interpreter runs _expand_24 for it (the same bytes).
+# kernel: see the SASS counts in examples/results/h200/NOTES.md (nineteenth session, triton 3.6, not yet run on a
+# GPU). Tuner candidates only with FUSED_S24_PRMT=1 until the cuda test (bit-equal to the byte selects) has passed
+# on the H200; the interpreter runs its Triton twin (_group_word with ASM off: the same bytes by selects).
 S24_PRMT = os.environ.get("FUSED_S24_PRMT", "0") == "1"
 
 
 @triton.jit
-def _expand_24_prmt(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """_expand_24 by one PRMT per group (CUDA only): v [BLOCK_N, BLOCK_K/2] 8-bit kept values (int8 or uint8 bits),
-    meta [BLOCK_N, BLOCK_K/8] -> dense int8 bits [BLOCK_N, BLOCK_K]."""
+def _group_word(pair, nib, ASM: tl.constexpr):
+    """A 2:4 group's 4 dense bytes as one int32 (byte j = entry j) from its kept values (pair: bytes 0, 1) and
+    positions (nib: p0 | p1 << 2). ASM: one prmt.b32 (CUDA); else the same bytes by selects (the interpreter)."""
+    if ASM:
+        return tl.inline_asm_elementwise("""{
+            .reg .b32 s0, s1, t0, t1, sel;
+            and.b32 s0, $2, 3;
+            shl.b32 s0, s0, 2;
+            and.b32 s1, $2, 12;
+            shl.b32 t0, 4, s0;
+            shl.b32 t1, 5, s1;
+            xor.b32 sel, t0, t1;
+            xor.b32 sel, sel, 0x4444;
+            prmt.b32 $0, $1, 0, sel;
+            }""", "=r,r,r", [pair, nib], dtype=tl.int32, is_pure=True, pack=1)
+    p0 = nib & 3
+    p1 = (nib >> 2) & 3
+    v0 = pair & 0xFF
+    v1 = (pair >> 8) & 0xFF
+    word = tl.zeros_like(pair)
+    for j in tl.static_range(4):
+        word |= tl.where(p0 == j, v0, tl.where(p1 == j, v1, 0)) << (8 * j)
+    return word
+
+
+@triton.jit
+def _expand_24_prmt(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, ASM: tl.constexpr):
+    """_expand_24 by one PRMT per group: v [BLOCK_N, BLOCK_K/2] 8-bit kept values (int8 or uint8 bits), meta
+    [BLOCK_N, BLOCK_K/8] -> dense int8 bits [BLOCK_N, BLOCK_K]."""
     G: tl.constexpr = BLOCK_K // 4
     v0, v1 = tl.split(tl.reshape(v, (BLOCK_N, G, 2)))
     pair = (v0.to(tl.int32) & 0xFF) | ((v1.to(tl.int32) & 0xFF) << 8)
     nib = tl.reshape((meta.to(tl.int32)[:, :, None] >> (4 * tl.arange(0, 2))[None, None, :]) & 0xF, (BLOCK_N, G))
-    word = tl.inline_asm_elementwise("""{
-        .reg .b32 s0, s1, t0, t1, sel;
-        and.b32 s0, $2, 3;
-        shl.b32 s0, s0, 2;
-        and.b32 s1, $2, 12;
-        shl.b32 t0, 4, s0;
-        shl.b32 t1, 5, s1;
-        xor.b32 sel, t0, t1;
-        xor.b32 sel, sel, 0x4444;
-        prmt.b32 $0, $1, 0, sel;
-        }""", "=r,r,r", [pair, nib], dtype=tl.int32, is_pure=True, pack=1)
-    w = tl.reshape(tl.broadcast_to(word[:, :, None], (BLOCK_N, G, 4)), (BLOCK_N, BLOCK_K))
-    return tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r,r,r", [w], dtype=tl.int8, is_pure=True, pack=4)
+    word = _group_word(pair, nib, ASM)
+    # byte j of the word is dense entry j of the group; the joins keep a group's 4 entries in one thread, in order
+    # (sm_90: the compiler then keeps the word's bytes as they are)
+    b0 = word.to(tl.int8)
+    b1 = (word >> 8).to(tl.int8)
+    b2 = (word >> 16).to(tl.int8)
+    b3 = (word >> 24).to(tl.int8)
+    return tl.reshape(tl.join(tl.join(b0, b2), tl.join(b1, b3)), (BLOCK_N, BLOCK_K))
 
 
 @triton.jit
@@ -179,8 +198,8 @@ def _load_dense_tile(v_ptrs, meta, j_ok, VALUE: tl.constexpr, DOT: tl.constexpr,
         if DOT == "fp32":
             w = w.to(tl.float32)
         return tl.trans(w)
-    if EXPAND == "prmt" and VALUE != "float":
-        w = _expand_24_prmt(v, meta, BLOCK_N, BLOCK_K)
+    if EXPAND != "select" and VALUE != "float":  # "prmt" (asm) or "prmt_ref" (its Triton twin: the interpreter)
+        w = _expand_24_prmt(v, meta, BLOCK_N, BLOCK_K, EXPAND == "prmt")
     else:
         w = _expand_24(v, meta, BLOCK_N, BLOCK_K)
     if VALUE == "fp8":
@@ -222,7 +241,8 @@ def _sparse24_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_M: tl.constexpr,
     TILED: tl.constexpr = False,  # meta in cuSPARSELt's tiles (BLOCK_K a multiple of 64)
-    EXPAND: tl.constexpr = "select",  # 8-bit dots: "prmt" builds each group's dense bytes with one PRMT
+    EXPAND: tl.constexpr = "select",  # 8-bit dots: "prmt" builds each group's dense bytes with one PRMT ("prmt_ref":
+    # its Triton twin)
 ):
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -316,6 +336,12 @@ def _dot_for(x: torch.Tensor, values: torch.Tensor, dynamic: bool) -> str:
     return mode
 
 
+def _expand_for(cfg: dict) -> str:
+    """The config's EXPAND for a launch: the interpreter runs no asm, so "prmt" becomes its Triton twin there."""
+    ex = cfg.get("EXPAND", "select")
+    return "prmt_ref" if (ex == "prmt" and INTERPRET) else ex
+
+
 def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=None, out_dtype=None):
     from lowbit import quantize_activation
 
@@ -360,7 +386,7 @@ def _launch(x, values, meta, wscale, bias, act, dynamic, gated, out, x_scale=Non
             VALUE=value, DOT=dot, GATED=gated,
             HAS_SCALE=wscale is not None, HAS_BIAS=bias is not None, ACT=act,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=8, TILED=tiled,
-            EXPAND="select" if INTERPRET else cfg.get("EXPAND", "select"),  # the interpreter runs no asm
+            EXPAND=_expand_for(cfg),
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
 
