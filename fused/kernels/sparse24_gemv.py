@@ -555,13 +555,14 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
     v = values.view(torch.uint8) if values.dtype == torch.float8_e4m3fn else values
     dot = _dot_for(x, values, False)
 
-    # "quad" reads x and the values as 32-bit words: x one contiguous, 4-byte aligned bf16 / fp16 row
-    quad_ok = (M == 1 and value != "float" and x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1
-               and x.data_ptr() % 4 == 0 and v.stride(0) % 4 == 0 and v.data_ptr() % 4 == 0)
+    def quad_ok() -> bool:  # asked only where a quad config is in play (not on every call's host path)
+        # "quad" reads x and the values as 32-bit words: x one contiguous, 4-byte aligned bf16 / fp16 row
+        return (M == 1 and value != "float" and x.dtype in (torch.bfloat16, torch.float16) and x.stride(1) == 1
+                and x.data_ptr() % 4 == 0 and v.stride(0) % 4 == 0 and v.data_ptr() % 4 == 0)
 
     def launch(cfg):
         mode, bm, bn, bk, split = cfg["MODE"], cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
-        if mode == "quad" and not (quad_ok and K % bk == 0):
+        if mode == "quad" and not (quad_ok() and K % bk == 0):
             # a shape's pick serves every x of that shape: an fp32 or unaligned x takes the same tile as "vsel"
             # (the same products; counted, see launch.counts)
             mode = "vsel"
@@ -584,7 +585,7 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
 
     if config is None:
         cands = (lambda: [_interpret_config(M, N, K, tiled)]) if INTERPRET else (
-            lambda: _candidates(M, N, K, gated, quad=quad_ok and QUAD))
+            lambda: _candidates(M, N, K, gated, quad=QUAD and quad_ok()))
         # tiled meta is timed apart (its loads differ, so other tiles may win)
         key = (m_bucket(M), N, K, gated, values.dtype) + (("tiled",) if tiled else ())
         config = pick("sparse24_gemv", key, cands, launch)
