@@ -1277,6 +1277,36 @@ if "s24quad" in what:
         s24_layers(f"s24quad {name}", qcfg,
                    lambda pick, N, K, gated: [c for c in sg._candidates(1, N, K, gated) if c["MODE"] == "quad"])
 
+if "quadtiled" in what:
+    # twentieth session: quad24 found the quad form wrong (SQNR -1 dB) at 16-row tiles on tiled meta read as
+    # contiguous runs (TILED=2), right at 32 rows and on row-major meta. Which part: the asm against its Triton twin
+    # compiled for the GPU, the same tile with the meta as byte gathers (TILED=1), and 32 rows, each vs the reference
+    from fused.kernels import sparse24_gemv as sg
+    from fused.kernels.sparse24_gemv import _cfg
+    from lowbit.metrics import sqnr
+    from sparsity.packing import pack_24, tile_meta
+    from sparsity.masks import magnitude_mask_24
+    from lowbit.quant import quantize_weight
+    from fused.reference import sparse24_gated_ref
+    torch.manual_seed(0)
+    N, K = 1024, 2048
+    w = torch.randn(2 * N, K, device="cuda")
+    q, s = quantize_weight(w * magnitude_mask_24(w.abs()), "int8")
+    v, m = pack_24(q)
+    x = torch.randn(1, K, dtype=torch.bfloat16, device="cuda")
+    ref = sparse24_gated_ref(x, v, m, s, None, "silu")
+    orig_mode, orig_interp = sg._tiled_mode, sg.INTERPRET
+    for bn in (16, 32):
+        for meta_form, tmode in (("rows", None), ("runs", 2), ("gathers", 1)):
+            for asm in (True, False):
+                mm = m if meta_form == "rows" else tile_meta(m)
+                sg._tiled_mode = orig_mode if tmode is None else (lambda *a, t=tmode: t)
+                sg.INTERPRET = not asm
+                cfg = dict(_cfg("quad", 1, bn, 512, 4, 4), SPLIT_K=1)
+                y = sg.sparse24_gemv(x, v, mm, s, None, "silu", True, config=cfg)
+                p(f"quadtiled bn={bn} meta={meta_form} {'asm' if asm else 'twin'}: {sqnr(ref.float(), y.float()):.1f} dB")
+    sg._tiled_mode, sg.INTERPRET = orig_mode, orig_interp
+
 if "s24wave" in what:
     # nineteenth session (measured: not the wave): ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96
     # registers) as 896 CTAs at 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers)

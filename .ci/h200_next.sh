@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), `l2pf`
 # (down weights prefetched into L2 during gate/up), `prmt24` (W8A8 2:4 tiles expanded by PRMT), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
@@ -24,6 +24,22 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  twentieth1)  # twentieth session: quad24 found quad wrong at 16-row tiles on tiled meta read as runs (-1 dB; 32 rows and
+              # row-major meta right) and every M=16 2:4 candidate failing to compile (Triton 3.6 rejects a str default
+              # for a constexpr: fixed). (1) the 2:4 GEMV cuda tests, every candidate on rows AND tiled meta; (2) which
+              # part of the 16-row quad is wrong (asm / twin, runs / gathers); (3) the quad layers alone (16 rows now as
+              # gathers) vs the vsel picks; (4) the 2:4 rows at M = 1 / 16 retuned with quad in the tuner, and picks.
+              # Prediction: quad 16 gathers right and ~34-36 µs gate/up (runs gave 33.0 wrong), block int8 2:4 M=1
+              # 59.0 -> ~51; M=16 back to ~60 (the shipped dot picks)
+    export FUSED_S24_QUAD=1
+    timeout 230 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=line tests/test_kernels_sparse24_gemv.py \
+      -k "quad or every_candidate" 2>&1 | filt | grep -v "^  \|^$" | tail -8
+    timeout 120 python3 .ci/diag.py quadtiled,s24quad 2>&1 | filt | grep "^quadtiled\|^s24quad"
+    FUSED_RETUNE=1 timeout 200 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/t1" > "$OUT/t1.log" 2>&1
+    grep "^|" "$OUT/t1.log" | grep -v "^|--" | head -5
+    python3 .ci/picks_to_tuned.py "$OUT/t1/bench.json" --match sparse24 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   prmt24)  # nineteenth session, for the next: the W8A8 2:4 tiled kernel (sparse24_linear, 8-bit dots) with each group's
            # dense bytes built by ONE prmt (EXPAND="prmt"; sm_90 per K step, int8: 16x64x128 956 -> 338 instructions,
            # 128x64x128 749 -> 214, gated 1779 -> 637 / 976 -> 342). (1) its cuda test: bit-equal to the byte selects

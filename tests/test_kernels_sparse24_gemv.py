@@ -88,6 +88,22 @@ def test_quad_matches_reference(bk, K, vdtype, gated, xdtype):
     assert counts["quad_as_vsel"] == before  # it ran as "quad"
 
 
+@pytest.mark.parametrize("bn", [16, 32])
+@pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
+def test_quad_on_tiled_meta(vdtype, bn):
+    """"quad" on cuSPARSELt-tiled meta (what the modules hold): 16-row tiles read it as byte gathers, 32-row tiles
+    as contiguous runs (see _tiled_mode); both gated (the up rows start at N)."""
+    from fused.kernels.sparse24_gemv import _tiled_mode
+    from sparsity.packing import tile_meta
+
+    N, K = 64, 256
+    v, m, s = packed(2 * N, K, vdtype)
+    x = torch.randn(1, K, dtype=torch.bfloat16)
+    assert _tiled_mode(True, "quad", bn, N, True) == (1 if bn == 16 else 2)
+    cfg = dict(_cfg("quad", 1, bn, 128, 4), SPLIT_K=2)
+    check(*run_both(x, v, tile_meta(m), s, None, "silu", True, cfg), torch.bfloat16)
+
+
 def test_quad_pick_serves_x_it_cannot_read_as_words():
     """A shape's pick serves every x: where "quad" cannot read x or the values as 32-bit words (fp32 or
     unaligned x, a strided x, bf16 values) the same tile runs as "vsel", counted in launch.counts."""
@@ -280,15 +296,19 @@ def test_cuda_quad_asm_equals_its_triton_twin(vdtype, xdtype, tiled, monkeypatch
 @pytest.mark.cuda
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
 @pytest.mark.parametrize("M", [1, 3, 6, 16])
-def test_cuda_every_candidate_compiles_and_is_right(M, vdtype, monkeypatch):
-    # the tuner skips a config that fails: this is where a candidate that does not compile shows up
+@pytest.mark.parametrize("tiled", [False, True], ids=["rows", "tiled"])
+def test_cuda_every_candidate_compiles_and_is_right(M, vdtype, tiled, monkeypatch):
+    # the tuner skips a config that fails: this is where a candidate that does not compile shows up. Tiled meta
+    # (what the modules hold) too: its loads differ (contiguous runs at 16 / 32 / 64 rows, else byte gathers)
     from fused.kernels import sparse24_gemv as sg
+    from sparsity.packing import tile_meta
 
     monkeypatch.setattr(sg, "GEMV_STAGES", True)  # the staged candidates too
     if vdtype == torch.float8_e4m3fn and torch.cuda.get_device_capability() < (8, 9):
         pytest.skip("fp8 needs compute capability >= 8.9")
-    N, K = 1000, 2048
+    N, K = (1024 if tiled else 1000), 2048
     v, m, s = packed(2 * N, K, vdtype, device="cuda")
+    m = tile_meta(m) if tiled else m
     x = torch.randn(M, K, dtype=torch.bfloat16, device="cuda")
     b = torch.randn(2 * N, device="cuda")
     for cfg in _candidates(M, N, K, True):

@@ -457,6 +457,19 @@ def test_sparse_quad_compiles_for_sm90():
     assert _sm90_last_line(code) == "[True, True]"
 
 
+def test_sparse_decode_tiles_compile_for_sm90():
+    """The 2:4 decode GEMV's M = 2-16 tiles ("dot": the dense-tile expansion and a tensor-core dot) compile for sm_90
+    on tiled meta (ptxas, no GPU): the interpreter cannot see a call the real compiler rejects. (Triton 3.6, the
+    H200's, rejected a str default for a constexpr that 3.9 takes: every M=16 candidate failed there in the
+    nineteenth session; this test catches that only when run with 3.6, e.g. PYTHONPATH to a side install.)"""
+    code = ("from sparse_sass import compile_sparse; from fused.kernels.sparse24_gemv import _candidates; out = []\n"
+            "for M in (3, 16):\n"
+            "    c = [c for c in _candidates(M, 14336, 4096, True) if c['MODE'] == 'dot'][0]\n"
+            "    out.append('mma' in compile_sparse(c, True, 14336, 4096, M, tiled=2).asm['ptx'])\n"
+            "print(out)")
+    assert _sm90_last_line(code) == "[True, True]"
+
+
 def test_sparse_prmt_expansion_compiles_for_sm90():
     """The W8A8 2:4 tiled kernel with EXPAND="prmt" (one PRMT per group, then a pass-through asm packing the word
     into 4 int8 elements) assembles for sm_90, gated, int8 and fp8, with no local-memory spills."""
