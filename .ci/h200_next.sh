@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), `l2pf`
 # (down weights prefetched into L2 during gate/up), `prmt24` (W8A8 2:4 tiles expanded by PRMT), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
@@ -24,6 +24,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  twentieth2)  # twentieth session: quad on by default with the twentieth1 picks (quad 32x512, 4 stages), no retune: the 2:4
+              # Llama rows at M = 1 / 16 / 128 beside bf16 eager. Prediction: M=1 54.5 / 52.6 / 54.5 (twentieth1), M=16
+              # and 128 unchanged (61-63, 66-86)
+    timeout 450 python3 -m fused bench --blocks llama --m 1,16,128 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/t2" > "$OUT/t2.log" 2>&1
+    grep "^|" "$OUT/t2.log" | grep -v "^|--" | head -6
+    rm -f "$OUT"/*/bench.png ;;
   twentieth1)  # twentieth session: quad24 found quad wrong at 16-row tiles on tiled meta read as runs (-1 dB; 32 rows and
               # row-major meta right) and every M=16 2:4 candidate failing to compile (Triton 3.6 rejects a str default
               # for a constexpr: fixed). (1) the 2:4 GEMV cuda tests, every candidate on rows AND tiled meta; (2) which

@@ -59,10 +59,9 @@ from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
 
 MODES = ("gather", "vsel", "quad", "dot")
-# "quad" candidates in the tuner (explicit configs run regardless): off until its cuda test (the asm bit-equal to its
-# Triton twin) has passed on the H200, so no first-use tuning can pick an unverified kernel (`bash .ci/h200_next.sh
-# quad24` sets FUSED_S24_QUAD=1)
-QUAD = os.environ.get("FUSED_S24_QUAD", "0") == "1"
+# "quad" candidates in the tuner (explicit configs run regardless); on since its cuda tests passed on the H200
+# (twentieth session); FUSED_S24_QUAD=0 leaves them out
+QUAD = os.environ.get("FUSED_S24_QUAD", "1") == "1"
 
 
 @triton.jit

@@ -74,10 +74,10 @@ TUNED: dict = {
     # ninth session (2026-12-01): 2:4 decode on tiled meta (bench ninth2_t1), and the hand-off's epilogue_quant at
     # M=128 (ONE_PASS won in three runs; a fourth's noisy timing picked a 19 µs two-pass form) and fp8 M=8192
     # (UNFUSED in two runs)
-    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 1},
-    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 2},
-    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 1},
-    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.int8', 'tiled'): {'MODE': 'vsel', 'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 2},
+    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'quad', 'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 1},
+    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'quad', 'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 4},
+    ('sparse24_gemv', '1', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'quad', 'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 1},
+    ('sparse24_gemv', '1', '4096', '14336', 'False', 'torch.int8', 'tiled'): {'MODE': 'quad', 'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'num_warps': 4, 'STAGES': 4, 'SPLIT_K': 4},
     ('sparse24_gemv', '16', '14336', '4096', 'True', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 1},
     ('sparse24_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 64, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 8},
     ('sparse24_gemv', '16', '14336', '4096', 'True', 'torch.int8', 'tiled'): {'MODE': 'dot', 'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'num_warps': 4, 'SPLIT_K': 1},
