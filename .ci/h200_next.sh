@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "nineteenth", "Open leads now"), in this order: `quad24` (the 2:4 decode GEMV's quad form), `l2pf`
-# (down weights prefetched into L2 during gate/up), `prmt24` (W8A8 2:4 tiles expanded by PRMT), then `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Each fits one 600 s call.
+# usage: bash .ci/h200_next.sh quad16|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twentieth", "Open leads now"), in this order: `quad16` (16-row quad tiles on tiled meta with
+# the two-step row sum), `testsx` (give it the full 600 s), then `retune16`, `retune24`, `sixteenth1`, `gptfull`,
+# `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -24,6 +25,21 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  quad16)  # twentieth session, for the next: the 16-row quad tiles on tiled meta read as contiguous runs, with the row sum
+          # in two steps (Triton 3.6's reduce shuffled wrong lanes on their layout: PTX xor 2, 1 where the lanes are
+          # bits 0 and 4; 3.9 emits 1, 16; now 1, 16 on 3.6 too, .ci/reduce_audit.py clean). (1) the 2:4 GEMV cuda
+          # tests with FUSED_S24_QUAD16_RUNS=1; (2) quadtiled (runs asm / twin now right?) and the quad layers alone;
+          # (3) the 2:4 rows at M=1 retuned and the picks. Prediction: runs 16x512 right, gate/up ~33 µs (33.0 when
+          # wrong: the reduce is after the loop), down ~21; block int8 2:4 W8A16 54.1 -> ~50
+    export FUSED_S24_QUAD16_RUNS=1
+    timeout 230 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=line tests/test_kernels_sparse24_gemv.py \
+      -k "quad or every_candidate" 2>&1 | filt | grep -v "^  \|^$" | tail -8
+    timeout 120 python3 .ci/diag.py quadtiled,s24quad 2>&1 | filt | grep "^quadtiled\|^s24quad"
+    FUSED_RETUNE=1 timeout 200 python3 -m fused bench --blocks llama --m 1 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/q16" > "$OUT/q16.log" 2>&1
+    grep "^|" "$OUT/q16.log" | grep -v "^|--" | head -5
+    python3 .ci/picks_to_tuned.py "$OUT/q16/bench.json" --match sparse24 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   twentieth2)  # twentieth session: quad on by default with the twentieth1 picks (quad 32x512, 4 stages), no retune: the 2:4
               # Llama rows at M = 1 / 16 / 128 beside bf16 eager. Prediction: M=1 54.5 / 52.6 / 54.5 (twentieth1), M=16
               # and 128 unchanged (61-63, 66-86)

@@ -88,18 +88,21 @@ def test_quad_matches_reference(bk, K, vdtype, gated, xdtype):
     assert counts["quad_as_vsel"] == before  # it ran as "quad"
 
 
+@pytest.mark.parametrize("runs16", [False, True], ids=["gathers16", "runs16"])
 @pytest.mark.parametrize("bn", [16, 32])
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
-def test_quad_on_tiled_meta(vdtype, bn):
-    """"quad" on cuSPARSELt-tiled meta (what the modules hold): 16-row tiles read it as byte gathers, 32-row tiles
-    as contiguous runs (see _tiled_mode); both gated (the up rows start at N)."""
-    from fused.kernels.sparse24_gemv import _tiled_mode
+def test_quad_on_tiled_meta(vdtype, bn, runs16, monkeypatch):
+    """"quad" on cuSPARSELt-tiled meta (what the modules hold): 32-row tiles read it as contiguous runs, 16-row
+    tiles as byte gathers unless FUSED_S24_QUAD16_RUNS (see _tiled_mode); gated (the up rows start at N), 2 tiles of
+    64 columns per K step (the two-step row sum)."""
+    from fused.kernels import sparse24_gemv as sg
     from sparsity.packing import tile_meta
 
+    monkeypatch.setattr(sg, "QUAD16_RUNS", runs16)
     N, K = 64, 256
     v, m, s = packed(2 * N, K, vdtype)
     x = torch.randn(1, K, dtype=torch.bfloat16)
-    assert _tiled_mode(True, "quad", bn, N, True) == (1 if bn == 16 else 2)
+    assert sg._tiled_mode(True, "quad", bn, N, True) == (1 if bn == 16 and not runs16 else 2)
     cfg = dict(_cfg("quad", 1, bn, 128, 4), SPLIT_K=2)
     check(*run_both(x, v, tile_meta(m), s, None, "silu", True, cfg), torch.bfloat16)
 

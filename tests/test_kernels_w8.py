@@ -470,6 +470,35 @@ def test_sparse_decode_tiles_compile_for_sm90():
     assert _sm90_last_line(code) == "[True, True]"
 
 
+def test_reduce_audit_flags_lanes_that_are_not_adjacent():
+    """.ci/reduce_audit.py's check on a TTGIR reduce (the twentieth session's wrong 16-row quad tile: a sum over
+    axis 1 whose lanes are bits 0 and 4, which Triton 3.6 shuffled as bits 0 and 1) and on a right one."""
+    import sys
+
+    sys.path.insert(0, ".ci")
+    from reduce_audit import bad_reduces
+    ir = ('#linear = #ttg.linear<{register = [[8, 0]], lane = [[0, 2], [1, 0], [2, 0], [4, 0], [0, 8]], warp = [], '
+          'block = []}>\n#linear1 = #ttg.linear<{register = [], lane = [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]], '
+          'warp = [], block = []}>\n'
+          '%a = "tt.reduce"(%x) <{axis = 1 : i32}> ({\n}) : (tensor<16x16xf32, #linear>) -> tensor<16xf32>\n'
+          '%b = "tt.reduce"(%y) <{axis = 1 : i32}> ({\n}) : (tensor<16x4xf32, #linear1>) -> tensor<16xf32>\n'
+          '%c = "tt.reduce"(%z) <{axis = 0 : i32}> ({\n}) : (tensor<16x16xf32, #linear>) -> tensor<16xf32>\n')
+    bad = bad_reduces(ir)
+    assert len(bad) == 1 and "lane bits [0, 4]" in bad[0]
+
+
+def test_quad_tiles_reduce_on_adjacent_lanes_for_sm90():
+    """Every M=1 "quad" tile on tiled meta read as contiguous runs (16 and 32 rows) compiles for sm_90 with no reduce
+    over non-adjacent lanes (Triton 3.6 gets those wrong: .ci/reduce_audit.py)."""
+    code = ("from sparse_sass import compile_sparse; from reduce_audit import bad_reduces\n"
+            "from fused.kernels import sparse24_gemv as sg\nbad = []\n"
+            "for bn in (16, 32):\n"
+            "    c = dict(sg._cfg('quad', 1, bn, 512, 4, 4), SPLIT_K=1)\n"
+            "    bad += bad_reduces(compile_sparse(c, True, 14336, 4096, tiled=2).asm['ttgir'])\n"
+            "print(bad)")
+    assert _sm90_last_line(code) == "[]"
+
+
 def test_sparse_prmt_expansion_compiles_for_sm90():
     """The W8A8 2:4 tiled kernel with EXPAND="prmt" (one PRMT per group, then a pass-through asm packing the word
     into 4 int8 elements) assembles for sm_90, gated, int8 and fp8, with no local-memory spills."""

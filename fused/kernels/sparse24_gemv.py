@@ -62,6 +62,7 @@ MODES = ("gather", "vsel", "quad", "dot")
 # "quad" candidates in the tuner (explicit configs run regardless); on since its cuda tests passed on the H200
 # (twentieth session); FUSED_S24_QUAD=0 leaves them out
 QUAD = os.environ.get("FUSED_S24_QUAD", "1") == "1"
+QUAD16_RUNS = os.environ.get("FUSED_S24_QUAD16_RUNS", "0") == "1"
 
 
 @triton.jit
@@ -269,6 +270,11 @@ def _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_
         xa23, xb23 = tl.split(odd)
         acc = _quad_fma(acc, vw, meta.to(tl.int32), xa01[None, :], xa23[None, :], xb01[None, :], xb23[None, :],
                         VALUE, X_F16, ASM)
+    if TILED == 2:
+        # meta_chunks' layout puts a 64-column tile's quads and the tiles on non-adjacent lanes (16 rows: lane bits
+        # 0 and 4); Triton 3.6's reduce assumes the reduced lanes adjacent and shuffled wrong lanes (fixed in 3.9,
+        # triton#9192). Per tile first, then over tiles: each step's lanes are adjacent (.ci/reduce_audit.py)
+        return tl.sum(tl.sum(tl.reshape(acc, (BLOCK_N, Q // 8, 8)), axis=2), axis=1)[None, :]
     return tl.sum(acc, axis=1)[None, :]
 
 
@@ -511,9 +517,10 @@ def _tiled_mode(tiled: bool, mode: str, bn: int, N: int, gated: bool) -> int:
     byte gathers (1)."""
     if not tiled:
         return 0
-    if mode == "quad" and bn == 16:
-        # twentieth session, H200: quad 16-row tiles with the contiguous-run meta summed wrong (SQNR -1 dB; 32 rows
-        # right, the Triton twin right) although their sm_90 PTX reads the right bytes; byte gathers until found
+    if mode == "quad" and bn == 16 and not QUAD16_RUNS:
+        # twentieth session, H200: quad 16-row tiles on contiguous-run meta summed wrong (SQNR -1 dB: Triton 3.6's
+        # reduce over their layout, now reduced in two steps, see _quad_partial); byte gathers until that form has
+        # passed its cuda test (FUSED_S24_QUAD16_RUNS=1 takes the runs)
         return 1
     return 2 if mode in ("vsel", "quad", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
 
