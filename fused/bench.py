@@ -329,7 +329,8 @@ def main(args) -> int:
         json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                    "torch": torch.__version__, "d": d, "h": h, "rows": [asdict(r) for r in rows],
                    "tuned": {str(k): v for k, v in tuning.picks.items()},
-                   "timings": {str(k): v for k, v in tuning.timings.items()}},
+                   "timings": {str(k): v for k, v in tuning.timings.items()},
+                   "failed_candidates": {str(k): v for k, v in tuning.failures.items()}},
                   f, indent=1)
     md = markdown(rows, "gpu_us" if device.type == "cuda" else "plain_us")
     if device.type == "cuda":

@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from fused import cpu, dispatch
+from fused.kernels import tuning
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
 from fused.narrow import FusedNarrowMLP
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
@@ -79,6 +80,9 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
                   + (f", {graphed} from CUDA graphs of the module (graph picks that a recording cannot replay)"
                      if graphed else "")
                   + "".join(f"\n  {m}: {why}" for m, why in dict(refused).items()))
+        for (kernel, *key), fails in tuning.failures.items():  # skipped while tuning: not silent
+            print(f"tuning {kernel} {tuple(key)}: {len(fails)} candidate(s) failed and were skipped, first "
+                  f"{fails[0][0]}: {fails[0][1][:160]}")
     return rows
 
 

@@ -107,6 +107,32 @@ def test_pick_uses_the_shipped_table_and_retune_times_it(monkeypatch):
     assert tuning.pick("w8_gemm", key, lambda: list(cands), launch) == cands[0]
 
 
+def test_tuner_records_candidates_that_fail(monkeypatch):
+    """A candidate that fails while timed is skipped AND recorded (tuning.failures, shown by explain and the bench
+    JSON); when every one fails the error names the first failure (the nineteenth session's M=16 2:4 tiles stopped
+    compiling on Triton 3.6 and the tuner said only "no candidate config runs")."""
+    import triton
+
+    from fused.kernels import tuning
+
+    def launch(cfg):
+        if cfg["BLOCK_M"] == 16:
+            raise AttributeError("'str' object has no attribute 'type'")
+        return float(cfg["BLOCK_M"])
+
+    monkeypatch.setattr(tuning, "INTERPRET", False)
+    monkeypatch.delenv("FUSED_TUNE", raising=False)
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: fn())
+    for name in ("picks", "timings", "failures", "_cache"):
+        monkeypatch.setattr(tuning, name, {})
+    key = (1, 100, 200, "not shipped")
+    assert tuning.pick("k", key, lambda: [dict(BLOCK_M=16), dict(BLOCK_M=32)], launch) == dict(BLOCK_M=32)
+    (cfg, err), = tuning.failures[("k",) + key]
+    assert cfg == dict(BLOCK_M=16) and err.startswith("AttributeError: 'str' object")
+    with pytest.raises(RuntimeError, match=r"no candidate config runs .* failed with AttributeError"):
+        tuning.pick("k", (2,) + key, lambda: [dict(BLOCK_M=16), dict(BLOCK_M=16, num_warps=8)], launch)
+
+
 def test_cublas_w8a16_route_matches_reference_on_cpu():
     # the W8A16 cuBLAS route's steps (widen, a 16-bit mm, scale_epilogue) on CPU tensors under the interpreter:
     # the same product as the reference, to bf16 rounding of the raw product (scales applied after it)

@@ -30,6 +30,9 @@ _cache: dict = {}
 picks: dict = {}
 # (kernel, key) -> [(µs, config), ...] for every candidate timed in this process
 timings: dict = {}
+# (kernel, key) -> [(config, "Error: message"), ...]: candidates that failed to compile or run while timed (the
+# tuner skips them; `explain` and the bench JSON show them, so a kernel that stops compiling does not go unseen)
+failures: dict = {}
 
 
 def m_bucket(M: int) -> int:
@@ -78,13 +81,16 @@ def pick(kernel: str, key: tuple, candidates, launch) -> dict:
         for c in candidates:
             try:
                 t = do_bench(lambda: launch(c), warmup=5, rep=20, return_mode="median")
-            except Exception:  # a config that does not fit (shared memory, registers) is skipped
+            except Exception as e:  # a config that does not fit (shared memory, registers) is skipped, and recorded
+                failures.setdefault(full, []).append((c, f"{type(e).__name__}: {str(e).strip()[-300:]}"))
                 continue
             timings.setdefault(full, []).append((round(t * 1e3, 2), c))
             if best is None or t < best[0]:
                 best = (t, c)
         if best is None:
-            raise RuntimeError(f"{kernel}: no candidate config runs for key {key}")
+            cfg0, err = failures[full][0]
+            raise RuntimeError(f"{kernel}: no candidate config runs for key {key}; the first, {cfg0}, failed with "
+                               f"{err}")
         cfg = best[1]
     _cache[full] = cfg
     picks[full] = cfg
