@@ -1,0 +1,63 @@
+"""The GPU kernels also compile for sm_90 under Triton 3.6, the version torch 2.11 ships (the H200 runs it; CI's
+torch 2.13 has 3.9), and none of them reduces over non-adjacent lanes (Triton 3.6 sums those wrong:
+.ci/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
+argument, which 3.9 accepts, left every M=16 2:4 decode tile failing to compile on the H200, and a 16-row "quad"
+tile summed rows into each other.
+
+FUSED_TRITON36 names a directory holding triton 3.6 (`pip install --target DIR triton==3.6.0`; .ci/run makes one);
+skipped without it. Compiles need no GPU (ptxas comes with the wheel)."""
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+T36 = os.environ.get("FUSED_TRITON36", "")
+pytestmark = pytest.mark.skipif(not (T36 and pathlib.Path(T36, "triton").is_dir()),
+                                reason="FUSED_TRITON36 (a directory with triton 3.6) not set")
+
+CODE = """
+import sys
+sys.path[:0] = ['.ci', 'tests']
+import triton
+assert triton.__version__.startswith('3.6'), triton.__version__
+from reduce_audit import bad_reduces
+from sparse_sass import compile_sparse
+from gemv_sass import compile_gemv
+from sm90_compile import compile_sm90
+from fused.kernels import sparse24_gemv as sg, w8a16_gemv as g, sparse24_linear as sl
+out = []
+def audit(label, ttgir):
+    out.extend(f'{label}: {b}' for b in bad_reduces(ttgir))
+for M in (1, 16):  # one candidate per 2:4 decode MODE, gated Llama shape, tiled meta as the modules hold it
+    seen = set()
+    for value in ('int8', 'fp8'):
+        for c in sg._candidates(M, 14336, 4096, True):
+            if (c['MODE'], value) in seen:
+                continue
+            seen.add((c['MODE'], value))
+            t = sg._tiled_mode(True, c['MODE'], c['BLOCK_N'], 14336, True)
+            audit(f'sparse24_gemv M={M} {value} {c}', compile_sparse(c, True, 14336, 4096, M, value, t).asm['ttgir'])
+for M in (1, 16):
+    c = g._candidates(M, 14336, 4096, True, int8=True)[0]
+    audit(f'w8a16_gemv M={M} {c}', compile_gemv(c, True, False, M).asm['ttgir'])
+for expand in ('select', 'prmt'):
+    k = compile_sm90(sl._sparse24_kernel, dict(x_ptr='*i8', xs_ptr='*fp32', v_ptr='*i8', m_ptr='*u8', ws_ptr='*fp32',
+                     b_ptr='*fp32', y_ptr='*bf16'), dict(M=128, N=4096, K=4096, stride_xm=4096, stride_xk=1,
+                     stride_vn=2048, stride_mn=512, stride_ym=4096, stride_yn=1), dict(VALUE='int8', DOT='int8',
+                     GATED=True, HAS_SCALE=True, HAS_BIAS=False, ACT='silu', BLOCK_M=64, BLOCK_N=64, BLOCK_K=128,
+                     GROUP_M=8, TILED=False, EXPAND=expand), 4)
+    audit(f'sparse24_linear EXPAND={expand}', k['kernel'].asm['ttgir'])
+print(out)
+"""
+
+
+def test_kernels_compile_and_reduce_right_under_triton36():
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([T36, str(root)])
+    run = subprocess.run([sys.executable, "-c", CODE], cwd=root, env=env, capture_output=True, text=True,
+                         timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip().splitlines()[-1] == "[]"
