@@ -18,3 +18,5 @@ def test_ci_runs_the_readme_quick_start():
                         "python3 -m fused demo", "python3 -m pytest -q -n 2 --dist loadfile tests"]
     ci = (ROOT / ".ci" / "run").read_text().replace("pip install -q ", "pip install ")
     assert _commands(ci) == expected
+    # beside them CI side-installs triton 3.6 for tests/test_triton36_compile.py, as the README says
+    assert "--target /tmp/fused_triton36 triton==3.6.0" in ci and "FUSED_TRITON36" in readme
