@@ -270,10 +270,11 @@ def _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_
         xa23, xb23 = tl.split(odd)
         acc = _quad_fma(acc, vw, meta.to(tl.int32), xa01[None, :], xa23[None, :], xb01[None, :], xb23[None, :],
                         VALUE, X_F16, ASM)
-    if TILED == 2:
-        # meta_chunks' layout puts a 64-column tile's quads and the tiles on non-adjacent lanes (16 rows: lane bits
-        # 0 and 4); Triton 3.6's reduce assumes the reduced lanes adjacent and shuffled wrong lanes (fixed in 3.9,
-        # triton#9192). Per tile first, then over tiles: each step's lanes are adjacent (.ci/reduce_audit.py)
+    if TILED == 2 and BLOCK_N == 16:
+        # meta_chunks' layout at 16 rows puts a 64-column tile's quads and the tiles on non-adjacent lanes (bits 0
+        # and 4); Triton 3.6's reduce assumes the reduced lanes adjacent and shuffled wrong lanes (fixed in 3.9,
+        # triton#9192). Per tile first, then over tiles: each step's lanes are adjacent (.ci/reduce_audit.py).
+        # 32 rows (one lane bit on the axis, right on the H200) keep the plain sum
         return tl.sum(tl.sum(tl.reshape(acc, (BLOCK_N, Q // 8, 8)), axis=2), axis=1)[None, :]
     return tl.sum(acc, axis=1)[None, :]
 
