@@ -6,7 +6,7 @@ shuffles with the wrong peers (xor 2, 1 instead of 1, 16) and sums across rows: 
 PYTHONPATH, e.g. PYTHONPATH=/tmp/t36 for 3.6) and lists every tt.reduce whose operand layout has the reduced axis on
 non-contiguous lane bits.
 
-    PYTHONPATH=/tmp/t36 python .ci/reduce_audit.py [sparse24_gemv|w8a16_gemv|all]
+    PYTHONPATH=/tmp/t36 python .ci/reduce_audit.py [sparse24_gemv|w8a16_gemv|blocks|all]
 """
 import ast
 import os
@@ -71,6 +71,15 @@ def _dense(report):
                            lambda: compile_gemv(cfg, gated, fp8, M, N, K).asm["ttgir"])
 
 
+def _blocks(report):
+    from sm90_compile import compile_sm90, decode_block_configs, decode_chain_configs
+    from sparse_sass import compile_narrow
+    for label, fn, pointers, ints, consts, warps in decode_block_configs() + decode_chain_configs():
+        report(label, lambda: compile_sm90(fn, pointers, ints, consts, warps)["kernel"].asm["ttgir"])
+    for bm, w, s, f in ((128, 4, 1, False), (128, 4, 1, True), (256, 8, 1, True)):
+        report(f"narrow_mlp {(bm, w, s, f)}", lambda: compile_narrow(bm, w, s, f).asm["ttgir"])
+
+
 if __name__ == "__main__":
     import triton
     what = sys.argv[1] if len(sys.argv) > 1 else "all"
@@ -92,4 +101,6 @@ if __name__ == "__main__":
         _sparse(report)
     if what in ("w8a16_gemv", "all"):
         _dense(report)
+    if what in ("blocks", "all"):
+        _blocks(report)
     print(f"audited {seen['n']} kernels, {seen['bad']} bad reduces", flush=True)

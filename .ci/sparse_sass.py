@@ -34,7 +34,7 @@ def compile_narrow(bm, warps, stages, prefetch, width=64, layers=5):
     D = [width] * (layers + 1) + [16] * (8 - layers)
     A = ["relu"] * (layers - 1) + ["none"] * (9 - layers)
     consts = dict(K_IN=width, N_OUT=width, NUM_LAYERS=layers, D_OUT=width, SCALED=False, DOT="native",
-                  BLOCK_M=bm, PREFETCH=prefetch, **{f"D{i}": D[i] for i in range(9)},
+                  BLOCK_M=bm, PREFETCH=prefetch, HOIST=False, **{f"D{i}": D[i] for i in range(9)},
                   **{f"A{i}": A[i] for i in range(8)})
     pointers = dict(x_ptr="*fp16", w_ptr="*fp16", p_ptr="*fp32", y_ptr="*fp16")
     ints = dict(M=1 << 21, stride_xm=width, stride_xk=1, stride_ym=width, stride_yn=1)

@@ -7,6 +7,7 @@ for the GPU. Run in a process WITHOUT TRITON_INTERPRET (the interpreter replaces
 """
 from __future__ import annotations
 
+import inspect
 import re
 
 
@@ -19,8 +20,11 @@ def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: in
     from triton.compiler import ASTSource
 
     sig, attrs, consts = {}, {}, dict(constexprs)
+    for p in fn.params:  # constexpr parameters with a default: the default, unless given (as a launch would)
+        if p.is_constexpr and p.name not in constexprs and p.default is not inspect.Parameter.empty:
+            consts[p.name] = p.default
     for i, name in enumerate(fn.arg_names):
-        if name in constexprs:
+        if name in consts:
             sig[name] = "constexpr"
         elif name in pointers:
             sig[name] = pointers[name]
