@@ -39,20 +39,20 @@ from typing import NamedTuple
 import torch
 
 from fused import cpu, reference
+from fused import kernels as _kernels_pkg
 from fused.kernels import launch
 from fused.kernels.tuning import m_bucket
 from lowbit.quant import FP8_SPLIT_LO
 
 # (op, path) -> calls. Read by fused.explain and the profiler report.
 stats: Counter = Counter()
-_strict = os.environ.get("FUSED_STRICT") == "1"
 _forced: str | None = None
 
 
 def set_strict(on: bool = True) -> None:
-    """Strict mode: a CUDA call that would fall back to the slow reference raises instead."""
-    global _strict
-    _strict = on
+    """Strict mode (also FUSED_STRICT=1): a CUDA call that would fall back to the slow reference, or a kernel
+    that would run a slower form of its tuned pick, raises instead."""
+    _kernels_pkg.set_strict(on)
 
 
 @contextlib.contextmanager
@@ -396,7 +396,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     if path.startswith("cpu:"):
         return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
     if path == "reference":
-        if _strict and x.device.type == "cuda":
+        if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.linear_ref if op == "linear" else reference.gated_ref
         return ref(x, qweight, wscale, bias, act, dynamic)
@@ -990,7 +990,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     if path.startswith("cpu:"):
         return cpu.run_pair(path, x, wg, sg, bg, wu, su, bu, act, dynamic)
     if path == "reference":
-        if _strict and x.device.type == "cuda":
+        if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
     k = _triton_kernels()
@@ -1234,7 +1234,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         if handoff:
             raise RuntimeError(f"{op}: the quantized hand-off runs the fused kernels only")
         stats[(op, path)] += 1
-        if _strict and x.device.type == "cuda":
+        if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         ref = reference.sparse24_linear_ref if op == "sparse24_linear" else reference.sparse24_gated_ref
         return ref(x, values, meta, wscale, bias, act, dynamic)
@@ -1362,7 +1362,7 @@ def narrow_mlp(x, weights, params, dims, acts):
     if path == "cpu:narrow_addmm":
         return cpu.narrow_mlp(x, weights, params, dims, acts)
     if path == "reference":
-        if _strict and x.device.type == "cuda":
+        if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         return reference.narrow_mlp_ref(x, weights, params, dims, acts)
     from fused.kernels.narrow_mlp import narrow_mlp as kernel

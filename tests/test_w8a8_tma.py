@@ -84,9 +84,14 @@ def test_tma_candidates_and_refusals(monkeypatch):
     # empty outputs (N = 0, M = 0): the right shapes, no launch
     assert w8_gemm(xq, q[:0], s[:0], x_scale=xs, out_dtype=torch.bfloat16, config=dict(TILE, TMA=True)).shape == (3, 0)
     assert w8_gemm(xq[:0], q, s, x_scale=xs[:0], out_dtype=torch.bfloat16, config=dict(TILE, TMA=True)).shape == (0, 16)
-    monkeypatch.setenv("FUSED_STRICT", "1")
-    with pytest.raises(RuntimeError, match="strict mode"):
-        w8_gemm(wide[:, 1:], q, s, x_scale=xs, out_dtype=torch.bfloat16)
+    from fused import dispatch
+
+    dispatch.set_strict(True)  # the same flag as the dispatch's strict mode
+    try:
+        with pytest.raises(RuntimeError, match="strict mode"):
+            w8_gemm(wide[:, 1:], q, s, x_scale=xs, out_dtype=torch.bfloat16)
+    finally:
+        dispatch.set_strict(False)
 
 
 def test_tma_kernel_compiles_for_sm90():

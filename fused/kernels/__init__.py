@@ -15,6 +15,19 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # the pipelined loop's layout changes the cross-warp reduction order). FUSED_GEMV_STAGES=0: off.
 GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
 
+# Strict mode (FUSED_STRICT=1 at start, or fused.dispatch.set_strict): a CUDA call that would take a slower
+# fallback raises instead. One flag, here, so the dispatch and the kernels' launchers read the same one.
+_strict = os.environ.get("FUSED_STRICT") == "1"
+
+
+def strict() -> bool:
+    return _strict
+
+
+def set_strict(on: bool = True) -> None:
+    global _strict
+    _strict = bool(on)
+
 
 def dot_mode(dtype) -> str:
     """How a kernel should run its floating-point dot for activations of ``dtype``:

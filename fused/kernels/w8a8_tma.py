@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import cdiv, sm_count
+from fused.kernels import cdiv, sm_count, strict
 from fused.kernels.launch import launch_kernel
 from fused.kernels.w8_gemm import _mma, grouped_tile, tile_epilogue
 
@@ -105,7 +105,7 @@ def warn_pointer_form(cfg: dict) -> None:
     fresh rows and the modules' contiguous weights."""
     why = (f"w8_gemm: the TMA tile {cfg} cannot read these operands (rows not 16-byte aligned); the same tile runs "
            "with pointer loads")
-    if os.environ.get("FUSED_STRICT") == "1":
+    if strict():
         raise RuntimeError(f"fused strict mode: {why}")
     key = tuple(sorted(cfg.items()))
     if key not in _warned:
