@@ -120,6 +120,14 @@ def test_quad_pick_serves_x_it_cannot_read_as_words():
         before = counts["quad_as_vsel"]
         check(*run_both(x, vv, mm, ss, None, "relu", False, config("quad", 1, bk=64)), x.dtype)
         assert counts["quad_as_vsel"] == before + 1
+    from fused import dispatch
+
+    dispatch.set_strict(True)  # strict mode: that slower form raises instead
+    try:
+        with pytest.raises(RuntimeError, match="strict mode: sparse24_gemv's quad pick"):
+            run_both(*cases[0][:4], None, "relu", False, config("quad", 1, bk=64))
+    finally:
+        dispatch.set_strict(False)
 
 
 @pytest.mark.parametrize("xdtype", [torch.float16, torch.float32], ids=["x_fp16", "x_fp32"])

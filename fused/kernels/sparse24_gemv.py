@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, next_pow2
+from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, next_pow2, strict
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import counts, empty, launch_kernel
 from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
@@ -576,6 +576,9 @@ def sparse24_gemv(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wsc
         if mode == "quad" and not (quad_ok() and K % bk == 0):
             # a shape's pick serves every x of that shape: an fp32 or unaligned x takes the same tile as "vsel"
             # (the same products; counted, see launch.counts)
+            if strict():
+                raise RuntimeError(f"fused strict mode: sparse24_gemv's quad pick {cfg} cannot read this x as aligned "
+                                   f"32-bit words ({x.dtype}, stride {x.stride(1)}); it would run as vsel")
             mode = "vsel"
             counts["quad_as_vsel"] += 1
         assert mode in MODES and bm >= M and bk % (64 if tiled else 8) == 0, cfg
