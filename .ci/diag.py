@@ -1307,6 +1307,16 @@ if "quadtiled" in what:
                 p(f"quadtiled bn={bn} meta={meta_form} {'asm' if asm else 'twin'}: {sqnr(ref.float(), y.float()):.1f} dB")
     sg._tiled_mode, sg.INTERPRET = orig_mode, orig_interp
 
+if "q16split" in what:
+    # twentieth session, for the next (with FUSED_S24_QUAD16_RUNS=1): the 16-row quad tiles with other K splits. The
+    # down layer at SPLIT_K 2 is 512 programs for 1056 slots (64 registers: 8 per SM), half a wave; gate/up at 1 is
+    # 896. Prediction: down SPLIT_K 4 (1024 programs) ~10% under SPLIT_K 2 if occupancy limits it; gate/up no gain
+    def q16_splits(pick, N, K, gated):
+        splits = (1, 2) if gated else (2, 4, 8)
+        return [dict(_cfg, SPLIT_K=sp) for st in (3, 4) for sp in splits
+                for _cfg in [dict(MODE="quad", BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, STAGES=st)]]
+    s24_layers("q16split int8", fused.FusedInt8MLP(sparsity="2:4"), q16_splits)
+
 if "s24wave" in what:
     # nineteenth session (measured: not the wave): ncu24 showed the 2:4 gate/up pick (16x512, 4 warps, 4 stages, 96
     # registers) as 896 CTAs at 5 per SM (register-limited): 1.36 waves, and the down pick (512 CTAs, 78 registers)

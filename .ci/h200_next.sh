@@ -34,7 +34,7 @@ case "${1:-}" in
     export FUSED_S24_QUAD16_RUNS=1
     timeout 230 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=line tests/test_kernels_sparse24_gemv.py \
       -k "quad or every_candidate" 2>&1 | filt | grep -v "^  \|^$" | tail -8
-    timeout 120 python3 .ci/diag.py quadtiled,s24quad 2>&1 | filt | grep "^quadtiled\|^s24quad"
+    timeout 150 python3 .ci/diag.py quadtiled,s24quad,q16split 2>&1 | filt | grep "^quadtiled\|^s24quad\|^q16split"
     FUSED_RETUNE=1 timeout 200 python3 -m fused bench --blocks llama --m 1 --no-baselines \
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/q16" > "$OUT/q16.log" 2>&1
     grep "^|" "$OUT/q16.log" | grep -v "^|--" | head -5
