@@ -1313,8 +1313,8 @@ if "q16split" in what:
     # 896. Prediction: down SPLIT_K 4 (1024 programs) ~10% under SPLIT_K 2 if occupancy limits it; gate/up no gain
     def q16_splits(pick, N, K, gated):
         splits = (1, 2) if gated else (2, 4, 8)
-        return [dict(_cfg, SPLIT_K=sp) for st in (3, 4) for sp in splits
-                for _cfg in [dict(MODE="quad", BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, STAGES=st)]]
+        return [dict(MODE="quad", BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, STAGES=st, SPLIT_K=sp)
+                for st in (3, 4) for sp in splits]
     s24_layers("q16split int8", fused.FusedInt8MLP(sparsity="2:4"), q16_splits)
 
 if "s24wave" in what:
