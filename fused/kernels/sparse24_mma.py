@@ -1,0 +1,379 @@
+"""2:4 decode on the sparse tensor cores (M <= 16, 8-bit values, cuSPARSELt-tiled meta): y = epilogue(x · Wᵀ).
+
+x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo); e4m3 values: x ≈ s·(hi + lo/16): the
+W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
+`mma.sp` (m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware), so the K loop has no
+per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 1 metadata word and issues one
+mma.sp per x plane and 8 tokens. The "quad" GEMV (sparse24_gemv) spends ~27 instructions per metadata byte on
+selecting x and widening values; here a warp spends ~10 per 128 metadata bytes.
+
+Fragments (PTX ISA, sparse mma.m16n8k64 with 8-bit types), lane L = 4g + t:
+  A (packed values, 4 words)  a0: row g, packed columns 4t..4t+3 of the step's 32;  a1: row g+8, the same columns;
+                              a2 / a3: rows g / g+8, packed columns 16+4t..16+4t+3
+  e (metadata, 1 word)        the 2-bit positions of the lane's own A bytes: nibble j for bytes 2j, 2j+1
+                              (low 2 bits the first), i.e. meta bytes (row g, byte t), (g+8, t), (g, t+4), (g+8, t+4)
+  B (one x plane, 4 words)    token g, K columns 16j + 4t .. +3 for word j
+  D (4 accumulators)          d0 / d1: row g, tokens 2t / 2t+1;  d2 / d3: row g+8, tokens 2t / 2t+1
+cuSPARSELt's 512-byte meta tile (sparsity.packing.tile_meta) stores exactly these words: lane L of the warp whose 16
+rows are sub-tile s of a 64-row tile reads word 32·s + L. So the one buffer that serves cuSPARSELt serves this
+kernel, with one coalesced 128-byte metadata load per warp and step.
+
+Lanes are the physical ones (%tid.x, read by inline asm), so the fragments do not depend on how Triton lays out the
+[32·W] tensors. The interpreter has neither tensor cores nor %tid.x: there the lanes are the tensor positions and
+_mma_emu forms the warp product from the same lane registers by the fragment rules above (the test oracle of the
+addressing; the tensor core is the GPU test's).
+Each warp owns 16 rows and one K range; split-K as in splitk: partials stored per lane, the last program of a row
+tile sums them in a fixed order (deterministic) and runs the epilogue (token and channel scales, bias, activation,
+gate). Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref on the dequantized planes.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import INTERPRET, cdiv, check_out
+from fused.kernels.epilogue import activation
+from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.splitk import buffers
+from fused.kernels.tuning import m_bucket, pick
+from lowbit.quant import FP8_SPLIT_LO
+
+# opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
+MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
+
+_MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
+                                      "$8, 0x0;")
+_ASM_I8: tl.constexpr = tl.constexpr("mma.sp::ordered_metadata.sync.aligned.m16n8k64.row.col.s32.s8.s8.s32 "
+                                     + _MMA_OPS.value)
+_ASM_F8: tl.constexpr = tl.constexpr("mma.sp::ordered_metadata.sync.aligned.m16n8k64.row.col.f32.e4m3.e4m3.f32 "
+                                     + _MMA_OPS.value)
+_CONS: tl.constexpr = tl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 13))
+FP8_LO: tl.constexpr = tl.constexpr(FP8_SPLIT_LO)
+
+
+@triton.jit
+def _thread_ids(W: tl.constexpr, ASM: tl.constexpr):
+    i = tl.arange(0, 32 * W)
+    if ASM:
+        i = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [i], dtype=tl.int32, is_pure=True, pack=1)
+    return i
+
+
+@triton.jit
+def _bytes16(r0, r1, r2, r3, W: tl.constexpr):
+    """[W, 32, 16]: byte p of each lane's 4 words (word p // 4, byte p % 4), 0..255."""
+    p = tl.arange(0, 16)[None, None, :]
+    reg = p >> 2
+    w = tl.where(reg == 0, tl.reshape(r0, (W, 32))[:, :, None],
+                 tl.where(reg == 1, tl.reshape(r1, (W, 32))[:, :, None],
+                          tl.where(reg == 2, tl.reshape(r2, (W, 32))[:, :, None], tl.reshape(r3, (W, 32))[:, :, None])))
+    return (w >> (8 * (p & 3))) & 0xFF
+
+
+@triton.jit
+def _byte_value(u, VALUE: tl.constexpr):
+    if VALUE == "int8":
+        r = (u << 24) >> 24
+    else:
+        r = u.to(tl.uint8).to(tl.float8e4nv, bitcast=True).to(tl.float32)
+    return r
+
+
+@triton.jit
+def _mma_emu(c, a0, a1, a2, a3, e, b, VALUE: tl.constexpr, W: tl.constexpr):
+    """The warp product of one mma.sp m16n8k64 from the lanes' registers, by the fragment rules of the module
+    docstring, for the interpreter (one-hot contractions: slow, small shapes only)."""
+    L = tl.arange(0, 32)[None, :, None]
+    p = tl.arange(0, 16)[None, None, :]
+    kk = tl.arange(0, 64)[None, None, None, :, None]
+    av = _byte_value(_bytes16(a0, a1, a2, a3, W), VALUE)                           # [W, 32, 16]
+    nib = (tl.reshape(e, (W, 32))[:, :, None] >> (4 * (p >> 1))) & 0xF
+    ka = 4 * (2 * (L & 3) + ((p >> 1) & 1) + 8 * ((p >> 3) & 1)) + ((nib >> (2 * (p & 1))) & 3)  # A's K column
+    row = (L >> 2) + 8 * ((p >> 2) & 1)                                             # A's row
+    bv = _byte_value(_bytes16(b[0], b[1], b[2], b[3], W), VALUE)                     # [W, 32, 16]
+    kb = (16 * (p >> 2) + 4 * (L & 3) + (p & 3))[:, :, :, None, None]               # B's K column
+    nb = (L >> 2)[:, :, :, None, None]                                              # B's token
+    nn = tl.arange(0, 8)[None, None, None, None, :]
+    bd = tl.where((kb == kk) & (nb == nn), bv[:, :, :, None, None], 0)
+    bd = tl.sum(tl.reshape(bd, (W, 512, 64, 8)), axis=1)                            # dense B [W, 64, 8]
+    gb = tl.sum(tl.where(ka[:, :, :, None, None] == kk, bd[:, None, None, :, :], 0), axis=3)  # [W, 32, 16, 8]
+    prod = av[:, :, :, None] * gb
+    mm = tl.arange(0, 16)[None, None, None, :, None]
+    d = tl.where(row[:, :, :, None, None] == mm, prod[:, :, :, None, :], 0)         # [W, 32, 16, 16, 8]
+    d = tl.sum(tl.reshape(d, (W, 512, 16, 8)), axis=1)                             # D [W, 16, 8]
+    Lo = tl.arange(0, 32)[None, :, None, None]
+    mo = tl.arange(0, 16)[None, None, :, None]
+    no = tl.arange(0, 8)[None, None, None, :]
+    out0 = tl.sum(tl.sum(tl.where((mo == (Lo >> 2)) & (no == 2 * (Lo & 3)), d[:, None, :, :], 0), axis=3), axis=2)
+    out1 = tl.sum(tl.sum(tl.where((mo == (Lo >> 2)) & (no == 2 * (Lo & 3) + 1), d[:, None, :, :], 0), axis=3), axis=2)
+    out2 = tl.sum(tl.sum(tl.where((mo == (Lo >> 2) + 8) & (no == 2 * (Lo & 3)), d[:, None, :, :], 0), axis=3), axis=2)
+    out3 = tl.sum(tl.sum(tl.where((mo == (Lo >> 2) + 8) & (no == 2 * (Lo & 3) + 1), d[:, None, :, :], 0), axis=3),
+                  axis=2)
+    return (c[0] + tl.reshape(out0, (32 * W,)), c[1] + tl.reshape(out1, (32 * W,)),
+            c[2] + tl.reshape(out2, (32 * W,)), c[3] + tl.reshape(out3, (32 * W,)))
+
+
+@triton.jit
+def _mma(c, a0, a1, a2, a3, e, b, VALUE: tl.constexpr, W: tl.constexpr, ASM: tl.constexpr):
+    """c (4 accumulators) + one mma.sp m16n8k64 of the A fragment (a0..a3, e) with the B fragment b (4 words)."""
+    if not ASM:
+        r = _mma_emu(c, a0, a1, a2, a3, e, b, VALUE, W)
+    elif VALUE == "int8":
+        r = tl.inline_asm_elementwise(_ASM_I8, _CONS, (a0, a1, a2, a3, e) + b + c,
+                                      dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+    else:
+        r = tl.inline_asm_elementwise(_ASM_F8, _CONS, (a0, a1, a2, a3, e) + b + c,
+                                      dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+    return r
+
+
+@triton.jit
+def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
+    dt: tl.constexpr = tl.int32 if VALUE == "int8" else tl.float32
+    z = tl.zeros((32 * W,), dtype=dt)
+    return (z, z, z, z)
+
+
+@triton.jit
+def _b_frag(xw, base, ok):
+    """One lane's B fragment: 4 words, 16 K columns apart."""
+    return (tl.load(xw + base, mask=ok, other=0), tl.load(xw + base + 4, mask=ok, other=0),
+            tl.load(xw + base + 8, mask=ok, other=0), tl.load(xw + base + 12, mask=ok, other=0))
+
+
+@triton.jit
+def _step(acc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE: tl.constexpr, NB: tl.constexpr,
+          W: tl.constexpr, ASM: tl.constexpr):
+    """One 16-row x 64-column step of a warp: its A fragment and metadata, then NB mma.sp (x planes x token tiles)
+    into acc (4·NB accumulators, B fragment i is b[4i .. 4i+3])."""
+    ra = (row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + t)
+    rb = ra + 8 * stride_vw
+    a0 = tl.load(vw + ra)
+    a1 = tl.load(vw + rb)
+    a2 = tl.load(vw + ra + 4)
+    a3 = tl.load(vw + rb + 4)
+    e = tl.load(mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + lane))
+    r = _mma((acc[0], acc[1], acc[2], acc[3]), a0, a1, a2, a3, e, (b[0], b[1], b[2], b[3]), VALUE, W, ASM)
+    if NB >= 2:
+        r = r + _mma((acc[4], acc[5], acc[6], acc[7]), a0, a1, a2, a3, e, (b[4], b[5], b[6], b[7]), VALUE, W, ASM)
+    if NB == 4:
+        r = r + _mma((acc[8], acc[9], acc[10], acc[11]), a0, a1, a2, a3, e, (b[8], b[9], b[10], b[11]), VALUE, W,
+                     ASM)
+        r = r + _mma((acc[12], acc[13], acc[14], acc[15]), a0, a1, a2, a3, e, (b[12], b[13], b[14], b[15]), VALUE,
+                     W, ASM)
+    return r
+
+
+@triton.jit
+def _full(v, part, tid, slot, live, NS: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr):
+    """The sum over the row tile's SPLIT_K partials of accumulator ``slot`` (fixed order), for the program that
+    finishes the tile (zeros for the others); v itself without split-K."""
+    tot = v
+    if SPLIT_K > 1:
+        tot = tl.zeros_like(v)
+        for s in range(SPLIT_K):
+            p = tl.load(part + (s * NS + slot) * (32 * W) + tid, mask=live, other=0.0, cache_modifier=".cg")
+            if v.dtype == tl.int32:
+                p = p.to(tl.int32, bitcast=True)
+            tot += p
+    return tot
+
+
+@triton.jit
+def _planes(acc, part, tid, slot0, live, NT: tl.constexpr, PLANES: tl.constexpr, NS: tl.constexpr,
+            SPLIT_K: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr, nt: tl.constexpr, i: tl.constexpr):
+    """fp32 x·wᵀ (in units of the token scale) of accumulator i of token tile nt: the planes combined."""
+    s0: tl.constexpr = nt * 4 + i
+    r = _full(acc[s0], part, tid, slot0 + s0, live, NS, SPLIT_K, W).to(tl.float32)
+    if PLANES == 2:
+        s1: tl.constexpr = (NT + nt) * 4 + i
+        lo = _full(acc[s1], part, tid, slot0 + s1, live, NS, SPLIT_K, W).to(tl.float32)
+        if VALUE == "int8":
+            r = r * 256.0 + lo
+        else:
+            r = r + lo * (1.0 / FP8_LO)
+    return r
+
+
+@triton.jit
+def _sparse24_mma_kernel(
+    xq_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_vn, stride_ym, stride_yn,
+    VALUE: tl.constexpr, PLANES: tl.constexpr, NT: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr,
+):
+    NB: tl.constexpr = PLANES * NT
+    NS: tl.constexpr = 4 * NB * (2 if GATED else 1)  # accumulators per lane
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    tid = _thread_ids(W, ASM)
+    lane = tid & 31
+    g = lane >> 2
+    t = lane & 3
+    row0 = pid_n * (16 * W) + 16 * (tid >> 5)  # the warp's first row
+    vw = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    mw = m_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    stride_vw = stride_vn // 4
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    # B fragment i = plane (i // NT), tokens 8·(i % NT) + g
+    tok0 = g
+    tok1 = 8 + g
+    xrow0 = tok0 * (stride_xm // 4) + t
+    xrow1 = tok1 * (stride_xm // 4) + t
+    xp = stride_xp // 4
+    gacc = _zeros4(W, VALUE)
+    if NB >= 2:
+        gacc = gacc + _zeros4(W, VALUE)
+    if NB == 4:
+        gacc = gacc + _zeros4(W, VALUE) + _zeros4(W, VALUE)
+    uacc = gacc
+    for k0 in tl.range(k_lo, k_hi, 64, num_stages=STAGES):
+        kw = k0 // 4
+        b = _b_frag(xw, xrow0 + kw, tok0 < M)
+        if NT == 2:
+            b = b + _b_frag(xw, xrow1 + kw, tok1 < M)
+        if PLANES == 2:
+            b = b + _b_frag(xw, xp + xrow0 + kw, tok0 < M)
+            if NT == 2:
+                b = b + _b_frag(xw, xp + xrow1 + kw, tok1 < M)
+        gacc = _step(gacc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+        if GATED:
+            uacc = _step(uacc, vw, mw, row0 + N, g, t, lane, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+
+    part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
+    live = tid >= 0  # per lane (a scalar mask is not taken by the interpreter's loads)
+    last = pid_k == 0
+    if SPLIT_K > 1:
+        mine = part + pid_k * (NS * 32 * W) + tid
+        for s in tl.static_range(4 * NB):
+            if VALUE == "int8":
+                tl.store(mine + s * (32 * W), gacc[s].to(tl.float32, bitcast=True))
+                if GATED:
+                    tl.store(mine + (4 * NB + s) * (32 * W), uacc[s].to(tl.float32, bitcast=True))
+            else:
+                tl.store(mine + s * (32 * W), gacc[s])
+                if GATED:
+                    tl.store(mine + (4 * NB + s) * (32 * W), uacc[s])
+        tl.debug_barrier()  # every lane's partials are issued before the release below
+        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+        last = count == SPLIT_K - 1
+        live = (tid * 0 + count) == SPLIT_K - 1
+
+    for nt in tl.static_range(NT):
+        for i in tl.static_range(4):
+            tok = nt * 8 + 2 * t + (i & 1)
+            row = row0 + g + 8 * (i >> 1)
+            xs = tl.load(xs_ptr + tok, mask=tok < M, other=0.0)
+            y = _planes(gacc, part, tid, 0, live, NT, PLANES, NS, SPLIT_K, W, VALUE, nt, i)
+            y = y * xs * tl.load(ws_ptr + row)
+            if HAS_BIAS:
+                y += tl.load(b_ptr + row).to(tl.float32)
+            y = activation(y, ACT)
+            if GATED:
+                u = _planes(uacc, part, tid, 4 * NB, live, NT, PLANES, NS, SPLIT_K, W, VALUE, nt, i)
+                u = u * xs * tl.load(ws_ptr + N + row)
+                if HAS_BIAS:
+                    u += tl.load(b_ptr + N + row).to(tl.float32)
+                y = y * u
+            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=(tok < M) & live)
+    if SPLIT_K > 1:
+        tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
+
+
+def _split(warp_tiles: int, K: int, target: int = 1584) -> int:
+    """Power-of-two K split giving ~``target`` (16-row tile, K range) items, 12 warps per SM on the H200;
+    K/split >= 64."""
+    split = 1
+    while warp_tiles * split < target and K // (2 * split) >= 64 and split < 32:
+        split *= 2
+    return split
+
+
+def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+    """Warps per program (16 rows each) and pipeline depth; the first is the heuristic default. The split counts
+    16-row tiles (the unit of work; gated: twice the bytes per tile, half the split)."""
+    split = _split(N // 16 * (2 if gated else 1), K)
+    out = []
+    for w, stages in ((4, 3), (4, 4), (2, 4), (4, 2), (8, 3), (2, 6), (4, 6), (1, 4)):
+        if N % (16 * w) == 0:
+            out.append(dict(W=w, STAGES=stages, SPLIT_K=split, num_warps=w))
+    return out
+
+
+def _interpret_config(N: int, K: int) -> dict:
+    w = 2 if N % 32 == 0 else 1
+    return dict(W=w, STAGES=1, SPLIT_K=2 if K >= 128 else 1, num_warps=w)
+
+
+def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
+    """Why (xq, xs, values, meta) cannot run on sparse24_mma, or None."""
+    if xq.dim() != 3 or values.dim() != 2 or meta.dim() != 3 or meta.shape[2] != 512:
+        return f"{where}: planes [P, M, K], values [R, K/2] and tiled meta [R/64, K/64, 512] expected"
+    P, M, K = xq.shape
+    R = values.shape[0]
+    if P not in (1, 2) or not 1 <= M <= 16:
+        return f"{where}: 1 or 2 planes of M <= 16 tokens expected, got {tuple(xq.shape)}"
+    if values.dtype not in (torch.int8, torch.float8_e4m3fn) or xq.dtype != values.dtype:
+        return f"{where}: int8 or float8_e4m3fn values and planes of the same dtype, got {values.dtype}, {xq.dtype}"
+    if K % 64 or R % 64 or values.shape[1] * 2 != K or tuple(meta.shape) != (R // 64, K // 64, 512):
+        return (f"{where}: K and the rows multiples of 64 with values [R, K/2], meta [R/64, K/64, 512]; got planes "
+                f"{tuple(xq.shape)}, values {tuple(values.shape)}, meta {tuple(meta.shape)}")
+    if meta.dtype != torch.uint8 or not meta.is_contiguous():
+        return f"{where}: meta must be contiguous uint8"
+    if values.stride(1) != 1 or values.stride(0) % 4 or values.data_ptr() % 4:
+        return f"{where}: values must be rows of 4-byte aligned words"
+    if xq.stride(2) != 1 or xq.stride(1) % 4 or xq.stride(0) % 4 or xq.data_ptr() % 4:
+        return f"{where}: planes must be rows of 4-byte aligned words"
+    if xs.dtype != torch.float32 or xs.shape != (M,):
+        return f"{where}: token scales must be fp32 [{M}], got {xs.dtype} {tuple(xs.shape)}"
+    return None
+
+
+def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
+                 wscale: torch.Tensor, bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+                 out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] = epilogue((Σ planes) · Wᵀ) for planes xq [P, M <= 16, K] (int8 or e4m3, the values' dtype) with
+    token scales xs [M]: P = 2 act_split's (hi, lo), P = 1 act_quant's. values [R, K/2], tiled meta
+    [R/64, K/64, 512], wscale [R] fp32; gated: rows [0, N) gate, [N, 2N) up, y = act(g)·u."""
+    why = check_mma_args(xq, xs, values, meta)
+    if why:
+        raise ValueError(why)
+    P, M, K = xq.shape
+    R = values.shape[0]
+    if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
+        raise ValueError(f"sparse24_mma: wscale must be fp32 [{R}]")
+    if gated and R % 128:
+        raise ValueError(f"sparse24_mma: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} rows")
+    N = R // 2 if gated else R
+    y = check_out(out, (M, N), out_dtype, xq.device) if out is not None else empty((M, N), device=xq.device,
+                                                                                    dtype=out_dtype)
+    value = "int8" if values.dtype == torch.int8 else "fp8"
+    xv = xq.view(torch.uint8) if value == "fp8" else xq
+    v = values.view(torch.uint8) if value == "fp8" else values
+    nt = 1 if M <= 8 else 2
+
+    def launch(cfg):
+        w, split = cfg["W"], cfg["SPLIT_K"]
+        assert N % (16 * w) == 0, cfg
+        k_per = cdiv(cdiv(K, split), 64) * 64
+        split = cdiv(K, k_per)
+        tiles = N // (16 * w)
+        ns = 4 * P * nt * (2 if gated else 1)
+        part, count = buffers(xq.device, tiles * split * ns * 32 * w, tiles)
+        launch_kernel(_sparse24_mma_kernel, (tiles, split),
+                      xv, xs, v, meta, wscale, bias if bias is not None else wscale, y, part, count,
+                      M, N, K, k_per, xv.stride(0), xv.stride(1), v.stride(0), y.stride(0), y.stride(1),
+                      VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
+                      W=w, STAGES=cfg["STAGES"], ASM=not INTERPRET, num_warps=w)
+
+    if config is None:
+        cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
+        config = pick("sparse24_mma", (m_bucket(M), N, K, gated, P, values.dtype), cands, launch)
+    launch(config)
+    return y
