@@ -1204,6 +1204,19 @@ def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
             if k[0] == op and k[2] == tuple(values.shape) and k[3] == values.dtype and k[5] == dynamic}
 
 
+def _mma_ok(x2, values, meta, M: int, handoff: str, gated: bool) -> bool:
+    """Whether the "mma" route (sparse24_mma, 2:4 decode on the sparse tensor cores) is a candidate: opt-in
+    (FUSED_S24_MMA=1) until its cuda tests pass on the H200; 8-bit values with tiled meta, M <= 16, 16-bit x."""
+    from fused.kernels import sparse24_mma as sm
+
+    if not sm.MMA or handoff or x2 is None or not x2.is_cuda or not 1 <= M <= 16 or meta.dim() != 3:
+        return False
+    if x2.dtype not in (torch.bfloat16, torch.float16) or (gated and values.shape[0] % 128):
+        return False
+    planes = torch.empty((2, M, x2.shape[1]), dtype=values.dtype, device="meta")
+    return sm.check_mma_args(planes, torch.empty(M, device="meta"), values, meta) is None
+
+
 def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=False):
     """A 2:4 op on x, or (the quantized hand-off, see HANDOFF; W8A8, M > 16) on a QuantizedAct x; ``q_out``:
     the output as a QuantizedAct."""
@@ -1272,6 +1285,13 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
                      q_rows=_handoff_rows(M) if q_out else None)
 
+    def mma():  # decode on mma.sp: x as act_split's planes (W8A16 numerics, as the weight-only GEMV)
+        from fused.kernels.act_split import act_split
+        from fused.kernels.sparse24_mma import sparse24_mma
+
+        planes, xs = act_split(x2, fp8=values.dtype == torch.float8_e4m3fn)
+        return sparse24_mma(planes, xs, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
+
     route = "packed"
     is_cuda = device.type == "cuda"
     capturing = is_cuda and torch.cuda.is_current_stream_capturing()
@@ -1290,6 +1310,8 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
                     why = _offer(cands, "cslt", cslt, cslt, op, "cuSPARSELt")
                     if why is not None:
                         cslt_errors[key] = why
+                if _mma_ok(x2, values, meta, M, handoff, gated):
+                    cands["mma"] = mma
                 r = measure_route("sparse24_route", key, cands, graph=is_cuda)
                 routes = _sparse_routes[key] = r if is_cuda else (r, r)
                 if "cslt" in cands and not any("cslt" in v for v in _sparse_picks_all(values).values()):
@@ -1300,11 +1322,12 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             route = "packed" if routes is None else routes[1] if capturing else routes[0]
             if routes is not None and not capturing:
                 _note_gain("sparse24_route", key, routes[0], routes[1])
-    label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue"}.get(route, path)
+    label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue",
+             "mma": "triton:act_split+sparse24_mma"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"
     stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1
-    y = {"unpacked": unpacked, "cslt": cslt}.get(route, packed)()
+    y = {"unpacked": unpacked, "cslt": cslt, "mma": mma}.get(route, packed)()
     return y if handoff else y.reshape(*x.shape[:-1], y.shape[-1])
 
 

@@ -127,3 +127,36 @@ def decode_chain_configs():
             out.append((f"M={M} {'fp8' if fp8 else 'int8'} {'loop' if loop else 'one item'}", dc._decode_chain_kernel,
                         pointers, ints, dict(consts, LOOP=loop), c["num_warps"]))
     return out
+
+
+def sparse24_mma_configs():
+    """(label, kernel, pointers, ints, constexprs, num_warps) for sparse24_mma's default config on the Llama-3-8B
+    block's gate/up (M = 1) and down (M = 16) shapes, int8 and e4m3, two x planes."""
+    from fused.kernels import sparse24_mma as sm
+
+    out = []
+    for value, ptr in (("int8", "*i8"), ("fp8", "*u8")):
+        for N, K, gated, M in ((14336, 4096, True, 1), (4096, 14336, False, 16)):
+            c = sm._candidates(M, N, K, gated)[0]
+            pointers = dict(xq_ptr=ptr, xs_ptr="*fp32", v_ptr=ptr, m_ptr="*u8", ws_ptr="*fp32", b_ptr="*bf16",
+                            y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
+            ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_vn=K // 2,
+                        stride_ym=N, stride_yn=1)
+            consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
+                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], STAGES=c["STAGES"], ASM=True)
+            out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
+                        pointers, ints, consts, c["num_warps"]))
+    return out
+
+
+def mma_facts(configs: str = "sparse24_mma_configs"):
+    """{label: [mma.sp instructions in the PTX, layout conversions in the TTGIR, cp.async copies]} (run in a
+    process without TRITON_INTERPRET). sparse24_mma's lanes are the physical threads: a layout conversion would move
+    a value computed for one lane into another, so there must be none."""
+    out = {}
+    for label, *c in globals()[configs]():
+        r = compile_sm90(*c)
+        ttgir = r["kernel"].asm["ttgir"]
+        out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"),
+                      ttgir.count("async_copy_global_to_local")]
+    return out

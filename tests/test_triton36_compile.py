@@ -2,7 +2,7 @@
 torch 2.13 has 3.9), and none of them reduces over non-adjacent lanes (Triton 3.6 sums those wrong:
 .ci/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
 argument, which 3.9 accepts, left every M=16 2:4 decode tile failing to compile on the H200, and a 16-row "quad"
-tile summed rows into each other.
+tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion.
 
 FUSED_TRITON36 names a directory holding triton 3.6 (`pip install --target DIR triton==3.6.0`; .ci/run makes one);
 skipped without it. Compiles need no GPU (ptxas comes with the wheel)."""
@@ -52,6 +52,10 @@ for expand in ('select', 'prmt'):
                      GATED=True, HAS_SCALE=True, HAS_BIAS=False, ACT='silu', BLOCK_M=64, BLOCK_N=64, BLOCK_K=128,
                      GROUP_M=8, TILED=False, EXPAND=expand), 4)
     audit(f'sparse24_linear EXPAND={expand}', k['kernel'].asm['ttgir'])
+from sm90_compile import mma_facts
+for label, (mmas, converts, copies) in mma_facts().items():  # sparse24_mma: its lanes must stay in their threads
+    if mmas < 2 or converts or not copies:
+        out.append(f'{label}: {mmas} mma.sp, {converts} layout conversions, {copies} cp.async')
 print(out)
 """
 
