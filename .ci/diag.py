@@ -1381,3 +1381,91 @@ if "staged" in what:
                 p(f"   {t:7.1f} {tag} {c}")
         del m
         torch.cuda.empty_cache()
+
+if "mmaprobe" in what:
+    # twenty-first session (prepared without a GPU): where the tensor cores put sparse24_mma's lane registers, should
+    # its cuda test fail. One 16-row x 64-column step (N = 64, K = 64, one warp), int8, one x plane, x[k] known:
+    # (1) A: one non-zero packed value per call at (row r, packed column c), positions (0, 1) in every group: y names
+    # the row and, through x[k] = k + 1, the K column it met; expected row r, k = 4·(c // 2) + c % 2.
+    # (2) metadata: every kept value 1, one group (r, q) switched to positions (2, 3): the row whose y moves and the
+    # size of the move (x random, distinct) name the group the tensor core applied it to; expected (r, q).
+    from fused.kernels.sparse24_mma import sparse24_mma
+    from sparsity.packing import tile_meta
+    N, K = 64, 64
+    cfg = dict(W=1, STAGES=1, SPLIT_K=1, num_warps=1)
+    ones = torch.ones(N, device="cuda")
+    meta0 = torch.full((N, K // 8), 0x44, dtype=torch.uint8, device="cuda")
+    xk = (torch.arange(K, device="cuda") + 1).to(torch.int8).reshape(1, 1, K)
+    bad = []
+    for r in range(16):
+        for c in range(K // 2):
+            v = torch.zeros(N, K // 2, dtype=torch.int8, device="cuda")
+            v[r, c] = 1
+            y = sparse24_mma(xk, torch.ones(1, device="cuda"), v, tile_meta(meta0), ones, out_dtype=torch.float32,
+                             config=cfg)[0]
+            nz = y.nonzero().flatten().tolist()
+            got = [(i, int(y[i].item()) - 1) for i in nz]
+            want = [(r, 4 * (c // 2) + c % 2)]
+            if got != want:
+                bad.append((r, c, got, want))
+    p(f"mmaprobe A: {len(bad)} of {16 * K // 2} packed positions land elsewhere; first: {bad[:6]}")
+    torch.manual_seed(0)
+    xr = torch.randperm(200, device="cuda")[:K].to(torch.int8) - 100
+    base_v = torch.ones(N, K // 2, dtype=torch.int8, device="cuda")
+    y0 = sparse24_mma(xr.reshape(1, 1, K).contiguous(), torch.ones(1, device="cuda"), base_v, tile_meta(meta0), ones,
+                      out_dtype=torch.float32, config=cfg)[0]
+    deltas = {int(xr[4 * q + 2] + xr[4 * q + 3] - xr[4 * q] - xr[4 * q + 1]): q for q in range(K // 4)}
+    bad = []
+    for r in range(16):
+        for q in range(K // 4):
+            m = meta0.clone()
+            m[r, q // 2] = 0xE4 if q % 2 else 0x4E
+            y = sparse24_mma(xr.reshape(1, 1, K).contiguous(), torch.ones(1, device="cuda"), base_v, tile_meta(m),
+                             ones, out_dtype=torch.float32, config=cfg)[0]
+            moved = (y - y0).nonzero().flatten().tolist()
+            got = [(i, deltas.get(int((y - y0)[i].item()), "?")) for i in moved]
+            if got != [(r, q)]:
+                bad.append((r, q, got))
+    p(f"mmaprobe meta: {len(bad)} of {16 * K // 4} groups applied elsewhere; first: {bad[:6]}")
+
+if "mma24" in what:
+    # twenty-first session (prepared without a GPU), after the mma cuda tests: the Llama 2:4 layers at M = 1 and 16,
+    # graph µs, act_split + sparse24_mma for each candidate against the GEMV route's pick (sparse24_gemv, tuned) and
+    # act_split alone. Prediction: gate/up 73 MB at ~3.3 TB/s + ~3 µs ~ 25 µs (quad 36.6 at M=1), down ~15 (22.3);
+    # at M=16 the same (the product is free on the tensor cores) against cuSPARSELt's 37.8 for gate/up
+    from fused.kernels import sparse24_mma as sm
+    from fused.kernels.act_split import act_split
+    from fused.kernels.sparse24_gemv import sparse24_gemv
+    from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
+    torch.manual_seed(0)
+    for fmt in ("int8", "float8_e4m3"):
+        gu = FusedSparseGatedLinear.from_float(torch.randn(2 * 14336, 4096, device="cuda") * 4096 ** -0.5, None,
+                                               fmt=fmt, dynamic=False)
+        dn = FusedSparseLinear.from_float(torch.randn(4096, 14336, device="cuda") * 14336 ** -0.5, None, fmt=fmt,
+                                          dynamic=False)
+        for M in (1, 16):
+            for name, layer, gated, K in (("gate/up", gu, True, 4096), ("down", dn, False, 14336)):
+                x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+                act = "silu" if gated else "none"
+                N = layer.values.shape[0] // (2 if gated else 1)
+                ref = sparse24_gemv(x, layer.values, layer.meta, layer.scale, None, act, gated=gated)
+                rows = [(gus(lambda: sparse24_gemv(x, layer.values, layer.meta, layer.scale, None, act,  # noqa: B023
+                                                   gated=gated)), "sparse24_gemv pick", "")]
+                rows.append((gus(lambda: act_split(x, fp8=fmt != "int8")), "act_split alone", ""))  # noqa: B023
+                for c in sm._candidates(M, N, K, gated):
+                    def run(c=c):
+                        q, s = act_split(x, fp8=fmt != "int8")  # noqa: B023
+                        return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act, gated,  # noqa: B023
+                                               config=c)
+                    try:
+                        y = run()
+                        from lowbit.metrics import sqnr
+                        rows.append((gus(run), f"mma {sqnr(ref.float(), y.float()):.0f} dB", c))
+                    except Exception as e:  # noqa: BLE001
+                        rows.append((float("inf"), f"failed {str(e)[:80]}", c))
+                rows.sort(key=lambda r: r[0])
+                p(f"mma24 {fmt} M={M} {name}:")
+                for t, tag, c in rows:
+                    p(f"   {t:7.1f} {tag} {c}")
+        del gu, dn
+        torch.cuda.empty_cache()

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twentieth", "Open leads now"), in this order: `quad16` (16-row quad tiles on tiled meta with
-# the two-step row sum), `testsx1` + `testsx2` (the suite's two halves), then `retune16`, `retune24`, `sixteenth1`, `gptfull`,
+# usage: bash .ci/h200_next.sh mma24|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-first", "Open leads now"), in this order: `mma24` (2:4 decode on mma.sp), `quad16`
+# (16-row quad tiles on tiled meta with the two-step row sum), `testsx1` + `testsx2` (the suite's two halves), then `retune16`, `retune24`, `sixteenth1`, `gptfull`,
 # `w8a16eager`. Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -25,6 +25,26 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  mma24)  # twenty-first session (no GPU), for the next: 2:4 decode on the sparse tensor cores (fused.kernels.sparse24_mma:
+          # act_split's planes, one mma.sp m16n8k64 per 16 rows x 64 columns per plane, the lanes' metadata words read
+          # straight from cuSPARSELt's tiles; sm_90 loop ~150 instructions per 1280 weight bytes where quad spends ~6.9
+          # per byte; 48 registers). (1) its cuda tests (the fragment rules against the tensor cores, every candidate,
+          # bits stable; the dispatch route); if red, diag mmaprobe says where the lanes' bytes landed; (2) the layers
+          # alone against the GEMV picks (mma24); (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 (the route then
+          # times "mma" beside packed / unpacked / cslt) and the route picks. Prediction: gate/up ~25 µs (quad 36.6,
+          # cuSPARSELt 37.8 at M=16), down ~15 (22.3); block int8 2:4 W8A16 M=1 54.1 -> ~45, M=16 63.4 -> ~45
+    export FUSED_S24_MMA=1
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+      2>&1 | filt | grep -v "^  \|^$" | tail -8 | tee "$OUT/mma_test.txt"
+    if grep -q "failed" "$OUT/mma_test.txt" || ! grep -q " passed" "$OUT/mma_test.txt"; then
+      timeout 120 python3 .ci/diag.py mmaprobe 2>&1 | filt | grep "^mmaprobe"; exit 0
+    fi
+    timeout 150 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
+    timeout 200 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/mma" > "$OUT/mma.log" 2>&1
+    grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
+    routes "$OUT/mma/bench.json" | grep "'1'\|'16'" | head -8
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   quad16)  # twentieth session, for the next: the 16-row quad tiles on tiled meta read as contiguous runs, with the row sum
           # in two steps (Triton 3.6's reduce shuffled wrong lanes on their layout: PTX xor 2, 1 where the lanes are
           # bits 0 and 4; 3.9 emits 1, 16; now 1, 16 on 3.6 too, .ci/reduce_audit.py clean). (1) the 2:4 GEMV cuda

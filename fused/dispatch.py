@@ -1285,11 +1285,17 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
                      q_rows=_handoff_rows(M) if q_out else None)
 
-    def mma():  # decode on mma.sp: x as act_split's planes (W8A16 numerics, as the weight-only GEMV)
+    def mma():  # decode on mma.sp: W8A16 on act_split's two planes, W8A8 on act_quant's one (the config's numerics)
+        from fused.kernels.act_quant import act_quant
         from fused.kernels.act_split import act_split
         from fused.kernels.sparse24_mma import sparse24_mma
 
-        planes, xs = act_split(x2, fp8=values.dtype == torch.float8_e4m3fn)
+        fp8 = values.dtype == torch.float8_e4m3fn
+        if dynamic:
+            q, xs = act_quant(x2, fp8=fp8)
+            planes = q[None]
+        else:
+            planes, xs = act_split(x2, fp8=fp8)
         return sparse24_mma(planes, xs, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
 
     route = "packed"
@@ -1323,7 +1329,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             if routes is not None and not capturing:
                 _note_gain("sparse24_route", key, routes[0], routes[1])
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue",
-             "mma": "triton:act_split+sparse24_mma"}.get(route, path)
+             "mma": f"triton:{'act_quant' if dynamic else 'act_split'}+sparse24_mma"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"
     stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1

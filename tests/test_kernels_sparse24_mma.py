@@ -146,15 +146,17 @@ def test_cuda_every_candidate_llama(vdtype, N, K, gated):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dynamic", [False, True], ids=["W8A16", "W8A8"])
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
-def test_cuda_mma_route(vdtype, monkeypatch):
-    """The dispatch route (act_split + sparse24_mma) on a module's one buffer, 2-D / 3-D / strided x."""
+def test_cuda_mma_route(vdtype, dynamic, monkeypatch):
+    """The dispatch route (act_split or act_quant, then sparse24_mma) on a module's one buffer, 2-D / 3-D / strided
+    x, against the packed route (weight-only numerics: W8A8 differs by its quantized x)."""
     from fused.sparse_modules import FusedSparseGatedLinear
 
     monkeypatch.setattr(sm, "MMA", True)
     torch.manual_seed(0)
     fmt = "int8" if vdtype == torch.int8 else "float8_e4m3"
-    mod = FusedSparseGatedLinear.from_float(torch.randn(512, 1024, device="cuda"), None, fmt=fmt, dynamic=False)
+    mod = FusedSparseGatedLinear.from_float(torch.randn(512, 1024, device="cuda"), None, fmt=fmt, dynamic=dynamic)
     assert mod.tiled_meta
     for x in (torch.randn(1, 1024, device="cuda", dtype=torch.bfloat16),
               torch.randn(2, 3, 1024, device="cuda", dtype=torch.bfloat16),
@@ -163,7 +165,7 @@ def test_cuda_mma_route(vdtype, monkeypatch):
         a = mod(x)
         monkeypatch.setattr(dispatch, "SPARSE_ROUTE", "mma")
         b = mod(x)
-        assert b.shape == a.shape and sqnr(a.float(), b.float()) > 35, x.shape
+        assert b.shape == a.shape and sqnr(a.float(), b.float()) > (20 if dynamic else 35), x.shape
 
 
 def test_mma_compiles_for_sm90_without_layout_conversions():

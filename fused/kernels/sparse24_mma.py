@@ -22,9 +22,12 @@ Lanes are the physical ones (%tid.x, read by inline asm), so the fragments do no
 [32·W] tensors. The interpreter has neither tensor cores nor %tid.x: there the lanes are the tensor positions and
 _mma_emu forms the warp product from the same lane registers by the fragment rules above (the test oracle of the
 addressing; the tensor core is the GPU test's).
-Each warp owns 16 rows and one K range; split-K as in splitk: partials stored per lane, the last program of a row
-tile sums them in a fixed order (deterministic) and runs the epilogue (token and channel scales, bias, activation,
-gate). Reference: fused.reference.sparse24_linear_ref / sparse24_gated_ref on the dequantized planes.
+Each warp owns 16 rows and one K range; split-K as in splitk: each program stores its lanes' sums (planes combined,
+fp32, existing tokens only), the last program of a row tile sums the partials in a fixed order (deterministic) and
+runs the epilogue (token and channel scales, bias, activation, gate). Reference: fused.reference.linear_ref /
+gated_ref on the unpacked weight and the planes' values.
+e4m3 on sm_90: ptxas lowers the fp8 mma.sp to two f16 HMMA.SP with conversions and lane shuffles (~2.5x the int8
+loop's instructions; 182 registers at 16 tokens, two planes, gated), int8 is one IMMA.SP.16864.
 """
 from __future__ import annotations
 
@@ -168,34 +171,25 @@ def _step(acc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE: tl.constexp
 
 
 @triton.jit
-def _full(v, part, tid, slot, live, NS: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr):
-    """The sum over the row tile's SPLIT_K partials of accumulator ``slot`` (fixed order), for the program that
-    finishes the tile (zeros for the others); v itself without split-K."""
-    tot = v
-    if SPLIT_K > 1:
-        tot = tl.zeros_like(v)
-        for s in range(SPLIT_K):
-            p = tl.load(part + (s * NS + slot) * (32 * W) + tid, mask=live, other=0.0, cache_modifier=".cg")
-            if v.dtype == tl.int32:
-                p = p.to(tl.int32, bitcast=True)
-            tot += p
-    return tot
-
-
-@triton.jit
-def _planes(acc, part, tid, slot0, live, NT: tl.constexpr, PLANES: tl.constexpr, NS: tl.constexpr,
-            SPLIT_K: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr, nt: tl.constexpr, i: tl.constexpr):
-    """fp32 x·wᵀ (in units of the token scale) of accumulator i of token tile nt: the planes combined."""
-    s0: tl.constexpr = nt * 4 + i
-    r = _full(acc[s0], part, tid, slot0 + s0, live, NS, SPLIT_K, W).to(tl.float32)
+def _planes(acc, NT: tl.constexpr, PLANES: tl.constexpr, VALUE: tl.constexpr, nt: tl.constexpr, i: tl.constexpr):
+    """fp32 x·wᵀ (in units of the token scale) of accumulator i of token tile nt, the planes combined."""
+    r = acc[nt * 4 + i].to(tl.float32)
     if PLANES == 2:
-        s1: tl.constexpr = (NT + nt) * 4 + i
-        lo = _full(acc[s1], part, tid, slot0 + s1, live, NS, SPLIT_K, W).to(tl.float32)
+        lo = acc[(NT + nt) * 4 + i].to(tl.float32)
         if VALUE == "int8":
             r = r * 256.0 + lo
         else:
             r = r + lo * (1.0 / FP8_LO)
     return r
+
+
+@triton.jit
+def _sum_parts(part, slot, tid, mask, NS: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr):
+    """The SPLIT_K partials of accumulator ``slot`` summed in a fixed order (deterministic)."""
+    tot = tl.zeros((32 * W,), dtype=tl.float32)
+    for s in range(SPLIT_K):
+        tot += tl.load(part + (s * NS + slot) * (32 * W) + tid, mask=mask, other=0.0, cache_modifier=".cg")
+    return tot
 
 
 @triton.jit
@@ -206,7 +200,7 @@ def _sparse24_mma_kernel(
     ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr,
 ):
     NB: tl.constexpr = PLANES * NT
-    NS: tl.constexpr = 4 * NB * (2 if GATED else 1)  # accumulators per lane
+    NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     tid = _thread_ids(W, ASM)
@@ -245,20 +239,20 @@ def _sparse24_mma_kernel(
         if GATED:
             uacc = _step(uacc, vw, mw, row0 + N, g, t, lane, k0, K, stride_vw, b, VALUE, NB, W, ASM)
 
+    # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
+    # the last to arrive sums them in a fixed order and runs the epilogue
     part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
     live = tid >= 0  # per lane (a scalar mask is not taken by the interpreter's loads)
     last = pid_k == 0
     if SPLIT_K > 1:
         mine = part + pid_k * (NS * 32 * W) + tid
-        for s in tl.static_range(4 * NB):
-            if VALUE == "int8":
-                tl.store(mine + s * (32 * W), gacc[s].to(tl.float32, bitcast=True))
+        for nt in tl.static_range(NT):
+            for i in tl.static_range(4):
+                ok = nt * 8 + 2 * t + (i & 1) < M
+                tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i), mask=ok)
                 if GATED:
-                    tl.store(mine + (4 * NB + s) * (32 * W), uacc[s].to(tl.float32, bitcast=True))
-            else:
-                tl.store(mine + s * (32 * W), gacc[s])
-                if GATED:
-                    tl.store(mine + (4 * NB + s) * (32 * W), uacc[s])
+                    tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W), _planes(uacc, NT, PLANES, VALUE, nt, i),
+                             mask=ok)
         tl.debug_barrier()  # every lane's partials are issued before the release below
         count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
         last = count == SPLIT_K - 1
@@ -268,40 +262,48 @@ def _sparse24_mma_kernel(
         for i in tl.static_range(4):
             tok = nt * 8 + 2 * t + (i & 1)
             row = row0 + g + 8 * (i >> 1)
+            ok = (tok < M) & live
             xs = tl.load(xs_ptr + tok, mask=tok < M, other=0.0)
-            y = _planes(gacc, part, tid, 0, live, NT, PLANES, NS, SPLIT_K, W, VALUE, nt, i)
+            if SPLIT_K > 1:
+                y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+            else:
+                y = _planes(gacc, NT, PLANES, VALUE, nt, i)
             y = y * xs * tl.load(ws_ptr + row)
             if HAS_BIAS:
                 y += tl.load(b_ptr + row).to(tl.float32)
             y = activation(y, ACT)
             if GATED:
-                u = _planes(uacc, part, tid, 4 * NB, live, NT, PLANES, NS, SPLIT_K, W, VALUE, nt, i)
+                if SPLIT_K > 1:
+                    u = _sum_parts(part, 4 * NT + nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+                else:
+                    u = _planes(uacc, NT, PLANES, VALUE, nt, i)
                 u = u * xs * tl.load(ws_ptr + N + row)
                 if HAS_BIAS:
                     u += tl.load(b_ptr + N + row).to(tl.float32)
                 y = y * u
-            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=(tok < M) & live)
+            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
     if SPLIT_K > 1:
         tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
 
 
-def _split(warp_tiles: int, K: int, target: int = 1584) -> int:
-    """Power-of-two K split giving ~``target`` (16-row tile, K range) items, 12 warps per SM on the H200;
-    K/split >= 64."""
+def _split(tiles: int, K: int, target: int = 4224, cap: int = 16) -> int:
+    """Power-of-two K split giving ~``target`` (16-row tile, K range) items: 32 warps per SM on the H200, ~40 KB of
+    weights in flight with 3 stages; K/split >= 64."""
     split = 1
-    while warp_tiles * split < target and K // (2 * split) >= 64 and split < 32:
+    while tiles * split < target and K // (2 * split) >= 64 and split < cap:
         split *= 2
     return split
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
-    """Warps per program (16 rows each) and pipeline depth; the first is the heuristic default. The split counts
-    16-row tiles (the unit of work; gated: twice the bytes per tile, half the split)."""
+    """Warps per program (16 rows each), pipeline depth and K split; the first is the heuristic default. The split
+    counts 16-row tiles, a gated one twice (its warp reads gate and up rows)."""
     split = _split(N // 16 * (2 if gated else 1), K)
     out = []
-    for w, stages in ((4, 3), (4, 4), (2, 4), (4, 2), (8, 3), (2, 6), (4, 6), (1, 4)):
-        if N % (16 * w) == 0:
-            out.append(dict(W=w, STAGES=stages, SPLIT_K=split, num_warps=w))
+    for w, stages, sp in ((4, 3, split), (4, 4, split), (2, 4, split), (4, 3, split // 2), (4, 3, split * 2),
+                          (8, 3, split), (4, 6, split), (2, 3, split * 2)):
+        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 64:
+            out.append(dict(W=w, STAGES=stages, SPLIT_K=sp, num_warps=w))
     return out
 
 
@@ -364,7 +366,7 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
         k_per = cdiv(cdiv(K, split), 64) * 64
         split = cdiv(K, k_per)
         tiles = N // (16 * w)
-        ns = 4 * P * nt * (2 if gated else 1)
+        ns = 4 * nt * (2 if gated else 1)
         part, count = buffers(xq.device, tiles * split * ns * 32 * w, tiles)
         launch_kernel(_sparse24_mma_kernel, (tiles, split),
                       xv, xs, v, meta, wscale, bias if bias is not None else wscale, y, part, count,
