@@ -27,8 +27,8 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 case "${1:-}" in
   mma24)  # twenty-first session (no GPU), for the next: 2:4 decode on the sparse tensor cores (fused.kernels.sparse24_mma:
           # act_split's planes, one mma.sp m16n8k64 per 16 rows x 64 columns per plane, the lanes' metadata words read
-          # straight from cuSPARSELt's tiles; sm_90 loop ~150 instructions per 1280 weight bytes where quad spends ~6.9
-          # per byte; 48 registers). (1) its cuda tests (the fragment rules against the tensor cores, every candidate,
+          # straight from cuSPARSELt's tiles; sm_90 loop 113 instructions per thread and step, 2.8 per weight byte where
+          # quad spends 6.9; 48 registers). (1) its cuda tests (the fragment rules against the tensor cores, every candidate,
           # bits stable; the dispatch route); if red, diag mmaprobe says where the lanes' bytes landed; (2) the layers
           # alone against the GEMV picks (mma24); (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 (the route then
           # times "mma" beside packed / unpacked / cslt) and the route picks. Prediction: gate/up ~25 µs (quad 36.6,

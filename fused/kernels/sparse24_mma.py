@@ -4,8 +4,9 @@ x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo)
 W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
 `mma.sp` (m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware), so the K loop has no
 per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 1 metadata word and issues one
-mma.sp per x plane and 8 tokens. The "quad" GEMV (sparse24_gemv) spends ~27 instructions per metadata byte on
-selecting x and widening values; here a warp spends ~10 per 128 metadata bytes.
+mma.sp per x plane and 8 tokens. sm_90 (Triton 3.6), gated int8, two planes: 113 instructions per thread and step
+(40 weight bytes per thread, 2.8 per byte, mostly cp.async and address arithmetic) where the "quad" GEMV
+(sparse24_gemv) spends 6.9 per byte selecting x and widening values; 48 registers.
 
 Fragments (PTX ISA, sparse mma.m16n8k64 with 8-bit types), lane L = 4g + t:
   A (packed values, 4 words)  a0: row g, packed columns 4t..4t+3 of the step's 32;  a1: row g+8, the same columns;
