@@ -138,7 +138,10 @@ def test_cuda_every_candidate_llama(vdtype, N, K, gated):
         x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         xq, xs, xh = planes_of(x, vdtype, 2)
         ref = reference(xh, values, meta, s, None, "silu" if gated else "none", gated)
-        for cfg in sm._candidates(M, N, K, gated):
+        cands = sm._candidates(M, N, K, gated)
+        # every candidate at 1 and 16 tokens (one and two token tiles) for int8, the first three for e4m3 (each is a
+        # compile, and ptxas's fp8 lowering is slow), the default at 7
+        for cfg in cands[:1] if M == 7 else cands if vdtype == torch.int8 else cands[:3]:
             y = sparse24_mma(xq, xs, values, tiled, s, None, "silu" if gated else "none", gated, config=cfg)
             assert sqnr(ref.float(), y.float()) > 40, (M, cfg)
             y2 = sparse24_mma(xq, xs, values, tiled, s, None, "silu" if gated else "none", gated, config=cfg)
