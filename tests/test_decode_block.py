@@ -32,6 +32,20 @@ def _min_db(dtype):
     return {torch.bfloat16: 40.0, torch.float16: 80.0, torch.float32: 110.0}[dtype]
 
 
+def _agrees(ref, y, dtype):
+    """SQNR above _min_db; for fp16 also: every output within one fp16 step of the reference and at most 2 off. An
+    fp32 difference in an activation can flip one rounding (numpy 2.4's erf in the interpreter against torch's:
+    1 step in 60 outputs = 78.9 dB, CI 2026-12-02), where a missing rounding of h moves many (68-73 dB)."""
+    if sqnr(ref, y) > _min_db(dtype):
+        return True
+    if dtype != torch.float16:
+        return False
+    up = torch.nextafter(ref, torch.full_like(ref, float("inf")))
+    down = torch.nextafter(ref, torch.full_like(ref, -float("inf")))
+    near = (y == ref) | (y == up) | (y == down)
+    return bool(near.all()) and int((y != ref).sum()) <= 2
+
+
 def _weights(K, H, D, gated, fmt, bias, device="cpu", fmt2=None):
     q1, s1 = quantize_weight(torch.randn((2 if gated else 1) * H, K, device=device) * K ** -0.5, fmt)
     q2, s2 = quantize_weight(torch.randn(D, H, device=device) * H ** -0.5, fmt2 or fmt)
@@ -76,7 +90,7 @@ def test_kernel_interpreted(gated, act, fmt, poisoned_empty):
         y = decode_block(x, *w, act, gated)
         ref = block_ref(x, *w, act, gated)
         assert y.shape == (M, D) and y.dtype == dtype
-        assert sqnr(ref, y) > _min_db(dtype), (M, K, H, D, dtype, view)
+        assert _agrees(ref, y, dtype), (M, K, H, D, dtype, view, sqnr(ref, y))
 
 
 @pytest.mark.parametrize("gated", [True, False])
@@ -127,7 +141,7 @@ def test_thresholds_can_fail():
     assert sqnr(ref, decode_block(x, q1, s1, b1, q2, s2, b2, "silu", True)) > _min_db(torch.float16)
     h32 = gated_ref(x.float(), q1, s1, b1, "silu")  # h left in fp32: the rounding the block must keep
     unrounded = linear_ref(h32, q2, s2, b2).to(torch.float16)
-    assert sqnr(ref, unrounded) < _min_db(torch.float16)
+    assert sqnr(ref, unrounded) < _min_db(torch.float16) and not _agrees(ref, unrounded, torch.float16)
     swapped = torch.cat([q1[H:], q1[:H]]), torch.cat([s1[H:], s1[:H]])  # up rows where gate rows belong
     y = decode_block(x, *swapped, b1, q2, s2, b2, "silu", True)
     assert sqnr(ref, y) < 20
