@@ -77,7 +77,8 @@ def test_mma_matches_reference(M, N, K, gated, vdtype, planes, act, has_bias):
     assert sqnr(reference(xh, values, meta, s, bias, act, gated), y.float()) > 40
 
 
-@pytest.mark.parametrize("cfg", [dict(W=1, STAGES=1, SPLIT_K=3, num_warps=1), dict(W=4, STAGES=2, SPLIT_K=1, num_warps=4)],
+@pytest.mark.parametrize("cfg", [dict(W=1, STAGES=1, SPLIT_K=3, num_warps=1),
+                                 dict(W=4, STAGES=2, SPLIT_K=1, num_warps=4)],
                          ids=["w1-split3", "w4-nosplit"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
@@ -103,6 +104,7 @@ def test_mma_bad_inputs():
     M, N, K = 2, 64, 128
     values, meta, tiled, s = packed(N, K, torch.int8)
     xq, xs, _ = planes_of(torch.randn(M, K, dtype=torch.bfloat16), torch.int8, 2)
+    assert check_mma_args(xq, xs, values, tiled) is None
     with pytest.raises(ValueError, match="tiled meta"):
         sparse24_mma(xq, xs, values, meta, s)  # row-major meta
     with pytest.raises(ValueError, match="1 or 2 planes"):
@@ -183,7 +185,8 @@ def test_mma_compiles_for_sm90_without_layout_conversions():
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
-    code = "import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import mma_facts; print(json.dumps(mma_facts()))"
+    code = ("import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import mma_facts; "
+            "print(json.dumps(mma_facts()))")
     run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
         pytest.skip("this Triton has no ptxas")

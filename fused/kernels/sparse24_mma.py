@@ -1,7 +1,7 @@
 """2:4 decode on the sparse tensor cores (M <= 16, 8-bit values, cuSPARSELt-tiled meta): y = epilogue(x · Wᵀ).
 
-x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo); e4m3 values: x ≈ s·(hi + lo/16): the
-W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
+x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo); e4m3 values: x ≈ s·(hi + lo/16):
+the W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
 `mma.sp` (m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware), so the K loop has no
 per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 1 metadata word and issues one
 mma.sp per x plane and 8 tokens. sm_90 (Triton 3.6), gated int8, two planes: 113 instructions per thread and step
@@ -352,7 +352,8 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
     if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
         raise ValueError(f"sparse24_mma: wscale must be fp32 [{R}]")
     if gated and R % 128:
-        raise ValueError(f"sparse24_mma: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} rows")
+        raise ValueError(f"sparse24_mma: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} "
+                         "rows")
     N = R // 2 if gated else R
     y = check_out(out, (M, N), out_dtype, xq.device) if out is not None else empty((M, N), device=xq.device,
                                                                                     dtype=out_dtype)
