@@ -326,8 +326,8 @@ def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
     if K % 64 or R % 64 or values.shape[1] * 2 != K or tuple(meta.shape) != (R // 64, K // 64, 512):
         return (f"{where}: K and the rows multiples of 64 with values [R, K/2], meta [R/64, K/64, 512]; got planes "
                 f"{tuple(xq.shape)}, values {tuple(values.shape)}, meta {tuple(meta.shape)}")
-    if meta.dtype != torch.uint8 or not meta.is_contiguous():
-        return f"{where}: meta must be contiguous uint8"
+    if meta.dtype != torch.uint8 or not meta.is_contiguous() or meta.data_ptr() % 4:
+        return f"{where}: meta must be contiguous, 4-byte aligned uint8"
     if values.stride(1) != 1 or values.stride(0) % 4 or values.data_ptr() % 4:
         return f"{where}: values must be rows of 4-byte aligned words"
     if xq.stride(2) != 1 or xq.stride(1) % 4 or xq.stride(0) % 4 or xq.data_ptr() % 4:
