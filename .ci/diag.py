@@ -1469,3 +1469,24 @@ if "mma24" in what:
                     p(f"   {t:7.1f} {tag} {c}")
         del gu, dn
         torch.cuda.empty_cache()
+
+if "ncumma" in what:
+    # twenty-first session, for after mma24: run under ncu (h200_next ncumma). sparse24_mma's default config on the
+    # Llama int8 2:4 gate/up and down at M = 1, 3 launches each: is the loop at the DRAM roofline, latency-bound
+    # (stalls on the cp.async waits) or issue-bound? Its SASS: 113 / 91 instructions per thread and step
+    from fused.kernels import sparse24_mma as sm
+    from fused.kernels.act_split import act_split
+    from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
+    gu = FusedSparseGatedLinear.from_float(torch.randn(2 * 14336, 4096, device="cuda") * 4096 ** -0.5, None,
+                                           fmt="int8", dynamic=False)
+    dn = FusedSparseLinear.from_float(torch.randn(4096, 14336, device="cuda") * 14336 ** -0.5, None, fmt="int8",
+                                      dynamic=False)
+    for layer, K, gated in ((gu, 4096, True), (dn, 14336, False)):
+        q, s = act_split(torch.randn(1, K, device="cuda", dtype=torch.bfloat16))
+        N = layer.values.shape[0] // (2 if gated else 1)
+        cfg = sm._candidates(1, N, K, gated)[0]
+        print("ncumma", "gate/up" if gated else "down", cfg, flush=True)
+        for _ in range(3):
+            sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, "silu" if gated else "none", gated,
+                            config=cfg)
+    torch.cuda.synchronize()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh mma24|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh mma24|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-first", "Open leads now"), in this order: `mma24` (2:4 decode on mma.sp), `quad16`
 # (16-row quad tiles on tiled meta with the two-step row sum), `testsx1` + `testsx2` (the suite's two halves), then `retune16`, `retune24`, `sixteenth1`, `gptfull`,
 # `w8a16eager`. Each fits one 600 s call.
@@ -45,6 +45,14 @@ case "${1:-}" in
     grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
     routes "$OUT/mma/bench.json" | grep "'1'\|'16'" | head -8
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  ncumma)  # twenty-first session, for after mma24: ncu of sparse24_mma's default config (int8 2:4 gate/up and down, M=1):
+           # DRAM throughput against the pure-read ~3.9 TB/s, issue slots, stalls. Prediction: DRAM > 70%, issue < 30%
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:sparse24_mma --launch-count 6 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats python3 .ci/diag.py ncumma > "$OUT/ncumma.txt" 2>&1
+    grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup" \
+      "$OUT/ncumma.txt" | head -70 ;;
   quad16)  # twentieth session, for the next: the 16-row quad tiles on tiled meta read as contiguous runs, with the row sum
           # in two steps (Triton 3.6's reduce shuffled wrong lanes on their layout: PTX xor 2, 1 where the lanes are
           # bits 0 and 4; 3.9 emits 1, 16; now 1, 16 on 3.6 too, .ci/reduce_audit.py clean). (1) the 2:4 GEMV cuda
