@@ -48,6 +48,7 @@ from lowbit.quant import FP8_SPLIT_LO
 # opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
 MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
 
+# operands: $0-$3 D; inputs in _mma's order: $4-$7 A, $8 the metadata word, $9-$12 B, $13-$16 C; sparsity selector 0
 _MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
                                       "$8, 0x0;")
 _ASM_I8: tl.constexpr = tl.constexpr("mma.sp::ordered_metadata.sync.aligned.m16n8k64.row.col.s32.s8.s8.s32 "
@@ -60,6 +61,9 @@ FP8_LO: tl.constexpr = tl.constexpr(FP8_SPLIT_LO)
 
 @triton.jit
 def _thread_ids(W: tl.constexpr, ASM: tl.constexpr):
+    """[32·W]: each element's thread index. On the GPU read from %tid.x, so every fragment address below names the
+    lane that really holds it whatever layout Triton picks (one element per thread here); the interpreter's positions
+    stand in for lanes."""
     i = tl.arange(0, 32 * W)
     if ASM:
         i = tl.inline_asm_elementwise("mov.u32 $0, %tid.x;", "=r,r", [i], dtype=tl.int32, is_pure=True, pack=1)
