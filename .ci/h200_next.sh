@@ -40,7 +40,7 @@ case "${1:-}" in
       timeout 120 python3 .ci/diag.py mmaprobe 2>&1 | filt | grep "^mmaprobe"; exit 0
     fi
     timeout 120 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
-    timeout 200 python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+    timeout $((575 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/mma" > "$OUT/mma.log" 2>&1
     grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
     routes "$OUT/mma/bench.json" | grep "_graph" | head -12  # the CUDA-graph route timings (mma among them)
