@@ -1213,6 +1213,9 @@ def _mma_ok(x2, values, meta, M: int, handoff: str, gated: bool) -> bool:
         return False
     if x2.dtype not in (torch.bfloat16, torch.float16) or (gated and values.shape[0] % 128):
         return False
+    # mma.sp: sm_80 for int8, sm_89 for e4m3
+    if torch.cuda.get_device_capability(x2.device) < ((8, 9) if values.dtype == torch.float8_e4m3fn else (8, 0)):
+        return False
     planes = torch.empty((2, M, x2.shape[1]), dtype=values.dtype, device="meta")
     return sm.check_mma_args(planes, torch.empty(M, device="meta"), values, meta) is None
 
