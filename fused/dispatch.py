@@ -17,7 +17,8 @@ the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
-compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, whichever is faster.
+compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (opt-in FUSED_S24_MMA=1, M <= 16)
+x as 8-bit planes into sparse24_mma (mma.sp on the same buffer), whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "sparse24_mlp_block" / "mlp_block" with both layers W8A8, above M=16: the first layer hands h to the second
 already quantized per token (HANDOFF).
@@ -1018,7 +1019,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
 # to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
-# _cslt), or None: the first call of each shape times them and keeps the fastest
+# _cslt), "mma" (at M <= 16 with FUSED_S24_MMA=1: x as 8-bit planes into sparse24_mma, 2:4 on mma.sp, see _mma_ok),
+# or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
 SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
 _sparse_routes: dict = {}
@@ -1198,7 +1200,7 @@ def _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=None, q_rows
 
 def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
     """The routes measured so far for a 2:4 layer's shape: {(M bucket, x dtype, bias None, act, hand-off):
-    (eager pick, CUDA-graph pick)} ("packed", "unpacked" or "cslt"; what `explain` lists; hand-off: "", or
+    (eager pick, CUDA-graph pick)} ("packed", "unpacked", "cslt" or "mma"; what `explain` lists; hand-off: "", or
     "h out" / "h in" for a block's layers passing h quantized)."""
     return {(k[1], k[4], k[6], k[7], k[8] if len(k) > 8 else ""): v for k, v in _sparse_routes.items()
             if k[0] == op and k[2] == tuple(values.shape) and k[3] == values.dtype and k[5] == dynamic}
