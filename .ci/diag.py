@@ -830,6 +830,16 @@ def gus(fn):
     return triton.testing.do_bench(_graph_replay(fn).replay, warmup=25, rep=200, return_mode="median") * 1e3
 
 
+def timed_row(run, ref, cfg, tag=""):
+    """(graph µs, "<tag><SQNR vs ref> dB" or the failure, cfg) for one candidate ``run()`` (a row of a timing table)."""
+    from lowbit.metrics import sqnr
+    try:
+        y = run()
+        return gus(run), f"{tag}{sqnr(ref.float(), y.float()):.0f} dB", cfg
+    except Exception as e:  # noqa: BLE001
+        return float("inf"), f"failed {type(e).__name__}: {str(e)[:80]}", cfg
+
+
 def llama_decode_weights(fmt):
     """Random Llama-3-8B MLP weights quantized to ``fmt``: stacked gate/up [2H, K] and down [D, H] with scales."""
     from lowbit import quantize_weight
@@ -1110,11 +1120,7 @@ if "w8tma" in what:
                 y0 = fn(pick)
                 rows = [(gus(lambda: fn(pick)), "pick", pick)]
                 for c in w8a8_tma.candidates(M, N, K_in, gated):
-                    try:
-                        y = fn(c)
-                        rows.append((gus(lambda: fn(c)), f"{sqnr(y0.float(), y.float()):.0f} dB", c))
-                    except Exception as e:  # noqa: BLE001
-                        rows.append((float("inf"), f"failed {type(e).__name__}: {str(e)[:80]}", c))
+                    rows.append(timed_row(lambda c=c: fn(c), y0, c))
                 rows.sort(key=lambda r: r[0])
                 p(f"w8tma {name} M={M} {'gate/up' if gated else 'down'}:")
                 for t, what_, c in rows:
@@ -1457,12 +1463,7 @@ if "mma24" in what:
                         q, s = act_split(x, fp8=fmt != "int8")  # noqa: B023
                         return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act, gated,  # noqa: B023
                                                config=c)
-                    try:
-                        y = run()
-                        from lowbit.metrics import sqnr
-                        rows.append((gus(run), f"mma {sqnr(ref.float(), y.float()):.0f} dB", c))
-                    except Exception as e:  # noqa: BLE001
-                        rows.append((float("inf"), f"failed {str(e)[:80]}", c))
+                    rows.append(timed_row(run, ref, c, "mma "))
                 rows.sort(key=lambda r: r[0])
                 p(f"mma24 {fmt} M={M} {name}:")
                 for t, tag, c in rows:
