@@ -43,6 +43,7 @@ from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.w8a16_gemv import _split_for
 from lowbit.quant import FP8_SPLIT_LO
 
 # opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
@@ -291,19 +292,11 @@ def _sparse24_mma_kernel(
         tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
 
 
-def _split(tiles: int, K: int, target: int = 4224, cap: int = 16) -> int:
-    """Power-of-two K split giving ~``target`` (16-row tile, K range) items: 32 warps per SM on the H200, ~40 KB of
-    weights in flight with 3 stages; K/split >= 64."""
-    split = 1
-    while tiles * split < target and K // (2 * split) >= 64 and split < cap:
-        split *= 2
-    return split
-
-
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """Warps per program (16 rows each), pipeline depth and K split; the first is the heuristic default. The split
     counts 16-row tiles, a gated one twice (its warp reads gate and up rows)."""
-    split = _split(N // 16 * (2 if gated else 1), K)
+    # ~4224 (16-row tile, K range) items: 32 warps per SM on the H200, ~40 KB of weights in flight with 3 stages
+    split = _split_for(N // 16 * (2 if gated else 1), K, 64, target=4224)
     out = []
     for w, stages, sp in ((4, 3, split), (4, 4, split), (2, 4, split), (4, 3, split // 2), (4, 3, split * 2),
                           (8, 3, split), (4, 6, split), (2, 3, split * 2)):
