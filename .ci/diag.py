@@ -1432,7 +1432,7 @@ if "mmaprobe" in what:
             got = [(i, deltas.get(int((y - y0)[i].item()), "?")) for i in moved]
             if got != [(r, q)]:
                 bad.append((r, q, got))
-    p(f"mmaprobe meta: {len(bad)} of {16 * K // 4} groups applied elsewhere; first: {bad[:6]}")
+    p(f"mmaprobe meta: {len(bad)} of {16 * K // 4} groups applied elsewhere; first: {bad[:12]}")
 
 if "mma24" in what:
     # twenty-first session (prepared without a GPU), after the mma cuda tests: the Llama 2:4 layers at M = 1 and 16,

@@ -3,7 +3,7 @@
 x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo); e4m3 values: x ≈ s·(hi + lo/16):
 the W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
 `mma.sp` (m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware), so the K loop has no
-per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 1 metadata word and issues one
+per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 4 metadata words and issues one
 mma.sp per x plane and 8 tokens. sm_90 (Triton 3.6), gated int8, two planes: 113 instructions per thread and step
 (40 weight bytes per thread, 2.8 per byte, mostly cp.async and address arithmetic) where the "quad" GEMV
 (sparse24_gemv) spends 6.9 per byte selecting x and widening values; 48 registers.
@@ -11,13 +11,16 @@ mma.sp per x plane and 8 tokens. sm_90 (Triton 3.6), gated int8, two planes: 113
 Fragments (PTX ISA, sparse mma.m16n8k64 with 8-bit types), lane L = 4g + t:
   A (packed values, 4 words)  a0: row g, packed columns 4t..4t+3 of the step's 32;  a1: row g+8, the same columns;
                               a2 / a3: rows g / g+8, packed columns 16+4t..16+4t+3
-  e (metadata, 1 word)        the 2-bit positions of the lane's own A bytes: nibble j for bytes 2j, 2j+1
-                              (low 2 bits the first), i.e. meta bytes (row g, byte t), (g+8, t), (g, t+4), (g+8, t+4)
+  e (metadata, 1 word)        32 consecutive K columns of one row (not the lane's own A bytes): row g + 8·(t % 2),
+                              groups 8·(t // 2) .. +7, nibble j for group j (low 2 bits the first kept value), i.e.
+                              meta bytes (row g + 8·(t % 2), bytes 4·(t // 2) .. +3); the H200 probe (diag mmaprobe)
+                              showed it
   B (one x plane, 4 words)    token g, K columns 16j + 4t .. +3 for word j
   D (4 accumulators)          d0 / d1: row g, tokens 2t / 2t+1;  d2 / d3: row g+8, tokens 2t / 2t+1
-cuSPARSELt's 512-byte meta tile (sparsity.packing.tile_meta) stores exactly these words: lane L of the warp whose 16
-rows are sub-tile s of a 64-row tile reads word 32·s + L. So the one buffer that serves cuSPARSELt serves this
-kernel, with one coalesced 128-byte metadata load per warp and step.
+cuSPARSELt's 512-byte meta tile (sparsity.packing.tile_meta) holds, for the warp whose 16 rows are sub-tile s of a
+64-row tile, words 32·s + L with bytes (g, t), (g+8, t), (g, t+4), (g+8, t+4): the same 128 bytes, byte-transposed
+within each quad. Lane (g, t) reads the quad's 16 bytes (words 4g .. 4g+3) and keeps byte t of each, so the one
+buffer that serves cuSPARSELt serves this kernel with the same 128-byte metadata read per warp and step.
 
 Lanes are the physical ones (%tid.x, read by inline asm), so the fragments do not depend on how Triton lays out the
 [32·W] tensors. The interpreter has neither tensor cores nor %tid.x: there the lanes are the tensor positions and
@@ -99,7 +102,12 @@ def _mma_emu(c, a0, a1, a2, a3, e, b, VALUE: tl.constexpr, W: tl.constexpr):
     p = tl.arange(0, 16)[None, None, :]
     kk = tl.arange(0, 64)[None, None, None, :, None]
     av = _byte_value(_bytes16(a0, a1, a2, a3, W), VALUE)                           # [W, 32, 16]
-    nib = (tl.reshape(e, (W, 32))[:, :, None] >> (4 * (p >> 1))) & 0xF
+    # the metadata of A byte p of lane (g, t): row g + 8·((p >> 2) & 1), group q = 2t + ((p >> 1) & 1) + 8·(p >> 3)
+    # sits in lane 4g + ((p >> 2) & 1) + 2·(p >> 3), nibble q % 8
+    src = 4 * (L >> 2) + ((p >> 2) & 1) + 2 * (p >> 3)                              # [1, 32, 16]
+    lanes = tl.arange(0, 32)[None, None, None, :]
+    es = tl.sum(tl.where(src[:, :, :, None] == lanes, tl.reshape(e, (W, 32))[:, None, None, :], 0), axis=3)
+    nib = (es >> (4 * (2 * (L & 3) + ((p >> 1) & 1)))) & 0xF
     ka = 4 * (2 * (L & 3) + ((p >> 1) & 1) + 8 * ((p >> 3) & 1)) + ((nib >> (2 * (p & 1))) & 3)  # A's K column
     row = (L >> 2) + 8 * ((p >> 2) & 1)                                             # A's row
     bv = _byte_value(_bytes16(b[0], b[1], b[2], b[3], W), VALUE)                     # [W, 32, 16]
@@ -154,7 +162,7 @@ def _b_frag(xw, base, ok):
 
 
 @triton.jit
-def _step(acc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE: tl.constexpr, NB: tl.constexpr,
+def _step(acc, vw, mw, row0, g, t, k0, K, stride_vw, b, VALUE: tl.constexpr, NB: tl.constexpr,
           W: tl.constexpr, ASM: tl.constexpr):
     """One 16-row x 64-column step of a warp: its A fragment and metadata, then NB mma.sp (x planes x token tiles)
     into acc (4·NB accumulators, B fragment i is b[4i .. 4i+3])."""
@@ -164,7 +172,12 @@ def _step(acc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE: tl.constexp
     a1 = tl.load(vw + rb)
     a2 = tl.load(vw + ra + 4)
     a3 = tl.load(vw + rb + 4)
-    e = tl.load(mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + lane))
+    # the lane's metadata word is byte t of the tile words 4g .. 4g+3 (one 16-byte run per quad: the same 128 bytes
+    # per warp as a word per lane, the quad transposing it)
+    mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g)
+    sh = 8 * t
+    e = (((tl.load(mb) >> sh) & 0xFF) | (((tl.load(mb + 1) >> sh) & 0xFF) << 8)
+         | (((tl.load(mb + 2) >> sh) & 0xFF) << 16) | (((tl.load(mb + 3) >> sh) & 0xFF) << 24))
     r = _mma((acc[0], acc[1], acc[2], acc[3]), a0, a1, a2, a3, e, (b[0], b[1], b[2], b[3]), VALUE, W, ASM)
     if NB >= 2:
         r = r + _mma((acc[4], acc[5], acc[6], acc[7]), a0, a1, a2, a3, e, (b[4], b[5], b[6], b[7]), VALUE, W, ASM)
@@ -241,9 +254,9 @@ def _sparse24_mma_kernel(
             b = b + _b_frag(xw, xp + xrow0 + kw, tok0 < M)
             if NT == 2:
                 b = b + _b_frag(xw, xp + xrow1 + kw, tok1 < M)
-        gacc = _step(gacc, vw, mw, row0, g, t, lane, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+        gacc = _step(gacc, vw, mw, row0, g, t, k0, K, stride_vw, b, VALUE, NB, W, ASM)
         if GATED:
-            uacc = _step(uacc, vw, mw, row0 + N, g, t, lane, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+            uacc = _step(uacc, vw, mw, row0 + N, g, t, k0, K, stride_vw, b, VALUE, NB, W, ASM)
 
     # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
     # the last to arrive sums them in a fixed order and runs the epilogue
