@@ -1397,11 +1397,12 @@ if "mmaprobe" in what:
     # size of the move (x[4q + 2] = q + 1, the rest 0) name the group the tensor core applied it to; expected (r, q).
     from fused.kernels.sparse24_mma import sparse24_mma
     from sparsity.packing import tile_meta
-    N, K = 64, 64
-    cfg = dict(W=1, STAGES=1, SPLIT_K=1, num_warps=1)
+    N, K = 64, 128
+    cfg = dict(W=1, SPLIT_K=1, num_warps=1)
     ones = torch.ones(N, device="cuda")
     meta0 = torch.full((N, K // 8), 0x44, dtype=torch.uint8, device="cuda")
-    xk = (torch.arange(K, device="cuda") + 1).to(torch.int8).reshape(1, 1, K)
+    kk = torch.arange(K, device="cuda")
+    xk = torch.where(kk < 64, kk + 1, 63 - kk).to(torch.int8).reshape(1, 1, K)  # distinct, non-zero int8
     bad = []
     for r in range(16):
         for c in range(K // 2):
@@ -1410,12 +1411,11 @@ if "mmaprobe" in what:
             y = sparse24_mma(xk, torch.ones(1, device="cuda"), v, tile_meta(meta0), ones, out_dtype=torch.float32,
                              config=cfg)[0]
             nz = y.nonzero().flatten().tolist()
-            got = [(i, int(y[i].item()) - 1) for i in nz]
+            got = [(i, int(y[i].item()) - 1 if y[i] > 0 else 63 - int(y[i].item())) for i in nz]
             want = [(r, 4 * (c // 2) + c % 2)]
             if got != want:
                 bad.append((r, c, got, want))
     p(f"mmaprobe A: {len(bad)} of {16 * K // 2} packed positions land elsewhere; first: {bad[:6]}")
-    kk = torch.arange(K, device="cuda")
     xr = torch.where(kk % 4 == 2, kk // 4 + 1, 0).to(torch.int8)  # group q moved to (2, 3): y changes by q + 1
     base_v = torch.ones(N, K // 2, dtype=torch.int8, device="cuda")
     y0 = sparse24_mma(xr.reshape(1, 1, K).contiguous(), torch.ones(1, device="cuda"), base_v, tile_meta(meta0), ones,

@@ -25,14 +25,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  mma24)  # twenty-first session (no GPU), for the next: 2:4 decode on the sparse tensor cores (fused.kernels.sparse24_mma:
-          # act_split's planes, one mma.sp m16n8k64 per 16 rows x 64 columns per plane, the lanes' metadata words read
-          # straight from cuSPARSELt's tiles; sm_90 loop 113 instructions per thread and step, 2.8 per weight byte where
-          # quad spends 6.9; 48 registers). (1) its cuda tests (the fragment rules against the tensor cores, every candidate,
-          # bits stable; the dispatch route); if red, diag mmaprobe says where the lanes' bytes landed; (2) the layers
-          # alone against the GEMV picks (mma24); (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 (the route then
-          # times "mma" beside packed / unpacked / cslt) and the route picks. Prediction: gate/up ~25 µs (quad 36.6,
-          # cuSPARSELt 37.8 at M=16), down ~15 (22.3); block int8 2:4 W8A16 M=1 54.1 -> ~45, M=16 63.4 -> ~45
+  mma24)  # twenty-second session: the first run found the metadata word misread (fixed: 32 consecutive K columns of
+          # one row per lane), then right (65 dB) but 2.2x slower than quad (gate/up 81 vs 36 µs; ncu: DRAM 22%, L1 62%,
+          # MIO stalls, 4-byte per-lane loads of strided rows). Now 128-column steps with 16-byte loads (values and planes,
+          # the K order permuted inside the step so each lane's A words are one run), meta as two 8-byte loads + one prmt,
+          # the weights one step ahead in registers. (1) cuda tests (mmaprobe if red); (2) the layers alone (mma24);
+          # (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 and the route timings. Prediction: DRAM-bound, gate/up
+          # ~27 µs at M=1 (quad 36.4), down ~16 (22.3); M=16 the same (cuSPARSELt 38.5 / 29.3)
     export FUSED_S24_MMA=1
     timeout 220 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
       2>&1 | filt | grep -v "^  \|^$" | tail -8 | tee "$OUT/mma_test.txt"

@@ -143,20 +143,19 @@ def sparse24_mma_configs():
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_vn=K // 2,
                         stride_ym=N, stride_yn=1)
             consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
-                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], STAGES=c["STAGES"], ASM=True)
+                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], ASM=True)
             out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
                         pointers, ints, consts, c["num_warps"]))
     return out
 
 
 def mma_facts(configs: str = "sparse24_mma_configs"):
-    """{label: [mma.sp instructions in the PTX, layout conversions in the TTGIR, cp.async copies]} (run in a
+    """{label: [mma.sp instructions in the PTX, layout conversions in the TTGIR, 16-byte vector loads]} (run in a
     process without TRITON_INTERPRET). sparse24_mma's lanes are the physical threads: a layout conversion would move
     a value computed for one lane into another, so there must be none."""
     out = {}
     for label, *c in globals()[configs]():
         r = compile_sm90(*c)
         ttgir = r["kernel"].asm["ttgir"]
-        out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"),
-                      ttgir.count("async_copy_global_to_local")]
+        out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"), r["ptx"].count("ld.global.nc.v4.b32")]
     return out

@@ -3,7 +3,7 @@
 On the CPU (TRITON_INTERPRET=1) the lanes' loads, the split-K and the epilogue run as on the GPU and the warp
 product comes from _mma_emu (the PTX fragment rules, see the kernel's docstring); the cuda tests check those rules
 against the tensor cores on the Llama shapes, every tuner candidate, bit for bit across runs. Shapes: M = 1, 3, 5, 9
-(two token tiles), 16; N and K multiples of 64 (tiled meta); split-K over 2 and 3 ranges; one and two x planes;
+(two token tiles), 16; N multiples of 64 and K of 128 (tiled meta, 128-column steps); split-K over 2 and 3 ranges; one and two x planes;
 int8 and e4m3 values; outputs poisoned with NaN; accuracy as SQNR against the reference on the same planes."""
 import pytest
 import torch
@@ -54,11 +54,11 @@ def reference(xh, values, meta, s, bias, act, gated):
 
 CASES = [  # M, N, K, gated, values, planes, act, bias
     (1, 64, 128, False, torch.int8, 2, "none", False),
-    (3, 64, 192, True, torch.int8, 2, "silu", True),
+    (3, 64, 384, True, torch.int8, 2, "silu", True),
     (9, 128, 128, False, torch.float8_e4m3fn, 2, "gelu_tanh", True),
     (16, 64, 128, True, torch.float8_e4m3fn, 2, "silu", False),
     (5, 64, 256, False, torch.int8, 1, "relu", True),
-    (16, 128, 64, True, torch.int8, 1, "gelu", True),
+    (16, 128, 128, True, torch.int8, 1, "gelu", True),
     (1, 128, 128, True, torch.float8_e4m3fn, 1, "none", False),
 ]
 
@@ -77,12 +77,11 @@ def test_mma_matches_reference(M, N, K, gated, vdtype, planes, act, has_bias):
     assert sqnr(reference(xh, values, meta, s, bias, act, gated), y.float()) > 40
 
 
-@pytest.mark.parametrize("cfg", [dict(W=1, STAGES=1, SPLIT_K=3, num_warps=1),
-                                 dict(W=4, STAGES=2, SPLIT_K=1, num_warps=4)],
+@pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, num_warps=1), dict(W=4, SPLIT_K=1, num_warps=4)],
                          ids=["w1-split3", "w4-nosplit"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
-    M, N, K = 3, 64, 192
+    M, N, K = 3, 64, 384
     values, meta, tiled, s = packed(2 * N, K, torch.int8)
     x = torch.randn(M, K, dtype=torch.bfloat16)
     xq, xs, xh = planes_of(x, torch.int8, 2)
@@ -117,8 +116,13 @@ def test_mma_bad_inputs():
         sparse24_mma(xq, xs.double(), values, tiled, s)
     with pytest.raises(ValueError, match="wscale"):
         sparse24_mma(xq, xs, values, tiled, None)
-    with pytest.raises(ValueError, match="4-byte aligned"):
-        sparse24_mma(xq[:, :, 2:66], xs, values[:, 1:33], tiled[:, :1], s)
+    v256, _, t256, _ = packed(N, 256, torch.int8)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        sparse24_mma(xq, xs, v256[:, 4:68], tiled, s)  # a view 4 bytes into its rows
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        sparse24_mma(torch.cat([xq, xq], 2)[:, :, 4:132], xs, values, tiled, s)
+    with pytest.raises(ValueError, match="multiple of 128"):
+        sparse24_mma(torch.cat([xq, xq], 2)[:, :, :192], xs, v256[:, :96], t256[:, :3], s)
 
 
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])

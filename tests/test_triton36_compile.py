@@ -53,9 +53,9 @@ for expand in ('select', 'prmt'):
                      GROUP_M=8, TILED=False, EXPAND=expand), 4)
     audit(f'sparse24_linear EXPAND={expand}', k['kernel'].asm['ttgir'])
 from sm90_compile import mma_facts
-for label, (mmas, converts, copies) in mma_facts().items():  # sparse24_mma: its lanes must stay in their threads
-    if mmas < 2 or converts or not copies:
-        out.append(f'{label}: {mmas} mma.sp, {converts} layout conversions, {copies} cp.async')
+for label, (mmas, converts, loads) in mma_facts().items():  # sparse24_mma: its lanes must stay in their threads
+    if mmas < 2 or converts or not loads:
+        out.append(f'{label}: {mmas} mma.sp, {converts} layout conversions, {loads} 16-byte loads')
 print(out)
 """
 

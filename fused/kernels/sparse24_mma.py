@@ -155,37 +155,79 @@ def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
 
 
 @triton.jit
-def _b_frag(xw, base, ok):
-    """One lane's B fragment: 4 words, 16 K columns apart."""
-    return (tl.load(xw + base, mask=ok, other=0), tl.load(xw + base + 4, mask=ok, other=0),
-            tl.load(xw + base + 8, mask=ok, other=0), tl.load(xw + base + 12, mask=ok, other=0))
+def _ld(p, N: tl.constexpr, ASM: tl.constexpr):
+    """N (2 or 4) consecutive words at the int32 pointers p (4N-byte aligned): one vector load per lane on the GPU
+    (ld.global.nc: the weights and planes are read-only here)."""
+    if ASM:
+        if N == 4:
+            r = tl.inline_asm_elementwise("ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
+                                          dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+        else:
+            r = tl.inline_asm_elementwise("ld.global.nc.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
+                                          dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+    elif N == 4:
+        r = (tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3))
+    else:
+        r = (tl.load(p), tl.load(p + 1))
+    return r
 
 
 @triton.jit
-def _step(acc, vw, mw, row0, g, t, k0, K, stride_vw, b, VALUE: tl.constexpr, NB: tl.constexpr,
-          W: tl.constexpr, ASM: tl.constexpr):
-    """One 16-row x 64-column step of a warp: its A fragment and metadata, then NB mma.sp (x planes x token tiles)
-    into acc (4·NB accumulators, B fragment i is b[4i .. 4i+3])."""
-    ra = (row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + t)
-    rb = ra + 8 * stride_vw
-    a0 = tl.load(vw + ra)
-    a1 = tl.load(vw + rb)
-    a2 = tl.load(vw + ra + 4)
-    a3 = tl.load(vw + rb + 4)
-    # the lane's metadata word is byte t of the tile words 4g .. 4g+3 (one 16-byte run per quad: the same 128 bytes
-    # per warp as a word per lane, the quad transposing it)
-    mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g)
-    sh = 8 * t
-    e = (((tl.load(mb) >> sh) & 0xFF) | (((tl.load(mb + 1) >> sh) & 0xFF) << 8)
-         | (((tl.load(mb + 2) >> sh) & 0xFF) << 16) | (((tl.load(mb + 3) >> sh) & 0xFF) << 24))
-    r = _mma((acc[0], acc[1], acc[2], acc[3]), a0, a1, a2, a3, e, (b[0], b[1], b[2], b[3]), VALUE, W, ASM)
+def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr):
+    """A warp's weights for one 128-column step, 12 words per lane: rows g and g+8, packed bytes 16t .. 16t+15 of
+    the step (one 16-byte load each), and words 4g + 2(t // 2), +1 of the step's two meta tiles (8 bytes each)."""
+    ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
+    mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
+    return _ld(ra, 4, ASM) + _ld(ra + 8 * stride_vw, 4, ASM) + _ld(mb, 2, ASM) + _ld(mb + 128, 2, ASM)
+
+
+@triton.jit
+def _b_frags(xw, base, n3, ASM: tl.constexpr):
+    """One x plane's B fragments for the step's two mma (8 words; mma m's are words 4m .. 4m+3): x words 8h + n3 +
+    {0, 16, 4, 20} (+2 for mma 1) of the 128-column block, h = t // 2, n3 = t % 2 (base: the lane's word 8h)."""
+    x0 = _ld(xw + base, 4, ASM)
+    x1 = _ld(xw + base + 4, 4, ASM)
+    x2 = _ld(xw + base + 16, 4, ASM)
+    x3 = _ld(xw + base + 20, 4, ASM)
+    odd = n3 == 1
+    return (tl.where(odd, x0[1], x0[0]), tl.where(odd, x2[1], x2[0]), tl.where(odd, x1[1], x1[0]),
+            tl.where(odd, x3[1], x3[0]), tl.where(odd, x0[3], x0[2]), tl.where(odd, x2[3], x2[2]),
+            tl.where(odd, x1[3], x1[2]), tl.where(odd, x3[3], x3[2]))
+
+
+@triton.jit
+def _meta_word(w0, w1, n3, ASM: tl.constexpr):
+    """Bytes n3, 2 + n3 of w0 then of w1: the lane's metadata word from its two tiles' words."""
+    if ASM:
+        r = tl.inline_asm_elementwise("prmt.b32 $0, $1, $2, $3;", "=r,r,r,r", [w0, w1, 0x6420 + 0x1111 * n3],
+                                      dtype=tl.int32, is_pure=True, pack=1)
+    else:
+        sh = 8 * n3
+        r = (((w0 >> sh) & 0xFF) | (((w0 >> (sh + 16)) & 0xFF) << 8) | (((w1 >> sh) & 0xFF) << 16)
+             | (((w1 >> (sh + 16)) & 0xFF) << 24))
+    return r
+
+
+@triton.jit
+def _mma_pair(c, w, e0, e1, b, i: tl.constexpr, VALUE: tl.constexpr, W: tl.constexpr, ASM: tl.constexpr):
+    """c + the step's two mma.sp with B fragment set i (b[8i .. 8i+7])."""
+    c = _mma(c, w[0], w[4], w[2], w[6], e0, (b[8 * i], b[8 * i + 1], b[8 * i + 2], b[8 * i + 3]), VALUE, W, ASM)
+    return _mma(c, w[1], w[5], w[3], w[7], e1, (b[8 * i + 4], b[8 * i + 5], b[8 * i + 6], b[8 * i + 7]), VALUE, W,
+                ASM)
+
+
+@triton.jit
+def _step(acc, w, b, n3, VALUE: tl.constexpr, NB: tl.constexpr, W: tl.constexpr, ASM: tl.constexpr):
+    """One 16-row x 128-column step of a warp from its fetched weights w (_fetch_w): 2·NB mma.sp (x planes x token
+    tiles) into acc (4·NB accumulators, B fragment set i is b[8i .. 8i+7])."""
+    e0 = _meta_word(w[8], w[10], n3, ASM)
+    e1 = _meta_word(w[9], w[11], n3, ASM)
+    r = _mma_pair((acc[0], acc[1], acc[2], acc[3]), w, e0, e1, b, 0, VALUE, W, ASM)
     if NB >= 2:
-        r = r + _mma((acc[4], acc[5], acc[6], acc[7]), a0, a1, a2, a3, e, (b[4], b[5], b[6], b[7]), VALUE, W, ASM)
+        r = r + _mma_pair((acc[4], acc[5], acc[6], acc[7]), w, e0, e1, b, 1, VALUE, W, ASM)
     if NB == 4:
-        r = r + _mma((acc[8], acc[9], acc[10], acc[11]), a0, a1, a2, a3, e, (b[8], b[9], b[10], b[11]), VALUE, W,
-                     ASM)
-        r = r + _mma((acc[12], acc[13], acc[14], acc[15]), a0, a1, a2, a3, e, (b[12], b[13], b[14], b[15]), VALUE,
-                     W, ASM)
+        r = r + _mma_pair((acc[8], acc[9], acc[10], acc[11]), w, e0, e1, b, 2, VALUE, W, ASM)
+        r = r + _mma_pair((acc[12], acc[13], acc[14], acc[15]), w, e0, e1, b, 3, VALUE, W, ASM)
     return r
 
 
@@ -216,7 +258,7 @@ def _sparse24_mma_kernel(
     xq_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_vn, stride_ym, stride_yn,
     VALUE: tl.constexpr, PLANES: tl.constexpr, NT: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr,
+    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, ASM: tl.constexpr,
 ):
     NB: tl.constexpr = PLANES * NT
     NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
@@ -233,11 +275,11 @@ def _sparse24_mma_kernel(
     stride_vw = stride_vn // 4
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    # B fragment i = plane (i // NT), tokens 8·(i % NT) + g
-    tok0 = g
-    tok1 = 8 + g
-    xrow0 = tok0 * (stride_xm // 4) + t
-    xrow1 = tok1 * (stride_xm // 4) + t
+    # B fragment set i = plane (i // NT), tokens 8·(i % NT) + g: rows past M read token M - 1 (their outputs are
+    # never stored), so the loads need no mask
+    n3 = t & 1
+    xrow0 = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
+    xrow1 = tl.minimum(8 + g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
     xp = stride_xp // 4
     gacc = _zeros4(W, VALUE)
     if NB >= 2:
@@ -245,18 +287,30 @@ def _sparse24_mma_kernel(
     if NB == 4:
         gacc = gacc + _zeros4(W, VALUE) + _zeros4(W, VALUE)
     uacc = gacc
-    for k0 in tl.range(k_lo, k_hi, 64, num_stages=STAGES):
-        kw = k0 // 4
-        b = _b_frag(xw, xrow0 + kw, tok0 < M)
-        if NT == 2:
-            b = b + _b_frag(xw, xrow1 + kw, tok1 < M)
-        if PLANES == 2:
-            b = b + _b_frag(xw, xp + xrow0 + kw, tok0 < M)
-            if NT == 2:
-                b = b + _b_frag(xw, xp + xrow1 + kw, tok1 < M)
-        gacc = _step(gacc, vw, mw, row0, g, t, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+    # the weights one step ahead in registers (the last step re-reads its own lines: L1 hits, no bounds test)
+    wg = _fetch_w(vw, mw, row0, g, t, k_lo, K, stride_vw, ASM)
+    wu = wg
+    if GATED:
+        wu = _fetch_w(vw, mw, row0 + N, g, t, k_lo, K, stride_vw, ASM)
+    for k0 in range(k_lo, k_hi, 128):
+        kn = tl.minimum(k0 + 128, k_hi - 128)
+        ng = _fetch_w(vw, mw, row0, g, t, kn, K, stride_vw, ASM)
+        nu = ng
         if GATED:
-            uacc = _step(uacc, vw, mw, row0 + N, g, t, k0, K, stride_vw, b, VALUE, NB, W, ASM)
+            nu = _fetch_w(vw, mw, row0 + N, g, t, kn, K, stride_vw, ASM)
+        kw = k0 // 4
+        b = _b_frags(xw, xrow0 + kw, n3, ASM)
+        if NT == 2:
+            b = b + _b_frags(xw, xrow1 + kw, n3, ASM)
+        if PLANES == 2:
+            b = b + _b_frags(xw, xp + xrow0 + kw, n3, ASM)
+            if NT == 2:
+                b = b + _b_frags(xw, xp + xrow1 + kw, n3, ASM)
+        gacc = _step(gacc, wg, b, n3, VALUE, NB, W, ASM)
+        if GATED:
+            uacc = _step(uacc, wu, b, n3, VALUE, NB, W, ASM)
+        wg = ng
+        wu = nu
 
     # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
     # the last to arrive sums them in a fixed order and runs the epilogue
@@ -306,21 +360,21 @@ def _sparse24_mma_kernel(
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
-    """Warps per program (16 rows each), pipeline depth and K split; the first is the heuristic default. The split
-    counts 16-row tiles, a gated one twice (its warp reads gate and up rows)."""
-    # ~4224 (16-row tile, K range) items: 32 warps per SM on the H200, ~40 KB of weights in flight with 3 stages
-    split = _split_for(N // 16 * (2 if gated else 1), K, 64, target=4224)
+    """Warps per program (16 rows each) and K split; the first is the heuristic default. The split counts 16-row
+    tiles, a gated one twice (its warp reads gate and up rows)."""
+    # ~4224 (16-row tile, K range) items: 32 warps per SM on the H200
+    split = _split_for(N // 16 * (2 if gated else 1), K, 128, target=4224)
     out = []
-    for w, stages, sp in ((4, 3, split), (4, 4, split), (2, 4, split), (4, 3, split // 2), (4, 3, split * 2),
-                          (8, 3, split), (4, 6, split), (2, 3, split * 2)):
-        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 64:
-            out.append(dict(W=w, STAGES=stages, SPLIT_K=sp, num_warps=w))
+    for w, sp in ((4, split), (2, split), (4, split // 2), (4, split * 2), (8, split), (2, split * 2), (8, split // 2),
+                  (1, split)):
+        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 128:
+            out.append(dict(W=w, SPLIT_K=sp, num_warps=w))
     return out
 
 
 def _interpret_config(N: int, K: int) -> dict:
     w = 2 if N % 32 == 0 else 1
-    return dict(W=w, STAGES=1, SPLIT_K=2 if K >= 128 else 1, num_warps=w)
+    return dict(W=w, SPLIT_K=2 if K >= 256 else 1, num_warps=w)
 
 
 def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
@@ -333,15 +387,17 @@ def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
         return f"{where}: 1 or 2 planes of M <= 16 tokens expected, got {tuple(xq.shape)}"
     if values.dtype not in (torch.int8, torch.float8_e4m3fn) or xq.dtype != values.dtype:
         return f"{where}: int8 or float8_e4m3fn values and planes of the same dtype, got {values.dtype}, {xq.dtype}"
-    if K % 64 or R % 64 or values.shape[1] * 2 != K or tuple(meta.shape) != (R // 64, K // 64, 512):
-        return (f"{where}: K and the rows multiples of 64 with values [R, K/2], meta [R/64, K/64, 512]; got planes "
+    if K % 128 or R % 64 or values.shape[1] * 2 != K or tuple(meta.shape) != (R // 64, K // 64, 512):
+        return (f"{where}: K a multiple of 128 and the rows of 64 with values [R, K/2], meta [R/64, K/64, 512]; got "
+                f"planes "
                 f"{tuple(xq.shape)}, values {tuple(values.shape)}, meta {tuple(meta.shape)}")
-    if meta.dtype != torch.uint8 or not meta.is_contiguous() or meta.data_ptr() % 4:
-        return f"{where}: meta must be contiguous, 4-byte aligned uint8"
-    if values.stride(1) != 1 or values.stride(0) % 4 or values.data_ptr() % 4:
-        return f"{where}: values must be rows of 4-byte aligned words"
-    if xq.stride(2) != 1 or xq.stride(1) % 4 or xq.stride(0) % 4 or xq.data_ptr() % 4:
-        return f"{where}: planes must be rows of 4-byte aligned words"
+    if meta.dtype != torch.uint8 or not meta.is_contiguous() or meta.data_ptr() % 8:
+        return f"{where}: meta must be contiguous, 8-byte aligned uint8"
+    # 16-byte vector loads of values and planes
+    if values.stride(1) != 1 or values.stride(0) % 16 or values.data_ptr() % 16:
+        return f"{where}: values must be rows of 16-byte aligned runs"
+    if xq.stride(2) != 1 or xq.stride(1) % 16 or xq.stride(0) % 16 or xq.data_ptr() % 16:
+        return f"{where}: planes must be rows of 16-byte aligned runs"
     if xs.dtype != torch.float32 or xs.shape != (M,):
         return f"{where}: token scales must be fp32 [{M}], got {xs.dtype} {tuple(xs.shape)}"
     return None
@@ -375,7 +431,7 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
     def launch(cfg):
         w, split = cfg["W"], cfg["SPLIT_K"]
         assert N % (16 * w) == 0, cfg
-        k_per = cdiv(cdiv(K, split), 64) * 64
+        k_per = cdiv(cdiv(K, split), 128) * 128
         split = cdiv(K, k_per)
         tiles = N // (16 * w)
         ns = 4 * nt * (2 if gated else 1)
@@ -384,7 +440,7 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
                       xv, xs, v, meta, wscale, bias if bias is not None else wscale, y, part, count,
                       M, N, K, k_per, xv.stride(0), xv.stride(1), v.stride(0), y.stride(0), y.stride(1),
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
-                      W=w, STAGES=cfg["STAGES"], ASM=not INTERPRET, num_warps=w)
+                      W=w, ASM=not INTERPRET, num_warps=w)
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
