@@ -30,8 +30,10 @@ case "${1:-}" in
           # MIO stalls, 4-byte per-lane loads of strided rows). Now 128-column steps with 16-byte loads (values and planes,
           # the K order permuted inside the step so each lane's A words are one run), meta as two 8-byte loads + one prmt,
           # the weights one step ahead in registers. (1) cuda tests (mmaprobe if red); (2) the layers alone (mma24);
-          # (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 and the route timings. Prediction: DRAM-bound, gate/up
-          # ~27 µs at M=1 (quad 36.4), down ~16 (22.3); M=16 the same (cuSPARSELt 38.5 / 29.3)
+          # (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 and the route timings. Second run: right, gate/up 41.9
+          # (act_split 5.7 of it) vs quad 36.4, down 29.4 (7.3) vs 22.1; ncu: DRAM 41%, scoreboard stalls, L1 hit 19%
+          # (the streamed weights evict x), 90 registers, 1.36 waves. Now the weights L1::no_allocate and PF=2 (two
+          # steps in flight) among the candidates. Prediction: gate/up kernel ~28 µs (+5.7 act_split), down ~16 (+7.3)
     export FUSED_S24_MMA=1
     timeout 220 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
       2>&1 | filt | grep -v "^  \|^$" | tail -8 | tee "$OUT/mma_test.txt"

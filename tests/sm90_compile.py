@@ -143,7 +143,7 @@ def sparse24_mma_configs():
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_vn=K // 2,
                         stride_ym=N, stride_yn=1)
             consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
-                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], ASM=True)
+                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], PF=c["PF"], ASM=True)
             out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
                         pointers, ints, consts, c["num_warps"]))
     return out

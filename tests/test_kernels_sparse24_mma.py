@@ -77,7 +77,7 @@ def test_mma_matches_reference(M, N, K, gated, vdtype, planes, act, has_bias):
     assert sqnr(reference(xh, values, meta, s, bias, act, gated), y.float()) > 40
 
 
-@pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, num_warps=1), dict(W=4, SPLIT_K=1, num_warps=4)],
+@pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, PF=1, num_warps=1), dict(W=4, SPLIT_K=1, PF=2, num_warps=4)],
                          ids=["w1-split3", "w4-nosplit"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
