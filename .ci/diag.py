@@ -1458,15 +1458,19 @@ if "mma24" in what:
                 rows = [(gus(lambda: sparse24_gemv(x, layer.values, layer.meta, layer.scale, None, act,  # noqa: B023
                                                    gated=gated)), "sparse24_gemv pick", "")]
                 rows.append((gus(lambda: act_split(x, fp8=fmt != "int8")), "act_split alone", ""))  # noqa: B023
-                for c in sm._candidates(M, N, K, gated):
+                cands = sm._candidates(M, N, K, gated)
+                for c in cands if fmt == "int8" else cands[:4]:
                     def run(c=c):
                         q, s = act_split(x, fp8=fmt != "int8")  # noqa: B023
                         return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act, gated,  # noqa: B023
                                                config=c)
                     rows.append(timed_row(run, ref, c, "mma "))
+                    if M == 1:  # the planes made inside (no act_split launch)
+                        rows.append(timed_row(lambda c=c: sm.sparse24_mma_x(  # noqa: B023
+                            x, layer.values, layer.meta, layer.scale, None, act, gated, config=c), ref, c, "mma_x "))
                 rows.sort(key=lambda r: r[0])
                 p(f"mma24 {fmt} M={M} {name}:")
-                for t, tag, c in rows:
+                for t, tag, c in rows[:8] + [r for r in rows[8:] if "sparse24_gemv" in r[1] or "alone" in r[1]]:
                     p(f"   {t:7.1f} {tag} {c}")
         del gu, dn
         torch.cuda.empty_cache()

@@ -1292,16 +1292,13 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
 
     def mma():  # decode on mma.sp: W8A16 on act_split's two planes, W8A8 on act_quant's one (the config's numerics)
         from fused.kernels.act_quant import act_quant
-        from fused.kernels.act_split import act_split
-        from fused.kernels.sparse24_mma import sparse24_mma
+        from fused.kernels.sparse24_mma import sparse24_mma, sparse24_mma_x
 
         fp8 = values.dtype == torch.float8_e4m3fn
-        if dynamic:
-            q, xs = act_quant(x2, fp8=fp8)
-            planes = q[None]
-        else:
-            planes, xs = act_split(x2, fp8=fp8)
-        return sparse24_mma(planes, xs, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
+        if not dynamic:  # W8A16: each program splits its own K range of x (no act_split launch)
+            return sparse24_mma_x(x2, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
+        q, xs = act_quant(x2, fp8=fp8)
+        return sparse24_mma(q[None], xs, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
 
     route = "packed"
     is_cuda = device.type == "cuda"
@@ -1334,7 +1331,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             if routes is not None and not capturing:
                 _note_gain("sparse24_route", key, routes[0], routes[1])
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue",
-             "mma": f"triton:{'act_quant' if dynamic else 'act_split'}+sparse24_mma"}.get(route, path)
+             "mma": "triton:act_quant+sparse24_mma" if dynamic else "triton:sparse24_mma_x"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"
     stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1

@@ -139,13 +139,24 @@ def sparse24_mma_configs():
         for N, K, gated, M in ((14336, 4096, True, 1), (4096, 14336, False, 16)):
             c = sm._candidates(M, N, K, gated)[0]
             pointers = dict(xq_ptr=ptr, xs_ptr="*fp32", v_ptr=ptr, m_ptr="*u8", ws_ptr="*fp32", b_ptr="*bf16",
-                            y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
+                            y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32", x_ptr=ptr)
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_vn=K // 2,
-                        stride_ym=N, stride_yn=1)
+                        stride_ym=N, stride_yn=1, stride_x0=0, stride_x1=0)
             consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
                           ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], PF=c["PF"], ASM=True)
             out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
                         pointers, ints, consts, c["num_warps"]))
+    # SPLIT_X (sparse24_mma_x: the planes made by each program from the 16-bit x)
+    from lowbit.quant import MIN_SCALE, SPLIT_QMAX
+    c = sm._candidates(1, 14336, 4096, True)[0]
+    pointers = dict(xq_ptr="*i8", xs_ptr="*fp32", v_ptr="*i8", m_ptr="*u8", ws_ptr="*fp32", b_ptr="*bf16",
+                    y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32", x_ptr="*bf16")
+    ints = dict(M=3, N=14336, K=4096, K_PER_SPLIT=4096 // c["SPLIT_K"], stride_xp=3 * 4096 // c["SPLIT_K"],
+                stride_xm=4096 // c["SPLIT_K"], stride_vn=2048, stride_ym=14336, stride_yn=1, stride_x0=4096,
+                stride_x1=1)
+    consts = dict(VALUE="int8", PLANES=2, NT=1, GATED=True, HAS_BIAS=False, ACT="silu", SPLIT_K=c["SPLIT_K"], W=c["W"],
+                  PF=c["PF"], ASM=True, SPLIT_X=True, QMAX=float(SPLIT_QMAX), MIN_S=MIN_SCALE)
+    out.append(("sparse24_mma_x int8 M=3 gated", sm._sparse24_mma_kernel, pointers, ints, consts, c["num_warps"]))
     return out
 
 
@@ -157,5 +168,6 @@ def mma_facts(configs: str = "sparse24_mma_configs"):
     for label, *c in globals()[configs]():
         r = compile_sm90(*c)
         ttgir = r["kernel"].asm["ttgir"]
-        out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"), r["ptx"].count("ld.global.nc.v4.b32")]
+        out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"),
+                      len(re.findall(r"ld\.global[\w.:]*\.v4\.b32", r["ptx"]))]
     return out

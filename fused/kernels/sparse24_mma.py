@@ -47,7 +47,9 @@ from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
-from lowbit.quant import FP8_SPLIT_LO
+from fused.kernels.act_quant import reciprocal
+from fused.kernels.act_split import split_planes, split_planes_fp8
+from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
 # opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
 MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
@@ -156,17 +158,18 @@ def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
 
 @triton.jit
 def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False):
-    """N (2 or 4) consecutive words at the int32 pointers p (4N-byte aligned): one vector load per lane on the GPU
-    (ld.global.nc: read-only here). STREAM (the weights, read once): L1::no_allocate, so the streamed weights do not
-    evict the x planes that every step re-reads from L1 (ncu: L1 hit rate 19% without it)."""
+    """N (2 or 4) consecutive words at the int32 pointers p (4N-byte aligned): one vector load per lane on the GPU.
+    STREAM (the weights, read once): ld.global.nc.L1::no_allocate, so the streamed weights do not evict the x planes
+    that every step re-reads from L1 (ncu: L1 hit rate 19% without it). The planes: a plain ld.global (coherent:
+    with SPLIT_X the program wrote them itself)."""
     if ASM:
         if N == 4:
             r = tl.inline_asm_elementwise("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];" if STREAM
-                                          else "ld.global.nc.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
+                                          else "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
         else:
             r = tl.inline_asm_elementwise("ld.global.nc.L1::no_allocate.v2.b32 {$0, $1}, [$2];" if STREAM
-                                          else "ld.global.nc.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
+                                          else "ld.global.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
     elif N == 4:
         r = (tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3))
@@ -258,12 +261,46 @@ def _sum_parts(part, slot, tid, mask, NS: tl.constexpr, SPLIT_K: tl.constexpr, W
 
 
 @triton.jit
+def _split_x(x_ptr, stride_x0, stride_x1, q_ptr, s_ptr, M, k_lo, k_hi, KP, TOK: tl.constexpr,
+             VALUE: tl.constexpr, QMAX: tl.constexpr, MIN_S: tl.constexpr, HAND_ROUND: tl.constexpr):
+    """SPLIT_X: the program's own planes of its K range [k_lo, k_hi) of the 16-bit x (act_split's two, with a scale
+    per token and K range: finer than per token) to q_ptr [2, M, KP] (columns from k_lo) and the scales to s_ptr [M]
+    (NaN for a range holding NaN/Inf). All threads of the program; the caller's barrier publishes them."""
+    tok = tl.arange(0, TOK)[:, None]
+    cols = tl.arange(0, 128)[None, :]
+    amax = tl.zeros((TOK,), dtype=tl.float32)
+    nans = tl.zeros((TOK,), dtype=tl.float32)
+    for kc in range(k_lo, k_hi, 128):
+        xt = tl.load(x_ptr + tok * stride_x0 + (kc + cols) * stride_x1, mask=tok < M, other=0.0).to(tl.float32)
+        amax = tl.maximum(amax, tl.max(tl.abs(xt), axis=1))
+        nans += tl.sum(tl.where(tl.abs(xt) < float("inf"), 0.0, 1.0), axis=1)
+    bad = nans > 0
+    scale = tl.maximum(amax / QMAX, MIN_S)
+    inv = reciprocal(scale)[:, None]
+    for kc in range(k_lo, k_hi, 128):
+        xt = tl.load(x_ptr + tok * stride_x0 + (kc + cols) * stride_x1, mask=tok < M, other=0.0).to(tl.float32)
+        xt = tl.where(bad[:, None], 0.0, xt)
+        if VALUE == "int8":
+            hi, lo = split_planes(xt, inv, QMAX)
+        else:
+            hi, lo = split_planes_fp8(xt, inv, QMAX, FP8_LO, HAND_ROUND)
+        dst = q_ptr + tok * KP + (kc - k_lo + cols)
+        tl.store(dst, hi.to(q_ptr.dtype.element_ty, bitcast=True), mask=tok < M)
+        tl.store(dst + M * KP, lo.to(q_ptr.dtype.element_ty, bitcast=True), mask=tok < M)
+    tl.store(s_ptr + tl.arange(0, TOK), tl.where(bad, float("nan"), scale), mask=tl.arange(0, TOK) < M)
+
+
+@triton.jit
 def _sparse24_mma_kernel(
-    xq_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
-    M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_vn, stride_ym, stride_yn,
+    xq_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr, x_ptr,
+    M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_vn, stride_ym, stride_yn, stride_x0, stride_x1,
     VALUE: tl.constexpr, PLANES: tl.constexpr, NT: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
     ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, PF: tl.constexpr, ASM: tl.constexpr,
+    SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
+    HAND_ROUND: tl.constexpr = False,
 ):
+    """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
+    16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch)."""
     NB: tl.constexpr = PLANES * NT
     NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
     pid_n = tl.program_id(0)
@@ -279,6 +316,15 @@ def _sparse24_mma_kernel(
     stride_vw = stride_vn // 4
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    xs_row = xs_ptr
+    if SPLIT_X:  # the program's planes, column 0 = k_lo; the lanes below address them as if they started at 0
+        prog = pid_k * tl.num_programs(0) + pid_n
+        q_own = xq_ptr + prog.to(tl.int64) * (2 * M * K_PER_SPLIT)
+        xs_row = xs_ptr + prog * 16
+        _split_x(x_ptr, stride_x0, stride_x1, q_own, xs_row, M, k_lo, k_hi, K_PER_SPLIT, 8 * NT, VALUE, QMAX, MIN_S,
+                 HAND_ROUND)
+        tl.debug_barrier()  # every thread's planes are written before any lane reads them
+        xw = (q_own + (0 - k_lo)).to(tl.pointer_type(tl.int32), bitcast=True)
     # B fragment set i = plane (i // NT), tokens 8·(i % NT) + g: rows past M read token M - 1 (their outputs are
     # never stored), so the loads need no mask
     n3 = t & 1
@@ -339,9 +385,12 @@ def _sparse24_mma_kernel(
         for nt in tl.static_range(NT):
             for i in tl.static_range(4):
                 ok = nt * 8 + 2 * t + (i & 1) < M
-                tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i), mask=ok)
+                xsl = 1.0
+                if SPLIT_X:  # each range has its own token scales: the partials carry them
+                    xsl = tl.load(xs_row + nt * 8 + 2 * t + (i & 1), mask=ok, other=0.0)
+                tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i) * xsl, mask=ok)
                 if GATED:
-                    tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W), _planes(uacc, NT, PLANES, VALUE, nt, i),
+                    tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W), _planes(uacc, NT, PLANES, VALUE, nt, i) * xsl,
                              mask=ok)
         tl.debug_barrier()  # every lane's partials are issued before the release below
         count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
@@ -353,7 +402,10 @@ def _sparse24_mma_kernel(
             tok = nt * 8 + 2 * t + (i & 1)
             row = row0 + g + 8 * (i >> 1)
             ok = (tok < M) & live
-            xs = tl.load(xs_ptr + tok, mask=tok < M, other=0.0)
+            if SPLIT_X and SPLIT_K > 1:
+                xs = 1.0
+            else:
+                xs = tl.load(xs_row + tok, mask=tok < M, other=0.0)
             if SPLIT_K > 1:
                 y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
             else:
@@ -431,18 +483,40 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
     why = check_mma_args(xq, xs, values, meta)
     if why:
         raise ValueError(why)
-    P, M, K = xq.shape
+    return _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, False)
+
+
+def sparse24_mma_x(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor,
+                   bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+                   out_dtype: torch.dtype | None = None, config: dict | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """W8A16 from the 16-bit x [M <= 16, K] itself (any strides): each program splits its K range into act_split's
+    two planes (scale per token and range) before its loop, so there is no act_split launch. Otherwise as
+    sparse24_mma."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"sparse24_mma_x: 16-bit x [M, K] expected, got "
+                         f"{(x.dtype, tuple(x.shape)) if isinstance(x, torch.Tensor) else type(x).__name__}")
+    M, K = x.shape
+    planes = torch.empty((2, M, K), dtype=values.dtype, device="meta")
+    why = check_mma_args(planes, torch.empty(M, device="meta"), values, meta, where="sparse24_mma_x")
+    if why:
+        raise ValueError(why)
+    return _run(x, None, values, meta, wscale, bias, act, gated, out_dtype or x.dtype, config, out, True)
+
+
+def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, split_x: bool):
+    M, K = xq.shape[-2:]
+    P = 2 if split_x else xq.shape[0]
     R = values.shape[0]
+    where = "sparse24_mma_x" if split_x else "sparse24_mma"
     if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
-        raise ValueError(f"sparse24_mma: wscale must be fp32 [{R}]")
+        raise ValueError(f"{where}: wscale must be fp32 [{R}]")
     if gated and R % 128:
-        raise ValueError(f"sparse24_mma: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} "
-                         "rows")
+        raise ValueError(f"{where}: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} rows")
     N = R // 2 if gated else R
-    y = check_out(out, (M, N), out_dtype, xq.device) if out is not None else empty((M, N), device=xq.device,
-                                                                                    dtype=out_dtype)
+    dev = xq.device
+    y = check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
     value = "int8" if values.dtype == torch.int8 else "fp8"
-    xv = xq.view(torch.uint8) if value == "fp8" else xq
     v = values.view(torch.uint8) if value == "fp8" else values
     nt = 1 if M <= 8 else 2
 
@@ -452,16 +526,28 @@ def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta:
         k_per = cdiv(cdiv(K, split), 128) * 128
         split = cdiv(K, k_per)
         tiles = N // (16 * w)
-        ns = 4 * nt * (2 if gated else 1)
-        part, count = buffers(xq.device, tiles * split * ns * 32 * w, tiles)
+        n_part = tiles * split * (4 * nt * (2 if gated else 1)) * 32 * w
+        if split_x:  # the programs' scratch after the partials: scales [programs, 16], planes [programs, 2, M, k_per]
+            n_scr = tiles * split * (16 + 2 * M * k_per // 4)
+            part, count = buffers(dev, n_part + n_scr, tiles)
+            qs = part[n_part:n_part + tiles * split * 16]
+            q = part[n_part + tiles * split * 16:n_part + n_scr].view(torch.uint8 if value == "fp8" else torch.int8)
+            xsrc, sxp, sxm, x_args = q, M * k_per, k_per, (xq, xq.stride(0), xq.stride(1))
+            fp8 = value == "fp8"
+            extra = dict(SPLIT_X=True, QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE,
+                         HAND_ROUND=fp8 and INTERPRET)
+        else:
+            part, count = buffers(dev, n_part, tiles)
+            xsrc = xq.view(torch.uint8) if value == "fp8" else xq
+            qs, sxp, sxm, x_args, extra = xs, xsrc.stride(0), xsrc.stride(1), (xsrc, 0, 0), {}
         launch_kernel(_sparse24_mma_kernel, (tiles, split),
-                      xv, xs, v, meta, wscale, bias if bias is not None else wscale, y, part, count,
-                      M, N, K, k_per, xv.stride(0), xv.stride(1), v.stride(0), y.stride(0), y.stride(1),
+                      xsrc, qs, v, meta, wscale, bias if bias is not None else wscale, y, part, count, x_args[0],
+                      M, N, K, k_per, sxp, sxm, v.stride(0), y.stride(0), y.stride(1), x_args[1], x_args[2],
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
-                      W=w, PF=cfg.get("PF", 1), ASM=not INTERPRET, num_warps=w)
+                      W=w, PF=cfg.get("PF", 1), ASM=not INTERPRET, num_warps=w, **extra)
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
-        config = pick("sparse24_mma", (m_bucket(M), N, K, gated, P, values.dtype), cands, launch)
+        config = pick(where, (m_bucket(M), N, K, gated, P, values.dtype), cands, launch)
     launch(config)
     return y
