@@ -1,12 +1,22 @@
 """2:4 decode on the sparse tensor cores (M <= 16, 8-bit values, cuSPARSELt-tiled meta): y = epilogue(x · Wᵀ).
 
 x arrives as 8-bit planes: act_split's two (int8 values: x ≈ s·(256·hi + lo); e4m3 values: x ≈ s·(hi + lo/16):
-the W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q). The products then run on
-`mma.sp` (m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware), so the K loop has no
-per-weight work: per 16-row x 64-column step a lane loads 4 words of packed values and 4 metadata words and issues one
-mma.sp per x plane and 8 tokens. sm_90 (Triton 3.6), gated int8, two planes: 113 instructions per thread and step
-(40 weight bytes per thread, 2.8 per byte, mostly cp.async and address arithmetic) where the "quad" GEMV
-(sparse24_gemv) spends 6.9 per byte selecting x and widening values; 48 registers.
+the W8A16 numerics of the split-activation GEMMs) or one act_quant plane (W8A8, x ≈ s·q); or (sparse24_mma_x,
+SPLIT_X) the 16-bit x itself, each program splitting its own K range first (act_split's planes with a scale per
+token and range) into a scratch it then reads, so no act_split launch precedes it. The products run on `mma.sp`
+(m16n8k64: 16 weight rows x 64 columns of K, the 2:4 selection done by the hardware): the K loop has no per-weight
+work. A warp's step is 16 rows x 128 columns (two mma.sp per x plane and 8 tokens); within the step the K order is
+permuted (the same for A and B, whole 2:4 groups) so that a lane's A words are ONE 16-byte run per row: per step a
+lane loads its values as two 16-byte vectors (rows g and g+8, packed bytes 16t .. 16t+15), the metadata as two
+8-byte vectors and x as four 16-byte vectors per plane (the words it needs picked by t % 2). The first version
+(4-byte loads of strided rows, 64-column steps) was L1-bound at 2.2x the quad GEMV's time (H200 ncu, twenty-second
+session). The weights are prefetched PF steps ahead in registers and read L1::no_allocate (x stays in L1).
+
+Logical -> physical groups within a step, mma m (0, 1), lane t' = 0..3 of a quad: a0's groups 2t', 2t'+1 are the
+physical groups 8t' + 2m + {0, 1} (bytes 16t' + 4m .. +3: word m of the row's 16-byte run), a2's groups 8 + 2t',
+9 + 2t' are 8t' + 4 + 2m + {0, 1} (word 2 + m). So the metadata word of lane (g, t) for mma m is meta bytes 4c + 2h + m
+(c = 0..3, h = t // 2) of row g + 8(t % 2): in cuSPARSELt's tiles, byte n3 and 2 + n3 (n3 = t % 2) of word 2h + m of
+the quad's run in each of the step's two tiles: one prmt. B word j of mma m is x word 8h + n3 + 2m + {0, 16, 4, 20}[j].
 
 Fragments (PTX ISA, sparse mma.m16n8k64 with 8-bit types), lane L = 4g + t:
   A (packed values, 4 words)  a0: row g, packed columns 4t..4t+3 of the step's 32;  a1: row g+8, the same columns;
@@ -18,9 +28,8 @@ Fragments (PTX ISA, sparse mma.m16n8k64 with 8-bit types), lane L = 4g + t:
   B (one x plane, 4 words)    token g, K columns 16j + 4t .. +3 for word j
   D (4 accumulators)          d0 / d1: row g, tokens 2t / 2t+1;  d2 / d3: row g+8, tokens 2t / 2t+1
 cuSPARSELt's 512-byte meta tile (sparsity.packing.tile_meta) holds, for the warp whose 16 rows are sub-tile s of a
-64-row tile, words 32·s + L with bytes (g, t), (g+8, t), (g, t+4), (g+8, t+4): the same 128 bytes, byte-transposed
-within each quad. Lane (g, t) reads the quad's 16 bytes (words 4g .. 4g+3) and keeps byte t of each, so the one
-buffer that serves cuSPARSELt serves this kernel with the same 128-byte metadata read per warp and step.
+64-row tile, words 32·s + 4g + b with bytes (g, b), (g+8, b), (g, b+4), (g+8, b+4) (row, byte of the row's 8): the
+one buffer that serves cuSPARSELt serves this kernel.
 
 Lanes are the physical ones (%tid.x, read by inline asm), so the fragments do not depend on how Triton lays out the
 [32·W] tensors. The interpreter has neither tensor cores nor %tid.x: there the lanes are the tensor positions and
