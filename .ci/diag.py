@@ -1444,12 +1444,12 @@ if "mma24" in what:
     from fused.kernels.sparse24_gemv import sparse24_gemv
     from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
     torch.manual_seed(0)
-    for fmt in ("int8", "float8_e4m3"):
+    for fmt in os.environ.get("MMA24_FMTS", "int8,float8_e4m3").split(","):
         gu = FusedSparseGatedLinear.from_float(torch.randn(2 * 14336, 4096, device="cuda") * 4096 ** -0.5, None,
                                                fmt=fmt, dynamic=False)
         dn = FusedSparseLinear.from_float(torch.randn(4096, 14336, device="cuda") * 14336 ** -0.5, None, fmt=fmt,
                                           dynamic=False)
-        for M in (1, 16):
+        for M in [int(m) for m in os.environ.get("MMA24_MS", "1,16").split(",")]:
             for name, layer, gated, K in (("gate/up", gu, True, 4096), ("down", dn, False, 14336)):
                 x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
                 act = "silu" if gated else "none"

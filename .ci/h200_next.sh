@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh mma24|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-first", "Open leads now"), in this order: `mma24` (2:4 decode on mma.sp), `quad16`
 # (16-row quad tiles on tiled meta with the two-step row sum), `testsx1` + `testsx2` (the suite's two halves), then `retune16`, `retune24`, `sixteenth1`, `gptfull`,
 # `w8a16eager`. Each fits one 600 s call.
@@ -47,6 +47,18 @@ case "${1:-}" in
       --configs "ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" --out "$OUT/mma" > "$OUT/mma.log" 2>&1
     grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
     routes "$OUT/mma/bench.json" | grep "_graph" | head -12  # the CUDA-graph route timings (mma among them)
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  mma24b)  # twenty-second session, the short form of mma24 for a small device budget (~300 s): the int8 cuda tests and
+           # the route's, the int8 layers alone at M = 1 (mma, mma_x, quad), the int8 2:4 rows at M = 1 / 16
+    export FUSED_S24_MMA=1
+    timeout 160 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+      -k "int8" 2>&1 | filt | grep -v "^  \|^$" | tail -6 | tee "$OUT/mma_test.txt"
+    if grep -q "failed\|error" "$OUT/mma_test.txt"; then exit 0; fi
+    MMA24_FMTS=int8 MMA24_MS=1 timeout 120 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
+    timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+      --configs "ours int8 2:4 W8A16,ours int8 2:4 W8A8" --out "$OUT/mma" > "$OUT/mma.log" 2>&1
+    grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -4
+    routes "$OUT/mma/bench.json" | grep "_graph" | head -8
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   ncumma)  # twenty-first session, for after mma24: ncu of sparse24_mma's default config (int8 2:4 gate/up and down, M=1):
            # DRAM throughput against the pure-read ~3.9 TB/s, issue slots, stalls. Prediction: DRAM > 70%, issue < 30%
