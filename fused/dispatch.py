@@ -17,8 +17,8 @@ the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
-compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (opt-in FUSED_S24_MMA=1, M <= 16)
-x as 8-bit planes into sparse24_mma (mma.sp on the same buffer), whichever is faster.
+compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (opt-in FUSED_S24_MMA=1, M <= 16,
+int8) sparse24_mma on the same buffer (mma.sp; W8A16 splits x inside, W8A8 after act_quant), whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "sparse24_mlp_block" / "mlp_block" with both layers W8A8, above M=16: the first layer hands h to the second
 already quantized per token (HANDOFF).
@@ -1019,7 +1019,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
 # to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
-# _cslt), "mma" (at M <= 16 with FUSED_S24_MMA=1: x as 8-bit planes into sparse24_mma, 2:4 on mma.sp, see _mma_ok),
+# _cslt), "mma" (int8 at M <= 16 with FUSED_S24_MMA=1: sparse24_mma_x / act_quant + sparse24_mma, 2:4 on mma.sp,
+# see _mma_ok),
 # or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
 SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
@@ -1215,8 +1216,10 @@ def _mma_ok(x2, values, meta, M: int, handoff: str, gated: bool) -> bool:
         return False
     if x2.dtype not in (torch.bfloat16, torch.float16) or (gated and values.shape[0] % 128):
         return False
-    # mma.sp: sm_80 for int8, sm_89 for e4m3
-    if torch.cuda.get_device_capability(x2.device) < ((8, 9) if values.dtype == torch.float8_e4m3fn else (8, 0)):
+    # int8 only: e4m3's mma.sp is lowered by ptxas (sm_90) to two f16 HMMA.SP with conversions and shuffles (616
+    # instructions per step against int8's 91, 186 registers) and lost every layer on the H200 (twenty-second
+    # session); sparse24_mma still runs it when called directly
+    if values.dtype != torch.int8 or torch.cuda.get_device_capability(x2.device) < (8, 0):
         return False
     planes = torch.empty((2, M, x2.shape[1]), dtype=values.dtype, device="meta")
     return sm.check_mma_args(planes, torch.empty(M, device="meta"), values, meta) is None
