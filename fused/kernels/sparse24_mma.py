@@ -325,6 +325,19 @@ def _sparse24_mma_kernel(
     stride_vw = stride_vn // 4
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    # the weights PF steps ahead in registers (steps past the range re-read the last one: cache hits, no bounds test);
+    # issued before SPLIT_X's prologue, so the first weights are in flight while the program splits x
+    wg = _fetch_w(vw, mw, row0, g, t, k_lo, K, stride_vw, ASM)
+    wu = wg
+    if GATED:
+        wu = _fetch_w(vw, mw, row0 + N, g, t, k_lo, K, stride_vw, ASM)
+    wg2 = wg
+    wu2 = wu
+    if PF == 2:
+        k1 = tl.minimum(k_lo + 128, k_hi - 128)
+        wg2 = _fetch_w(vw, mw, row0, g, t, k1, K, stride_vw, ASM)
+        if GATED:
+            wu2 = _fetch_w(vw, mw, row0 + N, g, t, k1, K, stride_vw, ASM)
     xs_row = xs_ptr
     if SPLIT_X:  # the program's planes, column 0 = k_lo; the lanes below address them as if they started at 0
         prog = pid_k * tl.num_programs(0) + pid_n
@@ -346,18 +359,6 @@ def _sparse24_mma_kernel(
     if NB == 4:
         gacc = gacc + _zeros4(W, VALUE) + _zeros4(W, VALUE)
     uacc = gacc
-    # the weights PF steps ahead in registers (steps past the range re-read the last one: cache hits, no bounds test)
-    wg = _fetch_w(vw, mw, row0, g, t, k_lo, K, stride_vw, ASM)
-    wu = wg
-    if GATED:
-        wu = _fetch_w(vw, mw, row0 + N, g, t, k_lo, K, stride_vw, ASM)
-    wg2 = wg
-    wu2 = wu
-    if PF == 2:
-        k1 = tl.minimum(k_lo + 128, k_hi - 128)
-        wg2 = _fetch_w(vw, mw, row0, g, t, k1, K, stride_vw, ASM)
-        if GATED:
-            wu2 = _fetch_w(vw, mw, row0 + N, g, t, k1, K, stride_vw, ASM)
     for k0 in range(k_lo, k_hi, 128):
         kn = tl.minimum(k0 + 128 * PF, k_hi - 128)
         ng = _fetch_w(vw, mw, row0, g, t, kn, K, stride_vw, ASM)
