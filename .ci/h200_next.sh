@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-second", "Open leads now"), in this order: `ncumma` (where the new 128-column mma loop
-# waits: DRAM 41% before no_allocate/PF), `mma24b` (SPLIT_X's first weights now overlap its prologue), then `quad16`,
-# `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
-# Each fits one 600 s call; mma24b fits ~250 s.
+# Next session (NOTES "twenty-second", "Open leads now"), in this order: `mma24b` (sparse24_mma's loop rebuilt after
+# the SASS showed its prefetch serialized: U steps loaded per iteration, FENCE variants), `ncumma` on the winner, then
+# `quad16`, `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`,
+# `w8a16eager`. Each fits one 600 s call; mma24b fits ~250 s.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -51,7 +51,12 @@ case "${1:-}" in
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   mma24b)  # twenty-second session, the short form of mma24 for a small device budget (~250 s), most telling first: the
            # int8 layers alone at M = 1 (mma, mma_x, quad; each candidate's dB against quad's output), the int8 2:4
-           # W8A16 row at M = 1 with the route timings, then the int8 cuda tests and the route's
+           # W8A16 row at M = 1 with the route timings, then the int8 cuda tests and the route's. Run 6 (PF loop):
+           # gate/up 41.2 vs quad 36.2, down 26.9 vs 22.1. Since: the PF loop's weights were copied at the back edge
+           # right after their loads (16 IMAD.MOV waiting on them: one DRAM latency per step); now U = 2 / 4 steps
+           # loaded per iteration, none carried, and FENCE (a barrier after the loads so ptxas issues all of them
+           # first: 16 / 32 weight loads ahead of the first mma, 150 / 184 registers gated). Prediction: FENCE U=4
+           # gate/up ~28 µs (+ act_split ~3 in the graph), down ~17; block int8 2:4 W8A16 M=1 54 -> ~47
     export FUSED_S24_MMA=1
     MMA24_FMTS=int8 MMA24_MS=1 timeout 110 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
     timeout 100 python3 -m fused bench --blocks llama --m 1 --no-baselines --configs "ours int8 2:4 W8A16" \

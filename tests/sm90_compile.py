@@ -143,7 +143,8 @@ def sparse24_mma_configs():
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_vn=K // 2,
                         stride_ym=N, stride_yn=1, stride_x0=0, stride_x1=0)
             consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
-                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], PF=c["PF"], ASM=True)
+                          ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], U=c["U"], EVEN=True,
+                          FENCE=c["FENCE"], ASM=True)
             out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
                         pointers, ints, consts, c["num_warps"]))
     # SPLIT_X (sparse24_mma_x: the planes made by each program from the 16-bit x)
@@ -155,7 +156,8 @@ def sparse24_mma_configs():
                 stride_xm=4096 // c["SPLIT_K"], stride_vn=2048, stride_ym=14336, stride_yn=1, stride_x0=4096,
                 stride_x1=1)
     consts = dict(VALUE="int8", PLANES=2, NT=1, GATED=True, HAS_BIAS=False, ACT="silu", SPLIT_K=c["SPLIT_K"], W=c["W"],
-                  PF=c["PF"], ASM=True, SPLIT_X=True, QMAX=float(SPLIT_QMAX), MIN_S=MIN_SCALE)
+                  U=c["U"], EVEN=True, FENCE=c["FENCE"], ASM=True, SPLIT_X=True, QMAX=float(SPLIT_QMAX),
+                  MIN_S=MIN_SCALE)
     out.append(("sparse24_mma_x int8 M=3 gated", sm._sparse24_mma_kernel, pointers, ints, consts, c["num_warps"]))
     return out
 

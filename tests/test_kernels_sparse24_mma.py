@@ -3,8 +3,9 @@
 On the CPU (TRITON_INTERPRET=1) the lanes' loads, the split-K and the epilogue run as on the GPU and the warp
 product comes from _mma_emu (the PTX fragment rules, see the kernel's docstring); the cuda tests check those rules
 against the tensor cores on the Llama shapes, every tuner candidate, bit for bit across runs. Shapes: M = 1, 3, 5, 9
-(two token tiles), 16; N multiples of 64 and K of 128 (tiled meta, 128-column steps); split-K over 2 and 3 ranges; one and two x planes;
-int8 and e4m3 values; outputs poisoned with NaN; accuracy as SQNR against the reference on the same planes."""
+(two token tiles), 16; N multiples of 64 and K of 128 (tiled meta, 128-column steps); split-K over 2 and 3 ranges,
+ranges that end inside an iteration of U steps (the masked steps); one and two x planes; int8 and e4m3 values;
+outputs poisoned with NaN; accuracy as SQNR against the reference on the same planes."""
 import pytest
 import torch
 
@@ -77,7 +78,8 @@ def test_mma_matches_reference(M, N, K, gated, vdtype, planes, act, has_bias):
     assert sqnr(reference(xh, values, meta, s, bias, act, gated), y.float()) > 40
 
 
-@pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, PF=1, num_warps=1), dict(W=4, SPLIT_K=1, PF=2, num_warps=4)],
+@pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, U=2, num_warps=1),
+                                 dict(W=4, SPLIT_K=1, U=4, FENCE=True, num_warps=4)],
                          ids=["w1-split3", "w4-nosplit"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
@@ -165,7 +167,7 @@ def test_mma_x_matches_weight_only_reference(M, N, K, gated, vdtype, act, has_bi
     x = torch.randn(M, 2 * K, dtype=torch.bfloat16)[:, ::2]
     x[0, 0] = 3000.0
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
-    cfg = dict(W=2, SPLIT_K=split, PF=2, num_warps=2)
+    cfg = dict(W=2, SPLIT_K=split, U=2, FENCE=split == 3, num_warps=2)
     y = sparse24_mma_x(x, values, tiled, s, bias, act, gated, config=cfg, out=out)
     ref = (sparse24_gated_ref(x, values, meta, s, bias, act) if gated
            else sparse24_linear_ref(x, values, meta, s, bias, act))
@@ -178,7 +180,7 @@ def test_mma_x_nan_row_and_bad_inputs():
     values, meta, tiled, s = packed(N, K, torch.int8)
     x = torch.randn(3, K, dtype=torch.bfloat16)
     x[1, 200] = float("inf")
-    y = sparse24_mma_x(x, values, tiled, s, config=dict(W=2, SPLIT_K=2, PF=1, num_warps=2))
+    y = sparse24_mma_x(x, values, tiled, s, config=dict(W=2, SPLIT_K=2, U=2, num_warps=2))
     assert y[1].isnan().all() and not y[[0, 2]].isnan().any()
     with pytest.raises(ValueError, match="16-bit x"):
         sparse24_mma_x(x.float(), values, tiled, s)

@@ -10,7 +10,8 @@ permuted (the same for A and B, whole 2:4 groups) so that a lane's A words are O
 lane loads its values as two 16-byte vectors (rows g and g+8, packed bytes 16t .. 16t+15), the metadata as two
 8-byte vectors and x as four 16-byte vectors per plane (the words it needs picked by t % 2). The first version
 (4-byte loads of strided rows, 64-column steps) was L1-bound at 2.2x the quad GEMV's time (H200 ncu, twenty-second
-session). The weights are prefetched PF steps ahead in registers and read L1::no_allocate (x stays in L1).
+session). A warp loads U steps of weights at once per iteration (none carried across iterations: see the loop) and
+reads them L1::no_allocate (x stays in L1).
 
 Logical -> physical groups within a step, mma m (0, 1), lane t' = 0..3 of a quad: a0's groups 2t', 2t'+1 are the
 physical groups 8t' + 2m + {0, 1} (bytes 16t' + 4m .. +3: word m of the row's 16-byte run), a2's groups 8 + 2t',
@@ -166,20 +167,23 @@ def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
 
 
 @triton.jit
-def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False):
+def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PURE: tl.constexpr = True):
     """N (2 or 4) consecutive words at the int32 pointers p (4N-byte aligned): one vector load per lane on the GPU.
     STREAM (the weights, read once): ld.global.nc.L1::no_allocate, so the streamed weights do not evict the x planes
     that every step re-reads from L1 (ncu: L1 hit rate 19% without it). The planes: a plain ld.global (coherent:
-    with SPLIT_X the program wrote them itself)."""
+    with SPLIT_X the program wrote them itself). PURE False: neither LLVM nor ptxas moves the load below a FENCE
+    barrier (plain ld.global: ptxas reorders .nc loads across bar.sync)."""
     if ASM:
         if N == 4:
-            r = tl.inline_asm_elementwise("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];" if STREAM
+            r = tl.inline_asm_elementwise(("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];" if PURE
+                                           else "ld.global.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];") if STREAM
                                           else "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
-                                          dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+                                          dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=PURE, pack=1)
         else:
-            r = tl.inline_asm_elementwise("ld.global.nc.L1::no_allocate.v2.b32 {$0, $1}, [$2];" if STREAM
+            r = tl.inline_asm_elementwise(("ld.global.nc.L1::no_allocate.v2.b32 {$0, $1}, [$2];" if PURE
+                                           else "ld.global.L1::no_allocate.v2.b32 {$0, $1}, [$2];") if STREAM
                                           else "ld.global.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
-                                          dtype=(tl.int32, tl.int32), is_pure=True, pack=1)
+                                          dtype=(tl.int32, tl.int32), is_pure=PURE, pack=1)
     elif N == 4:
         r = (tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3))
     else:
@@ -188,13 +192,13 @@ def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False):
 
 
 @triton.jit
-def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr):
+def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.constexpr = False):
     """A warp's weights for one 128-column step, 12 words per lane: rows g and g+8, packed bytes 16t .. 16t+15 of
     the step (one 16-byte load each), and words 4g + 2(t // 2), +1 of the step's two meta tiles (8 bytes each)."""
     ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
     mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
-    return (_ld(ra, 4, ASM, True) + _ld(ra + 8 * stride_vw, 4, ASM, True) + _ld(mb, 2, ASM, True)
-            + _ld(mb + 128, 2, ASM, True))
+    return (_ld(ra, 4, ASM, True, not FENCE) + _ld(ra + 8 * stride_vw, 4, ASM, True, not FENCE)
+            + _ld(mb, 2, ASM, True, not FENCE) + _ld(mb + 128, 2, ASM, True, not FENCE))
 
 
 @triton.jit
@@ -209,6 +213,30 @@ def _b_frags(xw, base, n3, ASM: tl.constexpr):
     return (tl.where(odd, x0[1], x0[0]), tl.where(odd, x2[1], x2[0]), tl.where(odd, x1[1], x1[0]),
             tl.where(odd, x3[1], x3[0]), tl.where(odd, x0[3], x0[2]), tl.where(odd, x2[3], x2[2]),
             tl.where(odd, x1[3], x1[2]), tl.where(odd, x3[3], x3[2]))
+
+
+@triton.jit
+def _x_frags(xw, xrow0, xrow1, xp, kw, n3, NT: tl.constexpr, PLANES: tl.constexpr, ASM: tl.constexpr):
+    """The step's B fragment sets (plane-major, then token tile) at word kw of K."""
+    b = _b_frags(xw, xrow0 + kw, n3, ASM)
+    if NT == 2:
+        b = b + _b_frags(xw, xrow1 + kw, n3, ASM)
+    if PLANES == 2:
+        b = b + _b_frags(xw, xp + xrow0 + kw, n3, ASM)
+        if NT == 2:
+            b = b + _b_frags(xw, xp + xrow1 + kw, n3, ASM)
+    return b
+
+
+@triton.jit
+def _live(w, ok, EVEN: tl.constexpr):
+    """Fetched weights w, their values zeroed unless ok (a step past the range)."""
+    r = w
+    if not EVEN:
+        r = (tl.where(ok, w[0], 0), tl.where(ok, w[1], 0), tl.where(ok, w[2], 0), tl.where(ok, w[3], 0),
+             tl.where(ok, w[4], 0), tl.where(ok, w[5], 0), tl.where(ok, w[6], 0), tl.where(ok, w[7], 0),
+             w[8], w[9], w[10], w[11])
+    return r
 
 
 @triton.jit
@@ -304,7 +332,8 @@ def _sparse24_mma_kernel(
     xq_ptr, xs_ptr, v_ptr, m_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr, x_ptr,
     M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_vn, stride_ym, stride_yn, stride_x0, stride_x1,
     VALUE: tl.constexpr, PLANES: tl.constexpr, NT: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
-    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, PF: tl.constexpr, ASM: tl.constexpr,
+    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, U: tl.constexpr, EVEN: tl.constexpr,
+    ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
     HAND_ROUND: tl.constexpr = False,
 ):
@@ -325,19 +354,6 @@ def _sparse24_mma_kernel(
     stride_vw = stride_vn // 4
     k_lo = pid_k * K_PER_SPLIT
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    # the weights PF steps ahead in registers (steps past the range re-read the last one: cache hits, no bounds test);
-    # issued before SPLIT_X's prologue, so the first weights are in flight while the program splits x
-    wg = _fetch_w(vw, mw, row0, g, t, k_lo, K, stride_vw, ASM)
-    wu = wg
-    if GATED:
-        wu = _fetch_w(vw, mw, row0 + N, g, t, k_lo, K, stride_vw, ASM)
-    wg2 = wg
-    wu2 = wu
-    if PF == 2:
-        k1 = tl.minimum(k_lo + 128, k_hi - 128)
-        wg2 = _fetch_w(vw, mw, row0, g, t, k1, K, stride_vw, ASM)
-        if GATED:
-            wu2 = _fetch_w(vw, mw, row0 + N, g, t, k1, K, stride_vw, ASM)
     xs_row = xs_ptr
     if SPLIT_X:  # the program's planes, column 0 = k_lo; the lanes below address them as if they started at 0
         prog = pid_k * tl.num_programs(0) + pid_n
@@ -359,31 +375,57 @@ def _sparse24_mma_kernel(
     if NB == 4:
         gacc = gacc + _zeros4(W, VALUE) + _zeros4(W, VALUE)
     uacc = gacc
-    for k0 in range(k_lo, k_hi, 128):
-        kn = tl.minimum(k0 + 128 * PF, k_hi - 128)
-        ng = _fetch_w(vw, mw, row0, g, t, kn, K, stride_vw, ASM)
-        nu = ng
+    # U steps of weights loaded at the top of each iteration, none carried to the next: a loop-carried load result
+    # is copied at the back edge and the copy waits for the load (sm_90 SASS of the first form, weights prefetched
+    # one step ahead: 16 IMAD.MOV right after the loads, so every step waited a full DRAM latency). Steps past the
+    # range (only when K_PER_SPLIT does not divide K: EVEN false) re-read the last one with its values zeroed.
+    for k0 in range(k_lo, k_hi, 128 * U):
+        wa = _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM, FENCE)
+        ua = wa
         if GATED:
-            nu = _fetch_w(vw, mw, row0 + N, g, t, kn, K, stride_vw, ASM)
-        kw = k0 // 4
-        b = _b_frags(xw, xrow0 + kw, n3, ASM)
-        if NT == 2:
-            b = b + _b_frags(xw, xrow1 + kw, n3, ASM)
-        if PLANES == 2:
-            b = b + _b_frags(xw, xp + xrow0 + kw, n3, ASM)
-            if NT == 2:
-                b = b + _b_frags(xw, xp + xrow1 + kw, n3, ASM)
-        gacc = _step(gacc, wg, b, n3, VALUE, NB, W, ASM)
+            ua = _fetch_w(vw, mw, row0 + N, g, t, k0, K, stride_vw, ASM, FENCE)
+        kb = tl.minimum(k0 + 128, k_hi - 128)
+        wb = wa
+        ub = ua
+        if U >= 2:
+            wb = _fetch_w(vw, mw, row0, g, t, kb, K, stride_vw, ASM, FENCE)
+            if GATED:
+                ub = _fetch_w(vw, mw, row0 + N, g, t, kb, K, stride_vw, ASM, FENCE)
+        kc = tl.minimum(k0 + 256, k_hi - 128)
+        kd = tl.minimum(k0 + 384, k_hi - 128)
+        wc = wa
+        uc = ua
+        wd = wa
+        ud = ua
+        if U == 4:
+            wc = _fetch_w(vw, mw, row0, g, t, kc, K, stride_vw, ASM, FENCE)
+            wd = _fetch_w(vw, mw, row0, g, t, kd, K, stride_vw, ASM, FENCE)
+            if GATED:
+                uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE)
+                ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE)
+        if FENCE:  # ptxas may not sink the loads below a barrier: all U steps' weights in flight at once
+            tl.debug_barrier()
+        b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, NT, PLANES, ASM)
+        gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
         if GATED:
-            uacc = _step(uacc, wu, b, n3, VALUE, NB, W, ASM)
-        if PF == 2:
-            wg = wg2
-            wu = wu2
-            wg2 = ng
-            wu2 = nu
-        else:
-            wg = ng
-            wu = nu
+            uacc = _step(uacc, ua, b, n3, VALUE, NB, W, ASM)
+        if U >= 2:
+            ok = k0 + 128 < k_hi
+            b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, NT, PLANES, ASM)
+            gacc = _step(gacc, _live(wb, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            if GATED:
+                uacc = _step(uacc, _live(ub, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+        if U == 4:
+            ok = k0 + 256 < k_hi
+            b = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, NT, PLANES, ASM)
+            gacc = _step(gacc, _live(wc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            if GATED:
+                uacc = _step(uacc, _live(uc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            ok = k0 + 384 < k_hi
+            b = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, NT, PLANES, ASM)
+            gacc = _step(gacc, _live(wd, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            if GATED:
+                uacc = _step(uacc, _live(ud, ok, EVEN), b, n3, VALUE, NB, W, ASM)
 
     # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
     # the last to arrive sums them in a fixed order and runs the epilogue
@@ -439,22 +481,24 @@ def _sparse24_mma_kernel(
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
-    """Warps per program (16 rows each), K split and prefetch distance (steps of weights in flight per warp); the
-    first is the heuristic default. The split counts 16-row tiles, a gated one twice (its warp reads gate and up
-    rows)."""
+    """Warps per program (16 rows each), K split, U (128-column steps whose weights a warp loads per iteration) and
+    FENCE (a barrier after those loads, so ptxas issues them all before the first mma instead of next to their use:
+    U = 4 gated then holds 10 KB in flight per warp, 184 registers); the first is the heuristic default. The split
+    counts 16-row tiles, a gated one twice (its warp reads gate and up rows)."""
     # ~4224 (16-row tile, K range) items: 32 warps per SM on the H200
     s = _split_for(N // 16 * (2 if gated else 1), K, 128, target=4224)
     out = []
-    for w, sp, pf in ((4, s, 2), (4, s, 1), (1, s, 2), (1, s, 1), (2, s, 2), (4, s // 2, 2), (8, s // 2, 2),
-                      (4, 2 * s, 2), (2, 2 * s, 1), (8, s, 1)):
-        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 128:
-            out.append(dict(W=w, SPLIT_K=sp, PF=pf, num_warps=w))
+    for w, sp, u, fence in ((1, s, 4, True), (4, s, 4, True), (2, s, 4, True), (1, s, 2, True), (4, s, 2, True),
+                            (4, s // 2, 4, True), (1, 2 * s, 2, True), (4, s, 4, False), (4, s, 2, False),
+                            (1, s, 2, False)):
+        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 128 * u:
+            out.append(dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w))
     return out
 
 
 def _interpret_config(N: int, K: int) -> dict:
     w = 2 if N % 32 == 0 else 1
-    return dict(W=w, SPLIT_K=2 if K >= 256 else 1, PF=2, num_warps=w)
+    return dict(W=w, SPLIT_K=2 if K >= 256 else 1, U=2, FENCE=False, num_warps=w)
 
 
 def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
@@ -533,7 +577,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
     def launch(cfg):
         w, split = cfg["W"], cfg["SPLIT_K"]
         assert N % (16 * w) == 0, cfg
-        k_per = cdiv(cdiv(K, split), 128) * 128
+        u = cfg.get("U", 2)
+        k_per = cdiv(cdiv(K, split), 128 * u) * 128 * u  # whole iterations of U steps, the last program's excepted
         split = cdiv(K, k_per)
         tiles = N // (16 * w)
         n_part = tiles * split * (4 * nt * (2 if gated else 1)) * 32 * w
@@ -554,7 +599,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       xsrc, qs, v, meta, wscale, bias if bias is not None else wscale, y, part, count, x_args[0],
                       M, N, K, k_per, sxp, sxm, v.stride(0), y.stride(0), y.stride(1), x_args[1], x_args[2],
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
-                      W=w, PF=cfg.get("PF", 1), ASM=not INTERPRET, num_warps=w, **extra)
+                      W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
+                      **extra)
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
