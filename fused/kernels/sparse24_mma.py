@@ -10,8 +10,9 @@ permuted (the same for A and B, whole 2:4 groups) so that a lane's A words are O
 lane loads its values as two 16-byte vectors (rows g and g+8, packed bytes 16t .. 16t+15), the metadata as two
 8-byte vectors and x as four 16-byte vectors per plane (the words it needs picked by t % 2). The first version
 (4-byte loads of strided rows, 64-column steps) was L1-bound at 2.2x the quad GEMV's time (H200 ncu, twenty-second
-session). A warp loads U steps of weights at once per iteration (none carried across iterations: see the loop) and
-reads them L1::no_allocate (x stays in L1).
+session); then a loop that prefetched the next step's weights in loop-carried registers stayed latency-bound (the
+back-edge copies waited on the loads). Now a warp loads U steps of weights per iteration, none carried, optionally
+fenced (FENCE) so ptxas issues them all before the first mma, and reads them L1::no_allocate (x stays in L1).
 
 Logical -> physical groups within a step, mma m (0, 1), lane t' = 0..3 of a quad: a0's groups 2t', 2t'+1 are the
 physical groups 8t' + 2m + {0, 1} (bytes 16t' + 4m .. +3: word m of the row's 16-byte run), a2's groups 8 + 2t',
