@@ -33,10 +33,9 @@ case "${1:-}" in
           # the weights one step ahead in registers. (1) cuda tests (mmaprobe if red); (2) the layers alone (mma24);
           # (3) the 2:4 rows at M = 1 / 16 with FUSED_S24_MMA=1 and the route timings. Second run: right, gate/up 41.9
           # (act_split 5.7 of it) vs quad 36.4, down 29.4 (7.3) vs 22.1; ncu: DRAM 41%, scoreboard stalls, L1 hit 19%
-          # (the streamed weights evict x), 90 registers, 1.36 waves. Now the weights L1::no_allocate and PF=2 (two
-          # steps in flight) among the candidates, and sparse24_mma_x (W8A16: each program splits its own K range of x,
-          # no act_split launch; the route's W8A16 path now). Prediction: gate/up ~28 µs + act_split 5.7 (mma_x ~30),
-          # down ~16 + 7.3 (mma_x ~18); block int8 2:4 W8A16 M=1 54 -> ~50
+          # (the streamed weights evict x), 90 registers, 1.36 waves. Run 6 (mma24b) with L1::no_allocate, PF 2 and
+          # sparse24_mma_x: < 1 µs better. Since: the loop loads U steps per iteration with FENCE (see mma24b); this
+          # full form adds e4m3 and M = 16 (where cuSPARSELt won: 37.7 / 29.9)
     export FUSED_S24_MMA=1
     timeout 220 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
       2>&1 | filt | grep -v "^  \|^$" | tail -8 | tee "$OUT/mma_test.txt"
