@@ -1293,7 +1293,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
                      q_rows=_handoff_rows(M) if q_out else None)
 
-    def mma():  # decode on mma.sp: W8A16 on act_split's two planes, W8A8 on act_quant's one (the config's numerics)
+    def mma():  # decode on mma.sp: W8A16 on two 8-bit planes of x made in the kernel, W8A8 on act_quant's one
         from fused.kernels.act_quant import act_quant
         from fused.kernels.sparse24_mma import sparse24_mma, sparse24_mma_x
 

@@ -385,22 +385,18 @@ def _sparse24_mma_kernel(
         ua = wa
         if GATED:
             ua = _fetch_w(vw, mw, row0 + N, g, t, k0, K, stride_vw, ASM, FENCE)
-        kb = tl.minimum(k0 + 128, k_hi - 128)
-        wb = wa
-        ub = ua
-        if U >= 2:
-            wb = _fetch_w(vw, mw, row0, g, t, kb, K, stride_vw, ASM, FENCE)
-            if GATED:
-                ub = _fetch_w(vw, mw, row0 + N, g, t, kb, K, stride_vw, ASM, FENCE)
-        kc = tl.minimum(k0 + 256, k_hi - 128)
-        kd = tl.minimum(k0 + 384, k_hi - 128)
-        wc = wa
-        uc = ua
-        wd = wa
-        ud = ua
+        kb = tl.minimum(k0 + 128, k_hi - 128)  # U >= 2 (the candidates' U is 2 or 4)
+        wb = _fetch_w(vw, mw, row0, g, t, kb, K, stride_vw, ASM, FENCE)
+        ub = wb
+        if GATED:
+            ub = _fetch_w(vw, mw, row0 + N, g, t, kb, K, stride_vw, ASM, FENCE)
         if U == 4:
+            kc = tl.minimum(k0 + 256, k_hi - 128)
+            kd = tl.minimum(k0 + 384, k_hi - 128)
             wc = _fetch_w(vw, mw, row0, g, t, kc, K, stride_vw, ASM, FENCE)
             wd = _fetch_w(vw, mw, row0, g, t, kd, K, stride_vw, ASM, FENCE)
+            uc = wc
+            ud = wd
             if GATED:
                 uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE)
                 ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE)
@@ -410,12 +406,11 @@ def _sparse24_mma_kernel(
         gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
         if GATED:
             uacc = _step(uacc, ua, b, n3, VALUE, NB, W, ASM)
-        if U >= 2:
-            ok = k0 + 128 < k_hi
-            b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, NT, PLANES, ASM)
-            gacc = _step(gacc, _live(wb, ok, EVEN), b, n3, VALUE, NB, W, ASM)
-            if GATED:
-                uacc = _step(uacc, _live(ub, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+        ok = k0 + 128 < k_hi
+        b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, NT, PLANES, ASM)
+        gacc = _step(gacc, _live(wb, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+        if GATED:
+            uacc = _step(uacc, _live(ub, ok, EVEN), b, n3, VALUE, NB, W, ASM)
         if U == 4:
             ok = k0 + 256 < k_hi
             b = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, NT, PLANES, ASM)
