@@ -1460,17 +1460,23 @@ if "mma24" in what:
                 rows.append((gus(lambda: act_split(x, fp8=fmt != "int8")), "act_split alone", ""))  # noqa: B023
                 cands = sm._candidates(M, N, K, gated)
                 for c in cands if fmt == "int8" else cands[:4]:
-                    def run(c=c):
-                        q, s = act_split(x, fp8=fmt != "int8")  # noqa: B023
-                        return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act, gated,  # noqa: B023
-                                               config=c)
-                    rows.append(timed_row(run, ref, c, "mma "))
-                    if M == 1:  # the planes made inside (no act_split launch)
+                    for pdl in (False, True):  # twenty-third session: mma a programmatic dependent of act_split
+                        def run(c=c, pdl=pdl):
+                            q, s = act_split(x, fp8=fmt != "int8", pdl=pdl)  # noqa: B023
+                            return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act,  # noqa: B023
+                                                   gated, config=c, pdl=pdl)  # noqa: B023
+                        rows.append(timed_row(run, ref, c, "mma pdl " if pdl else "mma "))
+                    if M == 1 and os.environ.get("MMA24_X") == "1":  # the planes made inside (no act_split launch)
                         rows.append(timed_row(lambda c=c: sm.sparse24_mma_x(  # noqa: B023
                             x, layer.values, layer.meta, layer.scale, None, act, gated, config=c), ref, c, "mma_x "))
+                if M == 1:  # the mma kernel alone on planes made once (what act_split adds in a graph, by difference)
+                    q1, s1 = act_split(x, fp8=fmt != "int8")
+                    rows.append(timed_row(lambda: sm.sparse24_mma(q1, s1, layer.values, layer.meta,  # noqa: B023
+                                                                  layer.scale, None, act, gated, config=cands[0]),
+                                          ref, cands[0], "mma kernel alone "))
                 rows.sort(key=lambda r: r[0])
                 p(f"mma24 {fmt} M={M} {name}:")
-                for t, tag, c in rows[:8] + [r for r in rows[8:] if "sparse24_gemv" in r[1] or "alone" in r[1]]:
+                for t, tag, c in rows[:10] + [r for r in rows[10:] if "sparse24_gemv" in r[1] or "alone" in r[1]]:
                     p(f"   {t:7.1f} {tag} {c}")
         del gu, dn
         torch.cuda.empty_cache()

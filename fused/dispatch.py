@@ -1019,7 +1019,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
 # to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
-# _cslt), "mma" (int8 at M <= 16 with FUSED_S24_MMA=1: sparse24_mma_x / act_quant + sparse24_mma, 2:4 on mma.sp,
+# _cslt), "mma" (int8 at M <= 16 with FUSED_S24_MMA=1: act_split / act_quant + sparse24_mma, 2:4 on mma.sp,
 # see _mma_ok),
 # or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
@@ -1293,15 +1293,18 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         return _cslt(x2, values, meta, wscale, bias, act, gated, dynamic, q_in=q_in,
                      q_rows=_handoff_rows(M) if q_out else None)
 
-    def mma():  # decode on mma.sp: W8A16 on two 8-bit planes of x made in the kernel, W8A8 on act_quant's one
+    def mma():  # decode on mma.sp: W8A16 on act_split's two 8-bit planes of x, W8A8 on act_quant's one; the mma
+        # kernel a programmatic dependent of the small one (FUSED_S24_MMA_PDL). sparse24_mma_x, which splits x in its
+        # own programs, was slower on the H200 (twenty-second session: its prologue cost what the launch did)
+        from fused.kernels import sparse24_mma as sm
         from fused.kernels.act_quant import act_quant
-        from fused.kernels.sparse24_mma import sparse24_mma, sparse24_mma_x
+        from fused.kernels.act_split import act_split
 
         fp8 = values.dtype == torch.float8_e4m3fn
-        if not dynamic:  # W8A16: each program splits its own K range of x (no act_split launch)
-            return sparse24_mma_x(x2, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
-        q, xs = act_quant(x2, fp8=fp8)
-        return sparse24_mma(q[None], xs, values, meta, wscale, bias, act, gated, out_dtype=xdtype)
+        pdl = sm.PDL and torch.cuda.get_device_capability(x2.device)[0] >= 9  # griddepcontrol: sm_90 on
+        q, xs = act_quant(x2, fp8=fp8, pdl=pdl) if dynamic else act_split(x2, fp8=fp8, pdl=pdl)
+        return sm.sparse24_mma(q if q.dim() == 3 else q[None], xs, values, meta, wscale, bias, act, gated,
+                               out_dtype=xdtype, pdl=pdl)
 
     route = "packed"
     is_cuda = device.type == "cuda"
@@ -1334,7 +1337,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
             if routes is not None and not capturing:
                 _note_gain("sparse24_route", key, routes[0], routes[1])
     label = {"unpacked": "triton:unpack24+dense", "cslt": "cusparselt+triton:scale_epilogue",
-             "mma": "triton:act_quant+sparse24_mma" if dynamic else "triton:sparse24_mma_x"}.get(route, path)
+             "mma": "triton:act_quant+sparse24_mma" if dynamic else "triton:act_split+sparse24_mma"}.get(route, path)
     if route == "cslt" and q_out:
         label = "cusparselt+triton:epilogue_quant"
     stats[(op, label + (f" ({handoff})" if handoff else ""))] += 1

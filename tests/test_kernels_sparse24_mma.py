@@ -223,6 +223,45 @@ def test_cuda_every_candidate_llama(vdtype, N, K, gated):
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("dynamic", [False, True], ids=["W8A16", "W8A8"])
+def test_cuda_pdl_chain_bit_equal(dynamic):
+    """act_split / act_quant then sparse24_mma as programmatic dependent launches (the route's chain, twice: gate/up
+    then down on its output) equals the plain launches bit for bit, eagerly and replayed from a CUDA graph with
+    fresh inputs (a missing wait would read the planes before they are written)."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("griddepcontrol needs sm_90")
+    torch.manual_seed(0)
+    gu = packed(2 * 1024, 2048, torch.int8, "cuda")
+    dn = packed(2048, 1024, torch.int8, "cuda")
+
+    def chain(x, pdl):
+        h = x
+        for (values, _, tiled, s), gated in ((gu, True), (dn, False)):
+            q, xs = act_quant(h, fp8=False, pdl=pdl) if dynamic else act_split(h, pdl=pdl)
+            h = sparse24_mma(q if q.dim() == 3 else q[None], xs, values, tiled, s, None, "silu" if gated else "none",
+                             gated, config=sm._candidates(h.shape[0], values.shape[0] // (2 if gated else 1),
+                                                          h.shape[1], gated)[0], pdl=pdl)
+        return h
+
+    for M in (1, 5, 16):
+        x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
+        want = chain(x, False)
+        assert torch.equal(chain(x, True), want), M
+        xs_g = x.clone()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            yg = chain(xs_g, True)
+        for _ in range(3):
+            x = torch.randn(M, 2048, device="cuda", dtype=torch.bfloat16)
+            xs_g.copy_(x)
+            g.replay()
+            assert torch.equal(yg, chain(x, False)), M
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dynamic", [False, True], ids=["W8A16", "W8A8"])
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
 def test_cuda_mma_route(vdtype, dynamic, monkeypatch):
     """The dispatch route (act_split or act_quant, then sparse24_mma) on a module's one buffer, 2-D / 3-D / strided

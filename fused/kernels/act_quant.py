@@ -11,12 +11,23 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from fused.kernels import INTERPRET, next_pow2
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import MIN_SCALE
 
 MAX_ONE_PASS = 16384
+
+
+@triton.jit
+def pdl_start():
+    """First thing in a small kernel launched with launch_pdl=True (programmatic dependent launch) whose consumer is
+    launched the same way: wait for the kernel before (its output may be our input), then let the consumer's
+    programs start, so they issue their weight loads while this kernel runs. In this order the consumer never
+    shares the SMs with the kernel before us (that lost when the dense GEMVs tried it: NOTES, first sessions)."""
+    gdc_wait()
+    gdc_launch_dependents()
 
 
 @triton.jit
@@ -130,7 +141,9 @@ def quantize_row(x_row, stride_xk, q_row, s_out, K, QMAX: tl.constexpr, MIN_S: t
 @triton.jit
 def _act_quant_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr, BLOCK_K: tl.constexpr,
-                      ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr):
+                      ONE_PASS: tl.constexpr, HAND_ROUND: tl.constexpr, PDL: tl.constexpr = False):
+    if PDL:
+        pdl_start()
     row = tl.program_id(0)
     q_row = q_ptr + row * stride_qm
     if row >= M:  # a padding row (a branch, so real rows pay no select)
@@ -140,9 +153,11 @@ def _act_quant_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm
                      HAND_ROUND)
 
 
-def act_quant(x: torch.Tensor, fp8: bool, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def act_quant(x: torch.Tensor, fp8: bool, rows: int | None = None,
+              pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] -> (q [rows, K], scale [M]); ``rows`` >= M (default M): q's rows past M are zeros (padding
-    for a GEMM that wants a row multiple, written here instead of by a separate copy)."""
+    for a GEMM that wants a row multiple, written here instead of by a separate copy). ``pdl``: see pdl_start
+    (the kernel after must then wait before reading q and scale, as sparse24_mma(pdl=True) does)."""
     M, K = x.shape
     rows = M if rows is None else rows
     if rows < M:
@@ -156,5 +171,6 @@ def act_quant(x: torch.Tensor, fp8: bool, rows: int | None = None) -> tuple[torc
     qv = q.view(torch.uint8) if fp8 else q
     launch_kernel(_act_quant_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), qv.stride(0),
                   QMAX=448.0 if fp8 else 127.0, MIN_S=MIN_SCALE, FP8=fp8, BLOCK_K=block,
-                  ONE_PASS=K <= block, HAND_ROUND=INTERPRET, num_warps=8 if block >= 4096 else 4)
+                  ONE_PASS=K <= block, HAND_ROUND=INTERPRET, num_warps=8 if block >= 4096 else 4,
+                  **(dict(PDL=True, launch_pdl=True) if pdl and not INTERPRET else {}))
     return q, s

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, next_pow2
-from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, e4m3_bits, reciprocal, row_absmax
+from fused.kernels.act_quant import MAX_ONE_PASS, _rint, _round_e4m3, e4m3_bits, pdl_start, reciprocal, row_absmax
 from fused.kernels.launch import empty, launch_kernel
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
@@ -58,7 +58,9 @@ def _split_store(q_row, lo_off, xk, offs, K, inv, QMAX: tl.constexpr, FP8: tl.co
 @triton.jit
 def _act_split_kernel(x_ptr, q_ptr, s_ptr, M, K, stride_xm, stride_xk, stride_qm, lo_off,
                       QMAX: tl.constexpr, MIN_S: tl.constexpr, BLOCK_K: tl.constexpr, ONE_PASS: tl.constexpr,
-                      FP8: tl.constexpr = False, HAND_ROUND: tl.constexpr = False):
+                      FP8: tl.constexpr = False, HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False):
+    if PDL:
+        pdl_start()
     row = tl.program_id(0)
     offs = tl.arange(0, BLOCK_K)
     q_row = q_ptr + row * stride_qm
@@ -90,11 +92,12 @@ def split_row(x_row, stride_xk, q_row, lo_off, s_row, K, QMAX: tl.constexpr, MIN
     tl.store(s_row, tl.where(bad, float("nan"), scale))
 
 
-def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None,
+              pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] float -> (planes [2, rows, K] int8 (or float8_e4m3fn with ``fp8``): hi then lo, scale [M] fp32).
     A row holding NaN/Inf gets a NaN scale (its outputs are NaN, as in the unquantized layer) and zero
     planes. ``rows`` >= M (default M): each plane's rows past M are zeros (padding for a GEMM that wants a
-    row multiple; [2, rows, K] then views as one [2·rows, K] operand)."""
+    row multiple; [2, rows, K] then views as one [2·rows, K] operand). ``pdl``: see act_quant.pdl_start."""
     M, K = x.shape
     rows = M if rows is None else rows
     if rows < M:
@@ -108,5 +111,6 @@ def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None) -> tu
     qv = q.view(torch.uint8) if fp8 else q
     launch_kernel(_act_split_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), qv.stride(1), qv.stride(0),
                   QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block,
-                  ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4)
+                  ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4,
+                  **(dict(PDL=True, launch_pdl=True) if pdl and not INTERPRET else {}))
     return q, s

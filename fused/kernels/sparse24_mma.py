@@ -51,6 +51,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
 
 from fused.kernels import INTERPRET, cdiv, check_out
 from fused.kernels.epilogue import activation
@@ -64,6 +65,9 @@ from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
 # opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
 MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
+# programmatic dependent launch after act_split / act_quant (the route's chain): the programs start and issue their
+# first weight loads while the small kernel before them runs, and wait (griddepcontrol.wait) before reading its planes
+PDL = os.environ.get("FUSED_S24_MMA_PDL", "1") == "1" and not INTERPRET
 
 # operands: $0-$3 D; inputs in _mma's order: $4-$7 A, $8 the metadata word, $9-$12 B, $13-$16 C; sparsity selector 0
 _MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
@@ -336,7 +340,7 @@ def _sparse24_mma_kernel(
     ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, U: tl.constexpr, EVEN: tl.constexpr,
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
-    HAND_ROUND: tl.constexpr = False,
+    HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
     16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch)."""
@@ -357,6 +361,8 @@ def _sparse24_mma_kernel(
     k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     xs_row = xs_ptr
     if SPLIT_X:  # the program's planes, column 0 = k_lo; the lanes below address them as if they started at 0
+        if PDL:
+            gdc_wait()
         prog = pid_k * tl.num_programs(0) + pid_n
         q_own = xq_ptr + prog.to(tl.int64) * (2 * M * K_PER_SPLIT)
         xs_row = xs_ptr + prog * 16
@@ -402,6 +408,8 @@ def _sparse24_mma_kernel(
                 ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE)
         if FENCE:  # ptxas may not sink the loads below a barrier: all U steps' weights in flight at once
             tl.debug_barrier()
+        if PDL:  # the planes come from the kernel before: written once it has finished (a no-op after the first)
+            gdc_wait()
         b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, NT, PLANES, ASM)
         gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
         if GATED:
@@ -423,6 +431,8 @@ def _sparse24_mma_kernel(
             if GATED:
                 uacc = _step(uacc, _live(ud, ok, EVEN), b, n3, VALUE, NB, W, ASM)
 
+    if PDL:  # nothing is written, and no token scale read, before the kernel before has finished (a program with
+        gdc_wait()  # an empty range never waited in the loop)
     # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
     # the last to arrive sums them in a fixed order and runs the epilogue
     part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
@@ -487,9 +497,11 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     for w, sp, u, fence in ((1, s, 4, True), (4, s, 4, True), (2, s, 4, True), (1, s, 2, True), (4, s, 2, True),
                             (4, s // 2, 4, True), (1, 2 * s, 2, True), (4, s, 4, False), (4, s, 2, False),
                             (1, s, 2, False)):
-        if N % (16 * w) == 0 and 1 <= sp and K // sp >= 128 * u:
-            out.append(dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w))
-    return out
+        sp = max(1, min(sp, K // (128 * u)))  # a short K gets fewer ranges (each at least U steps), not no config
+        cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w)
+        if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
+            out.append(cfg)
+    return out or [_interpret_config(N, K)]
 
 
 def _interpret_config(N: int, K: int) -> dict:
@@ -526,14 +538,16 @@ def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
 def sparse24_mma(xq: torch.Tensor, xs: torch.Tensor, values: torch.Tensor, meta: torch.Tensor,
                  wscale: torch.Tensor, bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
                  out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 out: torch.Tensor | None = None, pdl: bool = False) -> torch.Tensor:
     """y [M, N] = epilogue((Σ planes) · Wᵀ) for planes xq [P, M <= 16, K] (int8 or e4m3, the values' dtype) with
     token scales xs [M]: P = 2 act_split's (hi, lo), P = 1 act_quant's. values [R, K/2], tiled meta
-    [R/64, K/64, 512], wscale [R] fp32; gated: rows [0, N) gate, [N, 2N) up, y = act(g)·u."""
+    [R/64, K/64, 512], wscale [R] fp32; gated: rows [0, N) gate, [N, 2N) up, y = act(g)·u.
+    ``pdl``: launched as a programmatic dependent of the kernel before (which made xq, xs and let it start early,
+    e.g. act_split(pdl=True)); its programs load their first weights before waiting for it. Off in the interpreter."""
     why = check_mma_args(xq, xs, values, meta)
     if why:
         raise ValueError(why)
-    return _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, False)
+    return _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, False, pdl and not INTERPRET)
 
 
 def sparse24_mma_x(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, wscale: torch.Tensor,
@@ -551,10 +565,10 @@ def sparse24_mma_x(x: torch.Tensor, values: torch.Tensor, meta: torch.Tensor, ws
     why = check_mma_args(planes, torch.empty(M, device="meta"), values, meta, where="sparse24_mma_x")
     if why:
         raise ValueError(why)
-    return _run(x, None, values, meta, wscale, bias, act, gated, out_dtype or x.dtype, config, out, True)
+    return _run(x, None, values, meta, wscale, bias, act, gated, out_dtype or x.dtype, config, out, True, False)
 
 
-def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, split_x: bool):
+def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out, split_x: bool, pdl: bool):
     M, K = xq.shape[-2:]
     P = 2 if split_x else xq.shape[0]
     R = values.shape[0]
@@ -596,7 +610,7 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       M, N, K, k_per, sxp, sxm, v.stride(0), y.stride(0), y.stride(1), x_args[1], x_args[2],
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
                       W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
-                      **extra)
+                      **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
