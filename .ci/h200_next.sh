@@ -60,7 +60,11 @@ case "${1:-}" in
     # 36.2, down 25.6 vs 22.0 (act_split alone 5.4 / 6.9), the route kept quad (it ran mma_x: 46.4); the route test
     # found no candidate at K=1024 (IndexError). Since: the candidates clamp the split; the route runs act_split +
     # sparse24_mma with PDL (act_split waits, then lets the mma programs start; they load their weights, then wait).
-    # Prediction: PDL saves 2-3 µs per layer; route takes mma for gate/up; block 54.6 -> ~50
+    # Prediction: PDL saves 2-3 µs per layer; route takes mma for gate/up; block 54.6 -> ~50. Run 8: PDL saved ~1 µs
+    # per layer (gate/up 37.2 -> 36.2, down 25.7 -> 24.7); the route took mma for int8 2:4 W8A8 (act_quant: one plane;
+    # gate/up 32.7 vs packed 36.6, down 21.5 vs 22.0; block M=1 51.0) but not for W8A16 (two planes: 36.8 / 25.1).
+    # Since: two planes at M <= 4 share one mma as column pairs (PAIRS: half the mma.sp and x loads). Prediction:
+    # W8A16 gate/up ~33, down ~22, the route takes mma, block int8 2:4 W8A16 M=1 54.1 -> ~51
     export FUSED_S24_MMA=1
     MMA24_FMTS=int8 MMA24_MS=1 timeout 130 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
     timeout $((560 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short \

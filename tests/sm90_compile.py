@@ -144,7 +144,7 @@ def sparse24_mma_configs():
                         stride_ym=N, stride_yn=1, stride_x0=0, stride_x1=0)
             consts = dict(VALUE=value, PLANES=2, NT=1 if M <= 8 else 2, GATED=gated, HAS_BIAS=True,
                           ACT="silu" if gated else "none", SPLIT_K=c["SPLIT_K"], W=c["W"], U=c["U"], EVEN=True,
-                          FENCE=c["FENCE"], ASM=True, PDL=gated)  # the route's PDL waits (griddepcontrol) in one
+                          FENCE=c["FENCE"], ASM=True, PDL=gated, PAIRS=M <= 4)  # the route's M=1 gate/up form
             out.append((f"sparse24_mma {value} M={M} {'gated' if gated else 'linear'}", sm._sparse24_mma_kernel,
                         pointers, ints, consts, c["num_warps"]))
     # SPLIT_X (sparse24_mma_x: the planes made by each program from the 16-bit x)

@@ -61,6 +61,8 @@ CASES = [  # M, N, K, gated, values, planes, act, bias
     (5, 64, 256, False, torch.int8, 1, "relu", True),
     (16, 128, 128, True, torch.int8, 1, "gelu", True),
     (1, 128, 128, True, torch.float8_e4m3fn, 1, "none", False),
+    (4, 64, 256, True, torch.float8_e4m3fn, 2, "silu", True),  # two planes at M <= 4: PAIRS (planes as columns)
+    (4, 64, 128, False, torch.int8, 2, "gelu", False),
 ]
 
 
@@ -76,6 +78,24 @@ def test_mma_matches_reference(M, N, K, gated, vdtype, planes, act, has_bias):
     y = sparse24_mma(xq, xs, values, tiled, s, bias, act, gated, out=out)
     assert y.data_ptr() == out.data_ptr() and not y.isnan().any()
     assert sqnr(reference(xh, values, meta, s, bias, act, gated), y.float()) > 40
+
+
+@pytest.mark.parametrize("M,gated,split", [(1, True, 1), (3, False, 2), (4, True, 3)])
+def test_mma_pairs_equal_plane_sets(M, gated, split, monkeypatch):
+    """Two planes at M <= 4 run as (token, plane) column pairs of one mma (PAIRS): the same int32 products as one
+    column set per plane, so the outputs are bit-equal; SPLIT_K partials included."""
+    torch.manual_seed(M)
+    N, K = 64, 384
+    values, meta, tiled, s = packed(2 * N if gated else N, K, torch.int8)
+    xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), torch.int8, 2)
+    cfg = dict(W=2, SPLIT_K=split, U=2, num_warps=2)
+    act = "silu" if gated else "none"
+    ys = []
+    for pairs in (True, False):
+        monkeypatch.setattr(sm, "PAIRS", pairs)
+        ys.append(sparse24_mma(xq, xs, values, tiled, s, None, act, gated, config=cfg))
+    assert torch.equal(ys[0], ys[1])
+    assert sqnr(reference(xh, values, meta, s, None, act, gated), ys[0].float()) > 40
 
 
 @pytest.mark.parametrize("cfg", [dict(W=1, SPLIT_K=3, U=2, num_warps=1),

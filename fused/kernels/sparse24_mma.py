@@ -68,6 +68,8 @@ MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
 # programmatic dependent launch after act_split / act_quant (the route's chain): the programs start and issue their
 # first weight loads while the small kernel before them runs, and wait (griddepcontrol.wait) before reading its planes
 PDL = os.environ.get("FUSED_S24_MMA_PDL", "1") == "1" and not INTERPRET
+# two planes at M <= 4: both planes in one mma's columns (PAIRS in the kernel)
+PAIRS = os.environ.get("FUSED_S24_MMA_PAIRS", "1") == "1"
 
 # operands: $0-$3 D; inputs in _mma's order: $4-$7 A, $8 the metadata word, $9-$12 B, $13-$16 C; sparsity selector 0
 _MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
@@ -281,11 +283,27 @@ def _step(acc, w, b, n3, VALUE: tl.constexpr, NB: tl.constexpr, W: tl.constexpr,
 
 
 @triton.jit
-def _planes(acc, NT: tl.constexpr, PLANES: tl.constexpr, VALUE: tl.constexpr, nt: tl.constexpr, i: tl.constexpr):
-    """fp32 x·wᵀ (in units of the token scale) of accumulator i of token tile nt, the planes combined."""
+def _token(nt: tl.constexpr, i: tl.constexpr, t, PAIRS: tl.constexpr):
+    """The token of accumulator i of token tile nt in lane (g, t): column 2t + (i & 1) of the mma, or with PAIRS
+    (columns 2·token + plane) token t."""
+    if PAIRS:
+        r = t
+    else:
+        r = nt * 8 + 2 * t + (i & 1)
+    return r
+
+
+@triton.jit
+def _planes(acc, NT: tl.constexpr, PLANES: tl.constexpr, VALUE: tl.constexpr, nt: tl.constexpr, i: tl.constexpr,
+            PAIRS: tl.constexpr = False):
+    """fp32 x·wᵀ (in units of the token scale) of accumulator i of token tile nt, the planes combined (PAIRS: the
+    lo plane's product is accumulator i + 1 of the same lane)."""
     r = acc[nt * 4 + i].to(tl.float32)
     if PLANES == 2:
-        lo = acc[(NT + nt) * 4 + i].to(tl.float32)
+        if PAIRS:
+            lo = acc[i + 1].to(tl.float32)
+        else:
+            lo = acc[(NT + nt) * 4 + i].to(tl.float32)
         if VALUE == "int8":
             r = r * 256.0 + lo
         else:
@@ -340,11 +358,13 @@ def _sparse24_mma_kernel(
     ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, U: tl.constexpr, EVEN: tl.constexpr,
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
-    HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False,
+    HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False, PAIRS: tl.constexpr = False,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
-    16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch)."""
-    NB: tl.constexpr = PLANES * NT
+    16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch).
+    PAIRS (two planes, M <= 4): the mma's 8 columns are (token, plane) pairs, column 2·token + plane, so one mma.sp
+    per 64 columns serves both planes (half the mma.sp and x loads of one column set per plane)."""
+    NB: tl.constexpr = 1 if PAIRS else PLANES * NT
     NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -373,9 +393,14 @@ def _sparse24_mma_kernel(
     # B fragment set i = plane (i // NT), tokens 8·(i % NT) + g: rows past M read token M - 1 (their outputs are
     # never stored), so the loads need no mask
     n3 = t & 1
-    xrow0 = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
-    xrow1 = tl.minimum(8 + g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
     xp = stride_xp // 4
+    if PAIRS:  # column g: token g // 2 of plane g % 2
+        xrow0 = (g & 1) * xp + tl.minimum(g >> 1, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
+    else:
+        xrow0 = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
+    xrow1 = tl.minimum(8 + g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
+    XNT: tl.constexpr = 1 if PAIRS else NT  # the fragment sets _x_frags loads
+    XPL: tl.constexpr = 1 if PAIRS else PLANES
     gacc = _zeros4(W, VALUE)
     if NB >= 2:
         gacc = gacc + _zeros4(W, VALUE)
@@ -410,23 +435,23 @@ def _sparse24_mma_kernel(
             tl.debug_barrier()
         if PDL:  # the planes come from the kernel before: written once it has finished (a no-op after the first)
             gdc_wait()
-        b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, NT, PLANES, ASM)
+        b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, XNT, XPL, ASM)
         gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
         if GATED:
             uacc = _step(uacc, ua, b, n3, VALUE, NB, W, ASM)
         ok = k0 + 128 < k_hi
-        b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, NT, PLANES, ASM)
+        b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, XNT, XPL, ASM)
         gacc = _step(gacc, _live(wb, ok, EVEN), b, n3, VALUE, NB, W, ASM)
         if GATED:
             uacc = _step(uacc, _live(ub, ok, EVEN), b, n3, VALUE, NB, W, ASM)
         if U == 4:
             ok = k0 + 256 < k_hi
-            b = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, NT, PLANES, ASM)
+            b = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, XNT, XPL, ASM)
             gacc = _step(gacc, _live(wc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
             if GATED:
                 uacc = _step(uacc, _live(uc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
             ok = k0 + 384 < k_hi
-            b = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, NT, PLANES, ASM)
+            b = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, XNT, XPL, ASM)
             gacc = _step(gacc, _live(wd, ok, EVEN), b, n3, VALUE, NB, W, ASM)
             if GATED:
                 uacc = _step(uacc, _live(ud, ok, EVEN), b, n3, VALUE, NB, W, ASM)
@@ -442,14 +467,16 @@ def _sparse24_mma_kernel(
         mine = part + pid_k * (NS * 32 * W) + tid
         for nt in tl.static_range(NT):
             for i in tl.static_range(4):
-                ok = nt * 8 + 2 * t + (i & 1) < M
-                xsl = 1.0
-                if SPLIT_X:  # each range has its own token scales: the partials carry them
-                    xsl = tl.load(xs_row + nt * 8 + 2 * t + (i & 1), mask=ok, other=0.0)
-                tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i) * xsl, mask=ok)
-                if GATED:
-                    tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W), _planes(uacc, NT, PLANES, VALUE, nt, i) * xsl,
+                if (not PAIRS) or (i % 2 == 0):  # PAIRS: 1 and 3 are the lo planes of 0 and 2
+                    ok = _token(nt, i, t, PAIRS) < M
+                    xsl = 1.0
+                    if SPLIT_X:  # each range has its own token scales: the partials carry them
+                        xsl = tl.load(xs_row + _token(nt, i, t, PAIRS), mask=ok, other=0.0)
+                    tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl,
                              mask=ok)
+                    if GATED:
+                        tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W),
+                                 _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl, mask=ok)
         tl.debug_barrier()  # every lane's partials are issued before the release below
         count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
         last = count == SPLIT_K - 1
@@ -457,31 +484,32 @@ def _sparse24_mma_kernel(
 
     for nt in tl.static_range(NT):
         for i in tl.static_range(4):
-            tok = nt * 8 + 2 * t + (i & 1)
-            row = row0 + g + 8 * (i >> 1)
-            ok = (tok < M) & live
-            if SPLIT_X and SPLIT_K > 1:
-                xs = 1.0
-            else:
-                xs = tl.load(xs_row + tok, mask=tok < M, other=0.0)
-            if SPLIT_K > 1:
-                y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
-            else:
-                y = _planes(gacc, NT, PLANES, VALUE, nt, i)
-            y = y * xs * tl.load(ws_ptr + row)
-            if HAS_BIAS:
-                y += tl.load(b_ptr + row).to(tl.float32)
-            y = activation(y, ACT)
-            if GATED:
-                if SPLIT_K > 1:
-                    u = _sum_parts(part, 4 * NT + nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+            if (not PAIRS) or (i % 2 == 0):
+                tok = _token(nt, i, t, PAIRS)
+                row = row0 + g + 8 * (i >> 1)
+                ok = (tok < M) & live
+                if SPLIT_X and SPLIT_K > 1:
+                    xs = 1.0
                 else:
-                    u = _planes(uacc, NT, PLANES, VALUE, nt, i)
-                u = u * xs * tl.load(ws_ptr + N + row)
+                    xs = tl.load(xs_row + tok, mask=tok < M, other=0.0)
+                if SPLIT_K > 1:
+                    y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+                else:
+                    y = _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS)
+                y = y * xs * tl.load(ws_ptr + row)
                 if HAS_BIAS:
-                    u += tl.load(b_ptr + N + row).to(tl.float32)
-                y = y * u
-            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
+                    y += tl.load(b_ptr + row).to(tl.float32)
+                y = activation(y, ACT)
+                if GATED:
+                    if SPLIT_K > 1:
+                        u = _sum_parts(part, 4 * NT + nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+                    else:
+                        u = _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS)
+                    u = u * xs * tl.load(ws_ptr + N + row)
+                    if HAS_BIAS:
+                        u += tl.load(b_ptr + N + row).to(tl.float32)
+                    y = y * u
+                tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
     if SPLIT_K > 1:
         tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
 
@@ -583,6 +611,7 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
     value = "int8" if values.dtype == torch.int8 else "fp8"
     v = values.view(torch.uint8) if value == "fp8" else values
     nt = 1 if M <= 8 else 2
+    pairs = PAIRS and P == 2 and M <= 4
 
     def launch(cfg):
         w, split = cfg["W"], cfg["SPLIT_K"]
@@ -610,10 +639,12 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       M, N, K, k_per, sxp, sxm, v.stride(0), y.stride(0), y.stride(1), x_args[1], x_args[2],
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
                       W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
-                      **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}))
+                      **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}),
+                      **(dict(PAIRS=True) if pairs else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
-        config = pick(where, (m_bucket(M), N, K, gated, P, values.dtype), cands, launch)
+        config = pick(where, (m_bucket(M), N, K, gated, P, values.dtype) + (("pairs",) if pairs else ()), cands,
+                      launch)
     launch(config)
     return y
