@@ -1495,7 +1495,9 @@ if "ncumma" in what:
     for layer, K, gated in ((gu, 4096, True), (dn, 14336, False)):
         q, s = act_split(torch.randn(1, K, device="cuda", dtype=torch.bfloat16))
         N = layer.values.shape[0] // (2 if gated else 1)
-        cfg = sm._candidates(1, N, K, gated)[0]
+        # the shipped pick (tuned_h200.py; PAIRS: two planes at M=1), as the route runs it
+        from fused.kernels.tuning import _shipped
+        cfg = _shipped("sparse24_mma", (1, N, K, gated, 2, torch.int8, "pairs")) or sm._candidates(1, N, K, gated)[0]
         print("ncumma", "gate/up" if gated else "down", cfg, flush=True)
         for _ in range(3):
             sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, "silu" if gated else "none", gated,

@@ -48,6 +48,18 @@ case "${1:-}" in
     grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
     routes "$OUT/mma/bench.json" | grep "_graph" | head -12  # the CUDA-graph route timings (mma among them)
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  twentythird)  # twenty-third session: the route's mma on by default (PAIRS, PDL, shipped picks): (1) every sparse24_mma
+                # cuda test (e4m3's PAIRS included); (2) ncu of the shipped M=1 picks (gate/up, down). Mma24b run 9:
+                # gate/up 33.7, down 21.8, block int8 2:4 W8A16 M=1 52.1; what limits the loop now at ~2.2 TB/s?
+    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+      2>&1 | filt | grep -v "^  \|^$" | tail -6
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout $((560 - SECONDS)) "$NCU" --clock-control none --kernel-name regex:sparse24_mma --launch-count 6 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \
+      --section SchedulerStats --section LaunchStats --section InstructionStats python3 .ci/diag.py ncumma \
+      > "$OUT/ncumma.txt" 2>&1
+    grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc" \
+      "$OUT/ncumma.txt" | head -80 ;;
   mma24b)  # twenty-second session, the short form of mma24 for a small device budget (~250 s), most telling first: the
            # int8 layers alone at M = 1 (mma, mma_x, quad; each candidate's dB against quad's output), the int8 2:4
            # W8A16 row at M = 1 with the route timings, then the int8 cuda tests and the route's. Run 6 (PF loop):

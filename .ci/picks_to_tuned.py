@@ -11,7 +11,8 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from fused.kernels.tuned_h200 import TUNED  # noqa: E402
 
-KERNELS = ("w8_gemm", "w8a16_gemv", "sparse24_gemv", "sparse24_linear", "epilogue_quant", "unpack24", "narrow_mlp")
+KERNELS = ("w8_gemm", "w8a16_gemv", "sparse24_gemv", "sparse24_linear", "sparse24_mma", "epilogue_quant", "unpack24",
+           "narrow_mlp")
 
 
 class _Dtypes:  # `torch.int8` in a key string -> "torch.int8"

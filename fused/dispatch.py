@@ -17,8 +17,8 @@ the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
-compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (opt-in FUSED_S24_MMA=1, M <= 16,
-int8) sparse24_mma on the same buffer (mma.sp; W8A16 splits x inside, W8A8 after act_quant), whichever is faster.
+compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (M <= 16, int8; FUSED_S24_MMA=0:
+off) sparse24_mma on the same buffer (mma.sp; W8A16 after act_split, W8A8 after act_quant), whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "sparse24_mlp_block" / "mlp_block" with both layers W8A8, above M=16: the first layer hands h to the second
 already quantized per token (HANDOFF).
@@ -1019,7 +1019,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
 # to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
-# _cslt), "mma" (int8 at M <= 16 with FUSED_S24_MMA=1: act_split / act_quant + sparse24_mma, 2:4 on mma.sp,
+# _cslt), "mma" (int8 at M <= 16 unless FUSED_S24_MMA=0: act_split / act_quant + sparse24_mma, 2:4 on mma.sp,
 # see _mma_ok),
 # or None: the first call of each shape times them and keeps the fastest
 # (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
@@ -1208,8 +1208,8 @@ def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
 
 
 def _mma_ok(x2, values, meta, M: int, handoff: str, gated: bool) -> bool:
-    """Whether the "mma" route (sparse24_mma, 2:4 decode on the sparse tensor cores) is a candidate: opt-in
-    (FUSED_S24_MMA=1) until its cuda tests pass on the H200; 8-bit values with tiled meta, M <= 16, 16-bit x."""
+    """Whether the "mma" route (sparse24_mma, 2:4 decode on the sparse tensor cores) is a candidate: on unless
+    FUSED_S24_MMA=0; int8 values with tiled meta, M <= 16, 16-bit x."""
     from fused.kernels import sparse24_mma as sm
 
     if not sm.MMA or handoff or x2 is None or not x2.is_cuda or not 1 <= M <= 16 or meta.dim() != 3:

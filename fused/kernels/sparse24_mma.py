@@ -63,8 +63,9 @@ from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes, split_planes_fp8
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
-# opt-in until its cuda tests have passed on the H200 (prepared in the twenty-first session without a GPU)
-MMA = os.environ.get("FUSED_S24_MMA", "0") == "1"
+# the dispatch's "mma" route (int8 2:4 at M <= 16), timed per shape against the others; FUSED_S24_MMA=0 leaves it out.
+# On since the twenty-third session (cuda tests green on the H200; it took int8 gate/up at M=1 from the quad GEMV)
+MMA = os.environ.get("FUSED_S24_MMA", "1") == "1"
 # programmatic dependent launch after act_split / act_quant (the route's chain): the programs start and issue their
 # first weight loads while the small kernel before them runs, and wait (griddepcontrol.wait) before reading its planes
 PDL = os.environ.get("FUSED_S24_MMA_PDL", "1") == "1" and not INTERPRET
