@@ -1460,7 +1460,8 @@ if "mma24" in what:
                 rows.append((gus(lambda: act_split(x, fp8=fmt != "int8")), "act_split alone", ""))  # noqa: B023
                 cands = sm._candidates(M, N, K, gated)
                 for c in cands if fmt == "int8" else cands[:4]:
-                    for pdl in (False, True):  # twenty-third session: mma a programmatic dependent of act_split
+                    for pdl in (False, True) if os.environ.get("MMA24_NOPDL") == "1" else (True,):  # twenty-third
+                        # session: mma a programmatic dependent of act_split (~1 µs per layer; the route's form)
                         def run(c=c, pdl=pdl):
                             q, s = act_split(x, fp8=fmt != "int8", pdl=pdl)  # noqa: B023
                             return sm.sparse24_mma(q, s, layer.values, layer.meta, layer.scale, None, act,  # noqa: B023

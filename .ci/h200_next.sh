@@ -51,8 +51,11 @@ case "${1:-}" in
   twentythird)  # twenty-third session: the route's mma on by default (PAIRS, PDL, shipped picks): (1) every sparse24_mma
                 # cuda test (e4m3's PAIRS included); (2) ncu of the shipped M=1 picks (gate/up, down). Mma24b run 9:
                 # gate/up 33.7, down 21.8, block int8 2:4 W8A16 M=1 52.1; what limits the loop now at ~2.2 TB/s?
-    timeout 260 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+                # (3) XF candidates (x fragments loaded before the FENCE barrier with the weights: the SASS had the
+                # step's x loads after it, their latency added to the weights'). Prediction: XF -1..-3 µs gate/up
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
       2>&1 | filt | grep -v "^  \|^$" | tail -6
+    MMA24_FMTS=int8 MMA24_MS=1 timeout 120 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
     NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
     timeout $((560 - SECONDS)) "$NCU" --clock-control none --kernel-name regex:sparse24_mma --launch-count 6 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section WarpStateStats \

@@ -360,6 +360,7 @@ def _sparse24_mma_kernel(
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
     HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False, PAIRS: tl.constexpr = False,
+    XF: tl.constexpr = False,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
     16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch).
@@ -432,30 +433,41 @@ def _sparse24_mma_kernel(
             if GATED:
                 uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE)
                 ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE)
-        if FENCE:  # ptxas may not sink the loads below a barrier: all U steps' weights in flight at once
-            tl.debug_barrier()
         if PDL:  # the planes come from the kernel before: written once it has finished (a no-op after the first)
             gdc_wait()
-        b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, XNT, XPL, ASM)
+        if XF:  # the x fragments too before the barrier: their (L1 / L2) latency overlaps the weights' instead of
+            # following it (sm_90 SASS without: the x loads issued after the barrier, each step's mma waiting on them)
+            b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, XNT, XPL, ASM)
+            bb = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, XNT, XPL, ASM)
+            if U == 4:
+                bc = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, XNT, XPL, ASM)
+                bd = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, XNT, XPL, ASM)
+        if FENCE:  # ptxas may not sink the loads below a barrier: all U steps' weights in flight at once
+            tl.debug_barrier()
+        if not XF:
+            b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, XNT, XPL, ASM)
         gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
         if GATED:
             uacc = _step(uacc, ua, b, n3, VALUE, NB, W, ASM)
         ok = k0 + 128 < k_hi
-        b = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, XNT, XPL, ASM)
-        gacc = _step(gacc, _live(wb, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+        if not XF:
+            bb = _x_frags(xw, xrow0, xrow1, xp, kb // 4, n3, XNT, XPL, ASM)
+        gacc = _step(gacc, _live(wb, ok, EVEN), bb, n3, VALUE, NB, W, ASM)
         if GATED:
-            uacc = _step(uacc, _live(ub, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            uacc = _step(uacc, _live(ub, ok, EVEN), bb, n3, VALUE, NB, W, ASM)
         if U == 4:
             ok = k0 + 256 < k_hi
-            b = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, XNT, XPL, ASM)
-            gacc = _step(gacc, _live(wc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            if not XF:
+                bc = _x_frags(xw, xrow0, xrow1, xp, kc // 4, n3, XNT, XPL, ASM)
+            gacc = _step(gacc, _live(wc, ok, EVEN), bc, n3, VALUE, NB, W, ASM)
             if GATED:
-                uacc = _step(uacc, _live(uc, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+                uacc = _step(uacc, _live(uc, ok, EVEN), bc, n3, VALUE, NB, W, ASM)
             ok = k0 + 384 < k_hi
-            b = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, XNT, XPL, ASM)
-            gacc = _step(gacc, _live(wd, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+            if not XF:
+                bd = _x_frags(xw, xrow0, xrow1, xp, kd // 4, n3, XNT, XPL, ASM)
+            gacc = _step(gacc, _live(wd, ok, EVEN), bd, n3, VALUE, NB, W, ASM)
             if GATED:
-                uacc = _step(uacc, _live(ud, ok, EVEN), b, n3, VALUE, NB, W, ASM)
+                uacc = _step(uacc, _live(ud, ok, EVEN), bd, n3, VALUE, NB, W, ASM)
 
     if PDL:  # nothing is written, and no token scale read, before the kernel before has finished (a program with
         gdc_wait()  # an empty range never waited in the loop)
@@ -518,16 +530,18 @@ def _sparse24_mma_kernel(
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     """Warps per program (16 rows each), K split, U (128-column steps whose weights a warp loads per iteration) and
     FENCE (a barrier after those loads, so ptxas issues them all before the first mma instead of next to their use:
-    U = 4 gated then holds 10 KB in flight per warp, 184 registers); the first is the heuristic default. The split
-    counts 16-row tiles, a gated one twice (its warp reads gate and up rows)."""
+    U = 4 gated then holds 10 KB in flight per warp, 184 registers) and XF (the x fragments loaded before that
+    barrier too); the first is the heuristic default. The split counts 16-row tiles, a gated one twice (its warp
+    reads gate and up rows)."""
     # ~4224 (16-row tile, K range) items: 32 warps per SM on the H200
     s = _split_for(N // 16 * (2 if gated else 1), K, 128, target=4224)
     out = []
-    for w, sp, u, fence in ((1, s, 4, True), (4, s, 4, True), (2, s, 4, True), (1, s, 2, True), (4, s, 2, True),
-                            (4, s // 2, 4, True), (1, 2 * s, 2, True), (4, s, 4, False), (4, s, 2, False),
-                            (1, s, 2, False)):
+    for w, sp, u, fence, xf in ((1, s, 4, True, 0), (4, s, 4, True, 0), (2, s, 4, True, 0), (1, s, 2, True, 0),
+                                (4, s, 2, True, 0), (4, s // 2, 4, True, 0), (1, 2 * s, 2, True, 0),
+                                (4, s, 4, False, 0), (4, s, 2, False, 0), (1, s, 2, False, 0),
+                                (1, s, 2, True, 1), (4, s, 2, True, 1), (4, s // 2, 4, True, 1), (1, s, 4, True, 1)):
         sp = max(1, min(sp, K // (128 * u)))  # a short K gets fewer ranges (each at least U steps), not no config
-        cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w)
+        cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {})
         if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
             out.append(cfg)
     return out or [_interpret_config(N, K)]
@@ -641,7 +655,7 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
                       W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
                       **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}),
-                      **(dict(PAIRS=True) if pairs else {}))
+                      **(dict(PAIRS=True) if pairs else {}), **(dict(XF=True) if cfg.get("XF") else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
