@@ -63,6 +63,13 @@ case "${1:-}" in
       > "$OUT/ncumma.txt" 2>&1
     grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc" \
       "$OUT/ncumma.txt" | head -80 ;;
+  twentythird2)  # twenty-third session, last: the 2:4 rows at M = 1 / 16 with the shipped picks (mma route on, PAIRS,
+                 # PDL, XF gate/up pick) beside torchao's fp8 2:4 and PyTorch's bf16 2:4 in the same run
+    timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines --sparse-baselines \
+      --configs "ours int8 2:4 W8A16,ours int8 2:4 W8A8,ours fp8 2:4 W8A8" --out "$OUT/s24" > "$OUT/s24.log" 2>&1
+    grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -16
+    routes "$OUT/s24/bench.json" | grep "_graph" | head -12
+    rm -f "$OUT"/*/bench.png ;;
   mma24b)  # twenty-second session, the short form of mma24 for a small device budget (~250 s), most telling first: the
            # int8 layers alone at M = 1 (mma, mma_x, quad; each candidate's dB against quad's output), the int8 2:4
            # W8A16 row at M = 1 with the route timings, then the int8 cuda tests and the route's. Run 6 (PF loop):
