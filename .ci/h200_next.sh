@@ -48,8 +48,8 @@ case "${1:-}" in
     grep "^|" "$OUT/mma.log" | grep -v "^|--" | head -5
     routes "$OUT/mma/bench.json" | grep "_graph" | head -12  # the CUDA-graph route timings (mma among them)
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
-  twentythird)  # twenty-third session: the route's mma on by default (PAIRS, PDL, shipped picks): (1) every sparse24_mma
-                # cuda test (e4m3's PAIRS included); (2) ncu of the shipped M=1 picks (gate/up, down). Mma24b run 9:
+  twentythird)  # twenty-third session: the route's mma on by default (PAIRS, PDL, shipped picks): (1) every
+                # sparse24_mma cuda test (e4m3's PAIRS included); (2) ncu of the shipped M=1 picks (gate/up, down). Mma24b run 9:
                 # gate/up 33.7, down 21.8, block int8 2:4 W8A16 M=1 52.1; what limits the loop now at ~2.2 TB/s?
                 # (3) XF candidates (x fragments loaded before the FENCE barrier with the weights: the SASS had the
                 # step's x loads after it, their latency added to the weights'). Prediction: XF -1..-3 µs gate/up
