@@ -63,6 +63,11 @@ case "${1:-}" in
       > "$OUT/ncumma.txt" 2>&1
     grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc" \
       "$OUT/ncumma.txt" | head -80 ;;
+  l2p24)  # twenty-third session, last call: the int8 M=1 layers with the L2P candidates (weights' loads with an L2
+          # prefetch size of 256 / 128 bytes: the next iteration's lines of the same rows fetched without registers;
+          # ncu had L2 hit 7%, occupancy 25%, DRAM 56%). Prediction: gate/up 33.1 -> ~30, down 21.8 -> ~20
+    export FUSED_S24_MMA=1
+    MMA24_FMTS=int8 MMA24_MS=1 timeout 200 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   " ;;
   twentythird2)  # twenty-third session, last: the 2:4 rows at M = 1 / 16 with the shipped picks (mma route on, PAIRS,
                  # PDL, XF gate/up pick) beside torchao's fp8 2:4 and PyTorch's bf16 2:4 in the same run
     timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines --sparse-baselines \

@@ -175,21 +175,25 @@ def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
 
 
 @triton.jit
-def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PURE: tl.constexpr = True):
+def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PURE: tl.constexpr = True,
+        L2P: tl.constexpr = 0):
     """N (2 or 4) consecutive words at the int32 pointers p (4N-byte aligned): one vector load per lane on the GPU.
     STREAM (the weights, read once): ld.global.nc.L1::no_allocate, so the streamed weights do not evict the x planes
     that every step re-reads from L1 (ncu: L1 hit rate 19% without it). The planes: a plain ld.global (coherent:
     with SPLIT_X the program wrote them itself). PURE False: neither LLVM nor ptxas moves the load below a FENCE
-    barrier (plain ld.global: ptxas reorders .nc loads across bar.sync)."""
+    barrier (plain ld.global: ptxas reorders .nc loads across bar.sync). L2P (0, 128 or 256: a streamed load's L2
+    prefetch size): L2 fetches that many bytes around each miss, so the next iteration's lines of the same rows are
+    on their way without holding registers."""
+    L2P_SFX: tl.constexpr = ".L2::256B" if L2P == 256 else ".L2::128B" if L2P == 128 else ""
     if ASM:
         if N == 4:
-            r = tl.inline_asm_elementwise(("ld.global.nc.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];" if PURE
-                                           else "ld.global.L1::no_allocate.v4.b32 {$0, $1, $2, $3}, [$4];") if STREAM
+            r = tl.inline_asm_elementwise((("ld.global.nc" if PURE else "ld.global") + ".L1::no_allocate" + L2P_SFX
+                                           + ".v4.b32 {$0, $1, $2, $3}, [$4];") if STREAM
                                           else "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=PURE, pack=1)
         else:
-            r = tl.inline_asm_elementwise(("ld.global.nc.L1::no_allocate.v2.b32 {$0, $1}, [$2];" if PURE
-                                           else "ld.global.L1::no_allocate.v2.b32 {$0, $1}, [$2];") if STREAM
+            r = tl.inline_asm_elementwise((("ld.global.nc" if PURE else "ld.global") + ".L1::no_allocate" + L2P_SFX
+                                           + ".v2.b32 {$0, $1}, [$2];") if STREAM
                                           else "ld.global.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32), is_pure=PURE, pack=1)
     elif N == 4:
@@ -200,13 +204,14 @@ def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PUR
 
 
 @triton.jit
-def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.constexpr = False):
+def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.constexpr = False,
+             L2P: tl.constexpr = 0):
     """A warp's weights for one 128-column step, 12 words per lane: rows g and g+8, packed bytes 16t .. 16t+15 of
     the step (one 16-byte load each), and words 4g + 2(t // 2), +1 of the step's two meta tiles (8 bytes each)."""
     ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
     mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
-    return (_ld(ra, 4, ASM, True, not FENCE) + _ld(ra + 8 * stride_vw, 4, ASM, True, not FENCE)
-            + _ld(mb, 2, ASM, True, not FENCE) + _ld(mb + 128, 2, ASM, True, not FENCE))
+    return (_ld(ra, 4, ASM, True, not FENCE, L2P) + _ld(ra + 8 * stride_vw, 4, ASM, True, not FENCE, L2P)
+            + _ld(mb, 2, ASM, True, not FENCE, L2P) + _ld(mb + 128, 2, ASM, True, not FENCE, L2P))
 
 
 @triton.jit
@@ -360,7 +365,7 @@ def _sparse24_mma_kernel(
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
     HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False, PAIRS: tl.constexpr = False,
-    XF: tl.constexpr = False,
+    XF: tl.constexpr = False, L2P: tl.constexpr = 0,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
     16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch).
@@ -414,25 +419,25 @@ def _sparse24_mma_kernel(
     # one step ahead: 16 IMAD.MOV right after the loads, so every step waited a full DRAM latency). Steps past the
     # range (only when K_PER_SPLIT does not divide K: EVEN false) re-read the last one with its values zeroed.
     for k0 in range(k_lo, k_hi, 128 * U):
-        wa = _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM, FENCE)
+        wa = _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM, FENCE, L2P)
         ua = wa
         if GATED:
-            ua = _fetch_w(vw, mw, row0 + N, g, t, k0, K, stride_vw, ASM, FENCE)
+            ua = _fetch_w(vw, mw, row0 + N, g, t, k0, K, stride_vw, ASM, FENCE, L2P)
         kb = tl.minimum(k0 + 128, k_hi - 128)  # U >= 2 (the candidates' U is 2 or 4)
-        wb = _fetch_w(vw, mw, row0, g, t, kb, K, stride_vw, ASM, FENCE)
+        wb = _fetch_w(vw, mw, row0, g, t, kb, K, stride_vw, ASM, FENCE, L2P)
         ub = wb
         if GATED:
-            ub = _fetch_w(vw, mw, row0 + N, g, t, kb, K, stride_vw, ASM, FENCE)
+            ub = _fetch_w(vw, mw, row0 + N, g, t, kb, K, stride_vw, ASM, FENCE, L2P)
         if U == 4:
             kc = tl.minimum(k0 + 256, k_hi - 128)
             kd = tl.minimum(k0 + 384, k_hi - 128)
-            wc = _fetch_w(vw, mw, row0, g, t, kc, K, stride_vw, ASM, FENCE)
-            wd = _fetch_w(vw, mw, row0, g, t, kd, K, stride_vw, ASM, FENCE)
+            wc = _fetch_w(vw, mw, row0, g, t, kc, K, stride_vw, ASM, FENCE, L2P)
+            wd = _fetch_w(vw, mw, row0, g, t, kd, K, stride_vw, ASM, FENCE, L2P)
             uc = wc
             ud = wd
             if GATED:
-                uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE)
-                ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE)
+                uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE, L2P)
+                ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE, L2P)
         if PDL:  # the planes come from the kernel before: written once it has finished (a no-op after the first)
             gdc_wait()
         if XF:  # the x fragments too before the barrier: their (L1 / L2) latency overlaps the weights' instead of
@@ -539,9 +544,12 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     for w, sp, u, fence, xf in ((1, s, 4, True, 0), (4, s, 4, True, 0), (2, s, 4, True, 0), (1, s, 2, True, 0),
                                 (4, s, 2, True, 0), (4, s // 2, 4, True, 0), (1, 2 * s, 2, True, 0),
                                 (4, s, 4, False, 0), (4, s, 2, False, 0), (1, s, 2, False, 0),
-                                (1, s, 2, True, 1), (4, s, 2, True, 1), (4, s // 2, 4, True, 1), (1, s, 4, True, 1)):
+                                (1, s, 2, True, 1), (4, s, 2, True, 1), (4, s // 2, 4, True, 1), (1, s, 4, True, 1),
+                                (4, s, 2, True, 2), (1, s, 2, True, 2), (4, s // 2, 4, True, 2), (4, s, 2, True, 3)):
         sp = max(1, min(sp, K // (128 * u)))  # a short K gets fewer ranges (each at least U steps), not no config
-        cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {})
+        # xf: 1 XF, 2 XF with an L2 prefetch size of 256 bytes on the weights' loads, 3 the same with 128
+        cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {}) | (
+            dict(L2P={2: 256, 3: 128}[xf]) if xf >= 2 else {})
         if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
             out.append(cfg)
     return out or [_interpret_config(N, K)]
@@ -655,7 +663,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       VALUE=value, PLANES=P, NT=nt, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
                       W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
                       **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}),
-                      **(dict(PAIRS=True) if pairs else {}), **(dict(XF=True) if cfg.get("XF") else {}))
+                      **(dict(PAIRS=True) if pairs else {}), **(dict(XF=True) if cfg.get("XF") else {}),
+                      **(dict(L2P=cfg["L2P"]) if cfg.get("L2P") else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
