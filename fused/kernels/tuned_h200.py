@@ -128,8 +128,8 @@ TUNED: dict = {
     ('w8a16_gemv', '32', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
     # sparse24_mma (2:4 decode on mma.sp), twenty-third session: `bash .ci/h200_next.sh mma24b` (the M=1 gated pairs
     # pick from `twentythird`'s diag: XF), H200, triton 3.6.0
-    ('sparse24_mma', '1', '14336', '4096', 'True', '2', 'torch.int8', 'pairs'): {'W': 4, 'SPLIT_K': 4, 'U': 2, 'FENCE': True, 'num_warps': 4, 'XF': True},
-    ('sparse24_mma', '1', '4096', '14336', 'False', '2', 'torch.int8', 'pairs'): {'W': 1, 'SPLIT_K': 16, 'U': 2, 'FENCE': True, 'num_warps': 1},
+    ('sparse24_mma', '1', '14336', '4096', 'True', '2', 'torch.int8', 'pairs'): {'W': 4, 'SPLIT_K': 4, 'U': 2, 'FENCE': True, 'num_warps': 4, 'XF': True, 'L2P': 128},
+    ('sparse24_mma', '1', '4096', '14336', 'False', '2', 'torch.int8', 'pairs'): {'W': 4, 'SPLIT_K': 16, 'U': 2, 'FENCE': True, 'num_warps': 4, 'XF': True, 'L2P': 128},
     ('sparse24_mma', '1', '14336', '4096', 'True', '1', 'torch.int8'): {'W': 4, 'SPLIT_K': 2, 'U': 4, 'FENCE': True, 'num_warps': 4},
     ('sparse24_mma', '1', '4096', '14336', 'False', '1', 'torch.int8'): {'W': 4, 'SPLIT_K': 16, 'U': 2, 'FENCE': True, 'num_warps': 4},
     ('sparse24_mma', '16', '14336', '4096', 'True', '2', 'torch.int8'): {'W': 4, 'SPLIT_K': 2, 'U': 4, 'FENCE': True, 'num_warps': 4},
