@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-second", "Open leads now"), in this order: `mma24b` (sparse24_mma's loop rebuilt after
-# the SASS showed its prefetch serialized: U steps loaded per iteration, FENCE variants), `ncumma` on the winner, then
-# `quad16`, `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`,
-# `w8a16eager`. Each fits one 600 s call; mma24b fits ~250 s.
+# usage: bash .ci/h200_next.sh twentyfourth1|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD
+# candidates: the weights prefetched into L2 ahead; then the 2:4 rows retuned, picks to ship), then `quad16`,
+# `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
+# Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
 export PYTHONUNBUFFERED=1
@@ -63,9 +63,23 @@ case "${1:-}" in
       > "$OUT/ncumma.txt" 2>&1
     grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc" \
       "$OUT/ncumma.txt" | head -80 ;;
-  l2p24)  # twenty-third session, last call: the int8 M=1 layers with the L2P candidates (weights' loads with an L2
-          # prefetch size of 256 / 128 bytes: the next iteration's lines of the same rows fetched without registers;
-          # ncu had L2 hit 7%, occupancy 25%, DRAM 56%). Prediction: gate/up 33.1 -> ~30, down 21.8 -> ~20
+  twentyfourth1)  # next session, first: l2p24 (the PFD candidates, layers alone), then the 2:4 rows at M = 1 / 16 with
+                  # sparse24_mma retuned (its shipped picks timed against every candidate) beside torchao's fp8 2:4;
+                  # ship the picks with `.ci/picks_to_tuned.py OUT/s24/bench.json --match sparse24_mma`
+    export FUSED_S24_MMA=1
+    MMA24_FMTS=int8 MMA24_MS=1 timeout 200 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
+    FUSED_RETUNE=sparse24_mma timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
+      --sparse-baselines --configs "ours int8 2:4 W8A16,ours int8 2:4 W8A8,ours fp8 2:4 W8A8" --out "$OUT/s24" \
+      > "$OUT/s24.log" 2>&1
+    grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -16
+    routes "$OUT/s24/bench.json" | grep "_graph" | head -12
+    rm -f "$OUT"/*/bench.png ;;
+  l2p24)  # twenty-third session: the int8 M=1 layers with the L2P candidates (weights' loads with an L2 prefetch
+          # size of 256 / 128 bytes; ncu had L2 hit 7%, occupancy 25%, DRAM 56%). Prediction: gate/up 33.1 -> ~30,
+          # down 21.8 -> ~20. Run 6: 31.9 / 21.2 with 128 B (256 B slower). Since: PFD candidates (prefetch.global.L2
+          # of the weights 1 / 2 iterations ahead: DRAM bytes in flight without registers; SASS +16 CCTL per gated
+          # iteration, 92 -> 104 registers). Prediction: gate/up 31.9 -> ~27, down 21.2 -> ~18; if so ship the picks
+          # (`.ci/picks_to_tuned.py` needs a bench.json: run `twentythird2` after, with FUSED_RETUNE=sparse24_mma)
     export FUSED_S24_MMA=1
     MMA24_FMTS=int8 MMA24_MS=1 timeout 200 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   " ;;
   twentythird2)  # twenty-third session, last: the 2:4 rows at M = 1 / 16 with the shipped picks (mma route on, PAIRS,

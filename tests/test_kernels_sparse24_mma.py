@@ -102,8 +102,9 @@ def test_mma_pairs_equal_plane_sets(M, gated, split, monkeypatch):
                                  dict(W=4, SPLIT_K=1, U=4, FENCE=True, num_warps=4),
                                  dict(W=2, SPLIT_K=1, U=4, FENCE=True, XF=True, num_warps=2),
                                  dict(W=1, SPLIT_K=2, U=2, FENCE=True, XF=True, num_warps=1),
-                                 dict(W=2, SPLIT_K=2, U=2, FENCE=True, XF=True, L2P=256, num_warps=2)],
-                         ids=["w1-split3", "w4-nosplit", "xf-u4", "xf-u2-split2", "l2p256"])
+                                 dict(W=2, SPLIT_K=2, U=2, FENCE=True, XF=True, L2P=256, num_warps=2),
+                                 dict(W=2, SPLIT_K=1, U=2, FENCE=True, XF=True, L2P=128, PFD=2, num_warps=2)],
+                         ids=["w1-split3", "w4-nosplit", "xf-u4", "xf-u2-split2", "l2p256", "pfd2"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
     M, N, K = 3, 64, 384

@@ -215,6 +215,23 @@ def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.
 
 
 @triton.jit
+def _prefetch(p):
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr):
+    """prefetch.global.L2 of what _fetch_w(k0) will load (no register is held while the lines come from DRAM)."""
+    if ASM:
+        ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
+        mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
+        _prefetch(ra)
+        _prefetch(ra + 8 * stride_vw)
+        _prefetch(mb)
+        _prefetch(mb + 128)
+
+
+@triton.jit
 def _b_frags(xw, base, n3, ASM: tl.constexpr):
     """One x plane's B fragments for the step's two mma (8 words; mma m's are words 4m .. 4m+3): x words 8h + n3 +
     {0, 16, 4, 20} (+2 for mma 1) of the 128-column block, h = t // 2, n3 = t % 2 (base: the lane's word 8h)."""
@@ -365,7 +382,7 @@ def _sparse24_mma_kernel(
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
     HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False, PAIRS: tl.constexpr = False,
-    XF: tl.constexpr = False, L2P: tl.constexpr = 0,
+    XF: tl.constexpr = False, L2P: tl.constexpr = 0, PFD: tl.constexpr = 0,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
     16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch).
@@ -438,6 +455,12 @@ def _sparse24_mma_kernel(
             if GATED:
                 uc = _fetch_w(vw, mw, row0 + N, g, t, kc, K, stride_vw, ASM, FENCE, L2P)
                 ud = _fetch_w(vw, mw, row0 + N, g, t, kd, K, stride_vw, ASM, FENCE, L2P)
+        if PFD > 0:  # the weights PFD iterations ahead into L2: DRAM bytes in flight not bounded by registers
+            for j in tl.static_range(U):
+                kp = tl.minimum(k0 + (PFD * U + j) * 128, K - 128)  # past the range: the next range's, same weight
+                _prefetch_w(vw, mw, row0, g, t, kp, K, stride_vw, ASM)
+                if GATED:
+                    _prefetch_w(vw, mw, row0 + N, g, t, kp, K, stride_vw, ASM)
         if PDL:  # the planes come from the kernel before: written once it has finished (a no-op after the first)
             gdc_wait()
         if XF:  # the x fragments too before the barrier: their (L1 / L2) latency overlaps the weights' instead of
@@ -545,11 +568,13 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
                                 (4, s, 2, True, 0), (4, s // 2, 4, True, 0), (1, 2 * s, 2, True, 0),
                                 (4, s, 4, False, 0), (4, s, 2, False, 0), (1, s, 2, False, 0),
                                 (1, s, 2, True, 1), (4, s, 2, True, 1), (4, s // 2, 4, True, 1), (1, s, 4, True, 1),
-                                (4, s, 2, True, 2), (1, s, 2, True, 2), (4, s // 2, 4, True, 2), (4, s, 2, True, 3)):
+                                (4, s, 2, True, 2), (1, s, 2, True, 2), (4, s // 2, 4, True, 2), (4, s, 2, True, 3),
+                                (4, s, 2, True, 4), (4, s, 2, True, 5), (1, s, 2, True, 4), (4, s // 2, 4, True, 4)):
         sp = max(1, min(sp, K // (128 * u)))  # a short K gets fewer ranges (each at least U steps), not no config
-        # xf: 1 XF, 2 XF with an L2 prefetch size of 256 bytes on the weights' loads, 3 the same with 128
+        # xf: 1 XF, 2 XF with an L2 prefetch size of 256 bytes on the weights' loads, 3 the same with 128, 4 / 5 XF
+        # with 128 and the weights one / two iterations ahead prefetched into L2 (PFD)
         cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {}) | (
-            dict(L2P={2: 256, 3: 128}[xf]) if xf >= 2 else {})
+            dict(L2P={2: 256, 3: 128, 4: 128, 5: 128}[xf]) if xf >= 2 else {}) | (dict(PFD=xf - 3) if xf >= 4 else {})
         if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
             out.append(cfg)
     return out or [_interpret_config(N, K)]
@@ -664,7 +689,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       W=w, U=u, EVEN=K % k_per == 0, ASM=not INTERPRET, FENCE=cfg.get("FENCE", False), num_warps=w,
                       **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}),
                       **(dict(PAIRS=True) if pairs else {}), **(dict(XF=True) if cfg.get("XF") else {}),
-                      **(dict(L2P=cfg["L2P"]) if cfg.get("L2P") else {}))
+                      **(dict(L2P=cfg["L2P"]) if cfg.get("L2P") else {}),
+                      **(dict(PFD=cfg["PFD"]) if cfg.get("PFD") else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
