@@ -404,6 +404,26 @@ def test_gemv_prmt_config_interpreted(monkeypatch):
     assert torch.equal(want, w8a16_gemv(x, q, s, b, "silu", True, config=dict(base, CVT="prmt")))
 
 
+def test_gemv_pfd_config_interpreted(monkeypatch):
+    """PFD (in-loop L2 prefetch, inline PTX: nothing under the interpreter) is offered at BLOCK_M=1 only (unless
+    FUSED_GEMV_PFD=0) and leaves the result's bits alone."""
+    from fused.kernels import w8a16_gemv as gv
+    from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
+
+    _poisoned_empty(monkeypatch)
+    monkeypatch.setattr(gv, "PFD_CANDIDATES", False)
+    assert not any(c.get("PFD") for c in _candidates(1, 4096, 14336, True, int8=True))
+    monkeypatch.setattr(gv, "PFD_CANDIDATES", True)
+    assert {c.get("PFD") for c in _candidates(1, 4096, 14336, False, int8=False)} >= {1, 2}
+    assert not any(c.get("PFD") for c in _candidates(16, 4096, 14336, True, int8=True))
+    for fmt, gated in (("int8", True), ("float8_e4m3", False)):
+        x, q, s, b = _case(1, 37, 300, fmt, gated, True, torch.bfloat16, "cpu", "plain")
+        base = dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=128, SPLIT_K=2, num_warps=4, CVT="magic")
+        want = w8a16_gemv(x, q, s, b, "silu" if gated else "none", gated, config=base)
+        got = w8a16_gemv(x, q, s, b, "silu" if gated else "none", gated, config=dict(base, PFD=1))
+        assert torch.equal(want, got), fmt
+
+
 def _sm90_last_line(code: str) -> str:
     """The last line printed by ``code`` run in a process without TRITON_INTERPRET (the sm_90 compiles of .ci/
     gemv_sass.py and sparse_sass.py need Triton's real compiler; ptxas comes with the wheel)."""

@@ -28,18 +28,40 @@ from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 
+INTERPRET_C: tl.constexpr = tl.constexpr(INTERPRET)
+
+
+@triton.jit
+def _prefetch_l2(p):
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _prefetch_tile(w_ptr, rows, R_END, K, k0, stride_wn, stride_wk, BLOCK_K: tl.constexpr):
+    """prefetch.global.L2 of the weight tile [rows, k0:k0 + BLOCK_K]: one address per 128-byte line (8-bit weights),
+    clamped inside the weight; nothing under the interpreter (inline PTX)."""
+    LINES: tl.constexpr = BLOCK_K // 128 if BLOCK_K >= 128 else 1
+    if not INTERPRET_C:
+        cols = tl.minimum(k0 + 128 * tl.arange(0, LINES), K - 1)
+        r = tl.minimum(rows, R_END - 1)
+        _prefetch_l2(w_ptr + r[:, None].to(tl.int64) * stride_wn + cols[None, :] * stride_wk)
+
 
 @triton.jit
 def _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi,
              stride_xm, stride_xk, stride_wn, stride_wk,
              W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-             DOT: tl.constexpr, CVT: tl.constexpr):
+             DOT: tl.constexpr, CVT: tl.constexpr, PFD: tl.constexpr = 0):
     """fp32 [BLOCK_M, BLOCK_N] = x[offs_m, k_lo:k_hi] · W[row0 + offs_n, k_lo:k_hi]ᵀ (integer/fp8 W unscaled).
     Masks compare with K (specialized on divisibility by 16: the loads stay 16 bytes wide); a split's tiles
-    never cross k_hi, which is K or a multiple of BLOCK_K."""
+    never cross k_hi, which is K or a multiple of BLOCK_K. PFD > 0: each step first prefetches into L2 the tile PFD
+    steps ahead (DRAM bytes in flight without registers or shared memory; what took sparse24_mma's layers 1-2 µs
+    faster as a load's L2 prefetch size, twenty-third session)."""
     rows = row0 + offs_n
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for k0 in range(k_lo, k_hi, BLOCK_K):
+        if PFD > 0:
+            _prefetch_tile(w_ptr, rows, R_END, K, k0 + PFD * BLOCK_K, stride_wn, stride_wk, BLOCK_K)
         acc = _step(acc, k0, x_ptr, w_ptr, offs_m, rows, M, R_END, K, stride_xm, stride_xk, stride_wn, stride_wk,
                     W_FP8, BLOCK_M, BLOCK_K, DOT, CVT)
     return acc
@@ -102,7 +124,8 @@ def _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_h
 @triton.jit
 def _partial_k(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk, stride_wn, stride_wk,
                W_FP8: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-               DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr):
+               DOT: tl.constexpr, CVT: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr,
+               PFD: tl.constexpr = 0):
     if STAGES > 1:
         acc = _partial_staged(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
                               stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, STAGES)
@@ -111,7 +134,7 @@ def _partial_k(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stri
                                 stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
         acc = _partial(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_hi, stride_xm, stride_xk,
-                       stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
+                       stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PFD)
     return acc
 
 
@@ -147,7 +170,7 @@ def _w8a16_gemv_kernel(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, PERSISTENT: tl.constexpr,
-    STAGES: tl.constexpr = 1,
+    STAGES: tl.constexpr = 1, PFD: tl.constexpr = 0,
 ):
     if PERSISTENT:
         # a fixed grid (a few programs per SM) walks the (tile, split) items: no partial last wave
@@ -156,12 +179,13 @@ def _w8a16_gemv_kernel(
                        part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                        stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
                        GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH,
-                       STAGES)
+                       STAGES, PFD)
     else:
         _gemv_item(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
                    part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
                    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
-                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH, STAGES)
+                   GATED, W_FP8, HAS_BIAS, ACT, SPLIT_K, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, JOINT, PREFETCH, STAGES,
+                   PFD)
 
 
 @triton.jit
@@ -172,6 +196,7 @@ def _gemv_item(
     GATED: tl.constexpr, W_FP8: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
     SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     DOT: tl.constexpr, CVT: tl.constexpr, JOINT: tl.constexpr, PREFETCH: tl.constexpr, STAGES: tl.constexpr = 1,
+    PFD: tl.constexpr = 0,
 ):
     """One (output tile, K split) item: partial dot, split-K finish, epilogue. Returns the split-K `live`."""
     offs_m = tl.arange(0, BLOCK_M)
@@ -184,11 +209,11 @@ def _gemv_item(
                                    W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT)
     else:
         acc = _partial_k(x_ptr, w_ptr, offs_m, offs_n, 0, M, N, K, k_lo, k_hi, stride_xm, stride_xk,
-                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH, STAGES)
+                         stride_wn, stride_wk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH, STAGES, PFD)
         if GATED:
             acc_u = _partial_k(x_ptr, wu_ptr, offs_m, offs_n, u_row0, M, u_row0 + N, K, k_lo, k_hi, stride_xm,
                                stride_xk, stride_un, stride_uk, W_FP8, BLOCK_M, BLOCK_N, BLOCK_K, DOT, CVT, PREFETCH,
-                               STAGES)
+                               STAGES, PFD)
         else:
             acc_u = acc
 
@@ -221,6 +246,9 @@ MAX_M = 64
 # .ci/h200_next.sh prmt`): bit-equal to "magic" on every candidate; the retuner took prmt for both int8 M=1 layers,
 # Llama block 64.6 -> 63.4 µs (predicted 63-65)
 PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
+# PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1; prepared in the twenty-third session,
+# not yet timed on the H200 (FUSED_GEMV_PFD=0 drops them)
+PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "1") == "1"
 
 
 def _block_m(M: int) -> int:
@@ -260,6 +288,9 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             if bm == 1 and int8 and PRMT:  # the cheaper widening (sm_90: 637 instead of 745 SASS instructions per
                 # iteration of the gated 32x512 loop; fp8's is 539), prepared in the fifteenth session
                 out += [dict(base, CVT="prmt"), dict(base, CVT="prmt", num_warps=8)]
+            if bm == 1 and PFD_CANDIDATES:  # the weights 1 / 2 steps ahead prefetched into L2 (_partial's PFD)
+                cvt = "prmt" if int8 and PRMT else "magic"
+                out += [dict(base, CVT=cvt, num_warps=8, PFD=1), dict(base, CVT=cvt, num_warps=8, PFD=2)]
             # more weight bytes in flight per program: both gated tiles per step, or the next tile early
             if gated:
                 out += [dict(base, JOINT=True)] + ([dict(base, JOINT=True, num_warps=8)] if bm == 1 else [])
@@ -314,7 +345,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
             GATED=gated, W_FP8=w_fp8, HAS_BIAS=bias is not None, ACT=act,
             SPLIT_K=split, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, DOT=dot_mode(x.dtype), CVT=_cvt(cfg),
             JOINT=gated and cfg.get("JOINT", False), PREFETCH=cfg.get("PREFETCH", False), STAGES=cfg.get("STAGES", 1),
-            PERSISTENT=persistent > 0, num_warps=cfg["num_warps"],
+            PERSISTENT=persistent > 0, num_warps=cfg["num_warps"], **({"PFD": cfg["PFD"]} if cfg.get("PFD") else {}),
         )
 
     if config is None:
