@@ -13,6 +13,12 @@ lane loads its values as two 16-byte vectors (rows g and g+8, packed bytes 16t .
 session); then a loop that prefetched the next step's weights in loop-carried registers stayed latency-bound (the
 back-edge copies waited on the loads). Now a warp loads U steps of weights per iteration, none carried, optionally
 fenced (FENCE) so ptxas issues them all before the first mma, and reads them L1::no_allocate (x stays in L1).
+Twenty-third session (H200): PAIRS, at M <= 4 with two planes, puts both planes in one mma's columns (column
+2·token + plane: half the mma.sp and x loads); PDL makes the kernel a programmatic dependent of the act_split /
+act_quant launch before it (weights loaded before griddepcontrol.wait); XF loads the x fragments with the weights;
+L2P sets the weights' L2 prefetch size (128 B won); PFD prefetches the weights 1-2 iterations ahead into L2
+(prepared, not yet timed). ncu of the M=1 gate/up pick: DRAM 56%, occupancy 25% (the weights in flight sit in
+registers), load stalls dominate.
 
 Logical -> physical groups within a step, mma m (0, 1), lane t' = 0..3 of a quad: a0's groups 2t', 2t'+1 are the
 physical groups 8t' + 2m + {0, 1} (bytes 16t' + 4m .. +3: word m of the row's 16-byte run), a2's groups 8 + 2t',
@@ -568,11 +574,11 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
                                 (4, s, 2, True, 0), (4, s // 2, 4, True, 0), (1, 2 * s, 2, True, 0),
                                 (4, s, 4, False, 0), (4, s, 2, False, 0), (1, s, 2, False, 0),
                                 (1, s, 2, True, 1), (4, s, 2, True, 1), (4, s // 2, 4, True, 1), (1, s, 4, True, 1),
-                                (4, s, 2, True, 2), (1, s, 2, True, 2), (4, s // 2, 4, True, 2), (4, s, 2, True, 3),
+                                (4, s, 2, True, 3), (1, s, 2, True, 3), (4, s // 2, 4, True, 3),
                                 (4, s, 2, True, 4), (4, s, 2, True, 5), (1, s, 2, True, 4), (4, s // 2, 4, True, 4)):
         sp = max(1, min(sp, K // (128 * u)))  # a short K gets fewer ranges (each at least U steps), not no config
-        # xf: 1 XF, 2 XF with an L2 prefetch size of 256 bytes on the weights' loads, 3 the same with 128, 4 / 5 XF
-        # with 128 and the weights one / two iterations ahead prefetched into L2 (PFD)
+        # xf: 1 XF, 3 XF with an L2 prefetch size of 128 bytes on the weights' loads (2: 256 bytes, slower on the
+        # H200 and no longer offered), 4 / 5 as 3 with the weights one / two iterations ahead prefetched into L2 (PFD)
         cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {}) | (
             dict(L2P={2: 256, 3: 128, 4: 128, 5: 128}[xf]) if xf >= 2 else {}) | (dict(PFD=xf - 3) if xf >= 4 else {})
         if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
