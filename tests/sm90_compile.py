@@ -159,6 +159,13 @@ def sparse24_mma_configs():
                   U=c["U"], EVEN=True, FENCE=c["FENCE"], ASM=True, SPLIT_X=True, QMAX=float(SPLIT_QMAX),
                   MIN_S=MIN_SCALE)
     out.append(("sparse24_mma_x int8 M=3 gated", sm._sparse24_mma_kernel, pointers, ints, consts, c["num_warps"]))
+    # STAGES: the weights through shared memory by Triton's pipeliner (cp.async): still no layout conversion
+    pointers = dict(pointers, x_ptr="*i8")
+    ints = dict(M=1, N=14336, K=4096, K_PER_SPLIT=1024, stride_xp=4096, stride_xm=4096, stride_vn=2048,
+                stride_ym=14336, stride_yn=1, stride_x0=0, stride_x1=0)
+    consts = dict(VALUE="int8", PLANES=2, NT=1, GATED=True, HAS_BIAS=False, ACT="silu", SPLIT_K=4, W=4, U=1,
+                  EVEN=True, ASM=True, PDL=True, PAIRS=True, STAGES=4)
+    out.append(("sparse24_mma int8 M=1 gated stages", sm._sparse24_mma_kernel, pointers, ints, consts, 4))
     return out
 
 

@@ -103,8 +103,11 @@ def test_mma_pairs_equal_plane_sets(M, gated, split, monkeypatch):
                                  dict(W=2, SPLIT_K=1, U=4, FENCE=True, XF=True, num_warps=2),
                                  dict(W=1, SPLIT_K=2, U=2, FENCE=True, XF=True, num_warps=1),
                                  dict(W=2, SPLIT_K=2, U=2, FENCE=True, XF=True, L2P=256, num_warps=2),
-                                 dict(W=2, SPLIT_K=1, U=2, FENCE=True, XF=True, L2P=128, PFD=2, num_warps=2)],
-                         ids=["w1-split3", "w4-nosplit", "xf-u4", "xf-u2-split2", "l2p256", "pfd2"])
+                                 dict(W=2, SPLIT_K=1, U=2, FENCE=True, XF=True, L2P=128, PFD=2, num_warps=2),
+                                 dict(W=2, SPLIT_K=2, U=1, STAGES=3, num_warps=2),
+                                 dict(W=1, SPLIT_K=1, U=1, STAGES=4, num_warps=1)],
+                         ids=["w1-split3", "w4-nosplit", "xf-u4", "xf-u2-split2", "l2p256", "pfd2", "stages3-split2",
+                              "stages4"])
 def test_mma_explicit_configs(cfg):
     torch.manual_seed(3)
     M, N, K = 3, 64, 384
@@ -326,7 +329,7 @@ def test_mma_compiles_for_sm90_without_layout_conversions():
         pytest.skip("this Triton has no ptxas")
     assert run.returncode == 0, run.stderr[-3000:]
     facts = json.loads(run.stdout.strip().splitlines()[-1])
-    assert len(facts) == 5
+    assert len(facts) == 6
     for label, (mmas, converts, loads) in facts.items():
         # SPLIT_X's prologue (the planes, ordinary Triton tensors) reduces over a row: its one conversion is there
         assert mmas >= 2 and converts <= ("mma_x" in label) and loads > 0, (label, mmas, converts, loads)

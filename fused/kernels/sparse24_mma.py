@@ -221,6 +221,35 @@ def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.
 
 
 @triton.jit
+def _words(v, N: tl.constexpr):
+    """[32·W, N] (each lane's N words, N = 2 or 4) -> a tuple of N [32·W] tensors."""
+    if N == 2:
+        a, b = tl.split(v)
+        r = (a, b)
+    else:
+        lo, hi = tl.split(tl.reshape(v, (v.shape[0], 2, 2)))  # words (0, 2), (1, 3)
+        a, c = tl.split(lo)
+        b, d = tl.split(hi)
+        r = (a, b, c, d)
+    return r
+
+
+@triton.jit
+def _fetch_w_tl(vw, mw, row0, g, t, k0, K, stride_vw):
+    """_fetch_w with Triton loads of [32·W, 4] / [32·W, 2] word tiles (one row per lane), which a tl.range loop with
+    num_stages can pipeline through shared memory (cp.async): the weights in flight then hold no registers."""
+    # the runs' alignment stated (16 / 8 bytes), so each lane's words load as one vector into its own thread (Triton
+    # 3.9 otherwise split a row over two threads and converted back: 8 layout conversions per step)
+    ro = tl.multiple_of((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t), 4)
+    mo = tl.multiple_of(((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1),
+                        2)
+    ra = vw + ro[:, None] + tl.arange(0, 4)[None, :]
+    mb = mw + mo[:, None] + tl.arange(0, 2)[None, :]
+    return (_words(tl.load(ra), 4) + _words(tl.load(ra + 8 * stride_vw), 4) + _words(tl.load(mb), 2)
+            + _words(tl.load(mb + 128), 2))
+
+
+@triton.jit
 def _prefetch(p):
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p], dtype=tl.int32, is_pure=False, pack=1)
 
@@ -388,7 +417,7 @@ def _sparse24_mma_kernel(
     ASM: tl.constexpr, FENCE: tl.constexpr = False,
     SPLIT_X: tl.constexpr = False, QMAX: tl.constexpr = 1.0, MIN_S: tl.constexpr = 1.0,
     HAND_ROUND: tl.constexpr = False, PDL: tl.constexpr = False, PAIRS: tl.constexpr = False,
-    XF: tl.constexpr = False, L2P: tl.constexpr = 0, PFD: tl.constexpr = 0,
+    XF: tl.constexpr = False, L2P: tl.constexpr = 0, PFD: tl.constexpr = 0, STAGES: tl.constexpr = 1,
 ):
     """SPLIT_X: xq_ptr / xs_ptr are this call's scratch (planes [programs, 2, M, K_PER_SPLIT], scales [programs,
     16]) and x_ptr the 16-bit x: each program splits its own K range first (no act_split launch).
@@ -441,7 +470,19 @@ def _sparse24_mma_kernel(
     # is copied at the back edge and the copy waits for the load (sm_90 SASS of the first form, weights prefetched
     # one step ahead: 16 IMAD.MOV right after the loads, so every step waited a full DRAM latency). Steps past the
     # range (only when K_PER_SPLIT does not divide K: EVEN false) re-read the last one with its values zeroed.
-    for k0 in range(k_lo, k_hi, 128 * U):
+    if STAGES > 1:  # one step per iteration, its weights streamed by Triton's pipeliner (cp.async, STAGES deep)
+        for k0 in tl.range(k_lo, k_hi, 128, num_stages=STAGES):
+            wa = _fetch_w_tl(vw, mw, row0, g, t, k0, K, stride_vw)
+            ua = wa
+            if GATED:
+                ua = _fetch_w_tl(vw, mw, row0 + N, g, t, k0, K, stride_vw)
+            if PDL:
+                gdc_wait()
+            b = _x_frags(xw, xrow0, xrow1, xp, k0 // 4, n3, XNT, XPL, ASM)
+            gacc = _step(gacc, wa, b, n3, VALUE, NB, W, ASM)
+            if GATED:
+                uacc = _step(uacc, ua, b, n3, VALUE, NB, W, ASM)
+    for k0 in range(k_lo, k_hi if STAGES == 1 else k_lo, 128 * U):
         wa = _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM, FENCE, L2P)
         ua = wa
         if GATED:
@@ -583,6 +624,14 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
             dict(L2P={2: 256, 3: 128, 4: 128, 5: 128}[xf]) if xf >= 2 else {}) | (dict(PFD=xf - 3) if xf >= 4 else {})
         if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
             out.append(cfg)
+    # STAGES: one step per iteration with the weights streamed through shared memory by Triton's pipeliner (cp.async,
+    # STAGES - 1 steps ahead: bytes in flight bounded by shared memory, not registers; sm_90: 72 registers gated,
+    # 36 KB per 4-warp program at 4 stages). Prepared in the twenty-third session, not yet timed on the H200
+    for w, sp, st in ((4, s, 3), (4, s, 4), (1, s, 4), (2, s, 4), (4, s // 2, 4)):
+        sp = max(1, min(sp, K // 128))
+        cfg = dict(W=w, SPLIT_K=sp, U=1, STAGES=st, num_warps=w)
+        if N % (16 * w) == 0 and cfg not in out:
+            out.append(cfg)
     return out or [_interpret_config(N, K)]
 
 
@@ -696,7 +745,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
                       **extra, **(dict(PDL=True, launch_pdl=True) if pdl else {}),
                       **(dict(PAIRS=True) if pairs else {}), **(dict(XF=True) if cfg.get("XF") else {}),
                       **(dict(L2P=cfg["L2P"]) if cfg.get("L2P") else {}),
-                      **(dict(PFD=cfg["PFD"]) if cfg.get("PFD") else {}))
+                      **(dict(PFD=cfg["PFD"]) if cfg.get("PFD") else {}),
+                      **(dict(STAGES=cfg["STAGES"]) if cfg.get("STAGES", 1) > 1 else {}))
 
     if config is None:
         cands = (lambda: [_interpret_config(N, K)]) if INTERPRET else (lambda: _candidates(M, N, K, gated))
