@@ -3,8 +3,8 @@
 # usage: bash .ci/h200_next.sh twentyfourth1|gemvpfd|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
 # STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async; then the
-# 2:4 rows retuned, picks to ship), `gemvpfd` (the same
-# prefetch in the dense M=1 GEMV), then `quad16`,
+# 2:4 rows retuned, picks to ship), `gemvpfd` (the same prefetch in the dense M=1 GEMV, and the dense decode on
+# mma.sync: fused/kernels/w8_mma.py, opt-in FUSED_GEMV_MMA=1 until it passes there), then `quad16`,
 # `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
 # Each fits one 600 s call.
 set -uo pipefail
@@ -77,11 +77,16 @@ case "${1:-}" in
     routes "$OUT/s24/bench.json" | grep "_graph" | head -12
     rm -f "$OUT"/*/bench.png ;;
   gemvpfd)  # twenty-third session (prepared, not run): the dense M=1 GEMV with PFD candidates (prefetch.global.L2 of
-            # the weight tile 1 / 2 steps ahead, one address per 128-byte line: +1 CCTL per thread and step), the
-            # M=1 rows retuned (w8a16_gemv only: the shipped pick competes). Prediction: if the GEMV is DRAM-latency
-            # bound as sparse24_mma was, int8 W8A16 63 -> ~58 µs; if it stays put, its limiter is elsewhere
-    FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv" > "$OUT/gemv.log" 2>&1
+            # the weight tile 1 / 2 steps ahead, one address per 128-byte line: +1 CCTL per thread and step) and, for
+            # int8, act_split + w8_mma (dense decode on mma.sync m16n8k32: the weights straight into the MMA, streamed
+            # by cp.async; sm_90 loop 106 instructions per 16x128 gated step vs the GEMV's ~290 per 64x256, 64
+            # registers), the M=1 rows retuned (w8a16_gemv only: the shipped pick competes). First the w8_mma cuda
+            # tests. Prediction: int8 W8A16 63 -> ~50 µs if the mma kernel streams at ~3.3 TB/s; PFD alone 63 -> ~58
+            # if the GEMV is DRAM-latency bound as sparse24_mma was
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8_mma.py 2>&1 \
+      | filt | grep -v "^  \|^$" | tail -6
+    FUSED_GEMV_MMA=1 FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1 \
+      --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv" > "$OUT/gemv.log" 2>&1
     grep "^|" "$OUT/gemv.log" | grep -v "^|--" | head -6
     python3 .ci/picks_to_tuned.py "$OUT/gemv/bench.json" --match w8a16_gemv
     rm -f "$OUT"/*/bench.png ;;

@@ -52,10 +52,13 @@ for expand in ('select', 'prmt'):
                      GATED=True, HAS_SCALE=True, HAS_BIAS=False, ACT='silu', BLOCK_M=64, BLOCK_N=64, BLOCK_K=128,
                      GROUP_M=8, TILED=False, EXPAND=expand), 4)
     audit(f'sparse24_linear EXPAND={expand}', k['kernel'].asm['ttgir'])
-from sm90_compile import mma_facts
+from sm90_compile import mma_facts, w8_mma_facts
 for label, (mmas, converts, loads) in mma_facts().items():  # sparse24_mma: its lanes must stay in their threads
     if mmas < 2 or converts > ('mma_x' in label) or not loads:
         out.append(f'{label}: {mmas} mma.sp, {converts} layout conversions, {loads} 16-byte loads')
+for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
+    if mmas < 4 or converts:
+        out.append(f'{label}: {mmas} mma.sync, {converts} layout conversions')
 print(out)
 """
 

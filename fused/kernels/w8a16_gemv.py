@@ -249,6 +249,9 @@ PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
 # PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1; prepared in the twenty-third session,
 # not yet timed on the H200 (FUSED_GEMV_PFD=0 drops them)
 PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "1") == "1"
+# FUSED_GEMV_MMA=1: int8 weights at M <= 4 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
+# per-weight widening, the weights streamed by cp.async). Prepared in the twenty-third session, not yet run on a GPU
+MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
 
 
 def _block_m(M: int) -> int:
@@ -329,8 +332,14 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     y = check_out(out, (M, N), x.dtype, x.device) if out is not None else empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0:
         return y
+    mma_ok = (MMA_CANDIDATES and x.is_cuda and not w_fp8 and up is None and x.dtype in (torch.bfloat16, torch.float16)
+              and M <= 4 and K % 128 == 0 and N % 16 == 0 and w.stride(1) == 1 and w.stride(0) % 32 == 0
+              and w.data_ptr() % 32 == 0)
 
     def launch(cfg):
+        if cfg.get("MMA"):  # act_split, then the mma kernel (its programs a programmatic dependent where sm_90 has it)
+            _launch_mma(cfg, x, qweight, wscale, bias, act, gated, y)
+            return
         bm, bn, bk, split = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["SPLIT_K"]
         tiles = cdiv(N, bn)
         k_per = cdiv(cdiv(K, split), bk) * bk
@@ -350,7 +359,26 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
 
     if config is None:
         cands = (lambda: [_interpret_config(M, N, K)]) if INTERPRET else (
-            lambda: _candidates(M, N, K, gated, int8=not w_fp8))
-        config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype), cands, launch)
+            lambda: _candidates(M, N, K, gated, int8=not w_fp8) + (_mma_candidates(N, K, gated) if mma_ok else []))
+        # the mma candidates' key apart: their picks never reach a call they cannot run
+        config = pick("w8a16_gemv", (m_bucket(M), N, K, gated, qweight.dtype) + (("mma",) if mma_ok else ()),
+                      cands, launch)
     launch(config)
     return y
+
+
+def _mma_candidates(N: int, K: int, gated: bool) -> list[dict]:
+    from fused.kernels.w8_mma import _candidates as mma_candidates
+
+    return [dict(c, MMA=True) for c in mma_candidates(N, K, gated)]
+
+
+def _launch_mma(cfg, x, qweight, wscale, bias, act, gated, y):
+    from fused.kernels import sparse24_mma as sm
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8_mma import w8_mma
+
+    pdl = sm.PDL and x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
+    q, xs = act_split(x, pdl=pdl)
+    w8_mma(q, xs, qweight, wscale, bias, act, gated, out_dtype=y.dtype, out=y, pdl=pdl,
+           config={k: cfg[k] for k in ("W", "SPLIT_K", "STAGES", "num_warps")})

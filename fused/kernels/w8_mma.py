@@ -1,0 +1,278 @@
+"""Dense int8 decode on the tensor cores (M <= 8 tokens): y = epilogue(x · Wᵀ) with `mma.sync` m16n8k32 s8.
+
+The int8 weight goes straight from memory into the MMA's A operand (no per-weight widening, which is most of the
+GEMV's instructions: fused.kernels.w8a16_gemv); x arrives as 8-bit planes, act_split's two (W8A16: x ≈ s·(256·hi +
+lo)) or act_quant's one (W8A8). The B operand's 8 columns are tokens (one plane) or, with two planes and M <= 4,
+(token, plane) pairs: column 2·token + plane, so one mma serves both planes (as PAIRS in fused.kernels.sparse24_mma).
+A warp's step is 16 rows x 128 columns (4 mma); within the step the K order is permuted (the same for A and B) so
+that each lane's A words are ONE 32-byte run per row: logical (mma m, half h) of lane t is physical word 8t + 2m + h
+of the step's 32, and the lane's B words are x words 8t .. 8t+7 of its column's plane. The loop loads the weights as
+[32·W, 8] word tiles (one row run per lane) in a `tl.range` with num_stages: Triton's pipeliner streams them
+through shared memory (cp.async), so the bytes in flight do not sit in registers.
+
+Fragments (PTX ISA, mma.m16n8k32 with .s8), lane L = 4g + t:
+  A (4 words)   a0: row g, K 4t..4t+3;  a1: row g+8, the same;  a2: row g, K 16+4t..+3;  a3: row g+8, the same
+  B (2 words)   b0: column g, K 4t..4t+3;  b1: column g, K 16+4t..+3
+  D (4 accumulators)  d0 / d1: row g, columns 2t / 2t+1;  d2 / d3: row g+8, columns 2t / 2t+1
+Lanes are the physical ones (%tid.x, fused.kernels.sparse24_mma._thread_ids); the interpreter has no tensor cores:
+there _mma_emu forms the warp product from the same lane registers by the rules above (the addressing's oracle).
+Split-K and the epilogue as sparse24_mma (deterministic partial sums, token and channel scales, bias, activation,
+gate). Reference: fused.reference.linear_ref / gated_ref on the planes' values.
+Prepared in the twenty-third session without a GPU: opt-in (FUSED_GEMV_MMA=1 offers it to w8a16_gemv's tuner).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_wait
+
+from fused.kernels import INTERPRET, cdiv, check_out
+from fused.kernels.epilogue import activation
+from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.sparse24_mma import _planes, _sum_parts, _thread_ids, _token, _words, _zeros4
+from fused.kernels.splitk import buffers
+from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.w8a16_gemv import _split_for
+
+_ASM: tl.constexpr = tl.constexpr("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {$0, $1, $2, $3}, "
+                                  "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+_CONS: tl.constexpr = tl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 10))
+
+
+@triton.jit
+def _sbyte(w, i: tl.constexpr):
+    return (w << (24 - 8 * i)) >> 24  # byte i of an int32 word, sign-extended
+
+
+@triton.jit
+def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr):
+    """The warp product of one m16n8k32 s8 mma from the lanes' registers (interpreter only; small shapes)."""
+    L = tl.arange(0, 32)
+    g = L >> 2
+    t = L & 3
+    kk = tl.arange(0, 32)
+    # dense A [W, 16, 32] and B [W, 32, 8] gathered from the lanes by one-hot sums
+    rows = tl.arange(0, 16)
+    A = tl.zeros((W, 16, 32), dtype=tl.int32)
+    B = tl.zeros((W, 32, 8), dtype=tl.int32)
+    regs = (tl.reshape(a0, (W, 32)), tl.reshape(a1, (W, 32)), tl.reshape(a2, (W, 32)), tl.reshape(a3, (W, 32)))
+    for r in tl.static_range(4):
+        for i in tl.static_range(4):
+            v = _sbyte(regs[r], i)                                              # [W, 32] (lanes)
+            row = g + 8 * (r & 1)
+            col = 4 * t + i + 16 * (r >> 1)
+            hit = (row[:, None, None] == rows[None, :, None]) & (col[:, None, None] == kk[None, None, :])  # [32,16,32]
+            A += tl.sum(tl.where(hit[None], v[:, :, None, None], 0), axis=1)
+    bregs = (tl.reshape(b0, (W, 32)), tl.reshape(b1, (W, 32)))
+    nn = tl.arange(0, 8)
+    for r in tl.static_range(2):
+        for i in tl.static_range(4):
+            v = _sbyte(bregs[r], i)
+            k = 4 * t + i + 16 * r
+            hit = (k[:, None, None] == kk[None, :, None]) & (g[:, None, None] == nn[None, None, :])  # [32, 32, 8]
+            B += tl.sum(tl.where(hit[None], v[:, :, None, None], 0), axis=1)
+    D = tl.sum(A[:, :, :, None] * B[:, None, :, :], axis=2)                      # [W, 16, 8]
+    mo = tl.arange(0, 16)[None, None, :, None]
+    no = tl.arange(0, 8)[None, None, None, :]
+    Lg = g[None, :, None, None]
+    Lt = t[None, :, None, None]
+    Dx = D[:, None, :, :]
+    d0 = tl.sum(tl.sum(tl.where((mo == Lg) & (no == 2 * Lt), Dx, 0), axis=3), axis=2)
+    d1 = tl.sum(tl.sum(tl.where((mo == Lg) & (no == 2 * Lt + 1), Dx, 0), axis=3), axis=2)
+    d2 = tl.sum(tl.sum(tl.where((mo == Lg + 8) & (no == 2 * Lt), Dx, 0), axis=3), axis=2)
+    d3 = tl.sum(tl.sum(tl.where((mo == Lg + 8) & (no == 2 * Lt + 1), Dx, 0), axis=3), axis=2)
+    return (c[0] + tl.reshape(d0, (32 * W,)), c[1] + tl.reshape(d1, (32 * W,)),
+            c[2] + tl.reshape(d2, (32 * W,)), c[3] + tl.reshape(d3, (32 * W,)))
+
+
+@triton.jit
+def _mma(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr, ASM: tl.constexpr):
+    if ASM:
+        r = tl.inline_asm_elementwise(_ASM, _CONS, (a0, a1, a2, a3, b0, b1) + c,
+                                      dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
+    else:
+        r = _mma_emu(c, a0, a1, a2, a3, b0, b1, W)
+    return r
+
+
+@triton.jit
+def _run8(p, off):
+    """Each lane's 8 words at p + off (off: [32·W] word offsets, 32-byte aligned) as two 16-byte tiles [32·W, 4],
+    one row per thread (a [32·W, 8] tile was split over two threads per row by Triton 3.9, then converted back)."""
+    o = tl.multiple_of(off, 8)
+    j = tl.arange(0, 4)[None, :]
+    return _words(tl.load(p + o[:, None] + j), 4) + _words(tl.load(p + (o + 4)[:, None] + j), 4)
+
+
+@triton.jit
+def _step(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr):
+    """One 16-row x 128-column step: 4 mma; mma m's A words are physical words 2m, 2m+1 of each row's run."""
+    for m in tl.static_range(4):
+        acc = _mma(acc, wg[2 * m], wg8[2 * m], wg[2 * m + 1], wg8[2 * m + 1], xb[2 * m], xb[2 * m + 1], W, ASM)
+    return acc
+
+
+@triton.jit
+def _w8_mma_kernel(
+    xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
+    M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_wn, stride_ym, stride_yn,
+    PLANES: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
+    W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr = False,
+):
+    PAIRS: tl.constexpr = PLANES == 2  # the launcher allows two planes at M <= 4 only
+    NS: tl.constexpr = 4 * (2 if GATED else 1)
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    tid = _thread_ids(W, ASM)
+    lane = tid & 31
+    g = lane >> 2
+    t = lane & 3
+    row0 = pid_n * (16 * W) + 16 * (tid >> 5)
+    ww = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
+    k_lo = pid_k * K_PER_SPLIT
+    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
+    # column g of B: token g // 2 of plane g % 2 (PAIRS) or token g; past M: token M - 1 (outputs never stored)
+    if PAIRS:
+        xrow = (g & 1) * (stride_xp // 4) + tl.minimum(g >> 1, M - 1) * (stride_xm // 4) + 8 * t
+    else:
+        xrow = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * t
+    rg = (row0 + g).to(tl.int64) * (stride_wn // 4) + 8 * t
+    rg8 = rg + 8 * (stride_wn // 4)
+    gacc = _zeros4(W, "int8")
+    uacc = gacc
+    ru = rg + N * (stride_wn // 4)
+    ru8 = rg8 + N * (stride_wn // 4)
+    for k0 in tl.range(k_lo, k_hi, 128, num_stages=STAGES):
+        kw = k0 // 4
+        wg = _run8(ww, rg + kw)
+        wg8 = _run8(ww, rg8 + kw)
+        if GATED:
+            ug = _run8(ww, ru + kw)
+            ug8 = _run8(ww, ru8 + kw)
+        if PDL:  # the planes come from the launch before (act_split / act_quant with pdl_start)
+            gdc_wait()
+        xb = _run8(xw, xrow + kw)
+        gacc = _step(gacc, wg, wg8, xb, ASM, W)
+        if GATED:
+            uacc = _step(uacc, ug, ug8, xb, ASM, W)
+    if PDL:
+        gdc_wait()
+
+    # split-K and the epilogue, as in sparse24_mma (one token tile; PAIRS: accumulators 1 / 3 are lo planes)
+    part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
+    live = tid >= 0
+    last = pid_k == 0
+    if SPLIT_K > 1:
+        mine = part + pid_k * (NS * 32 * W) + tid
+        for i in tl.static_range(4):
+            if (not PAIRS) or (i % 2 == 0):
+                ok = _token(0, i, t, PAIRS) < M
+                tl.store(mine + i * (32 * W), _planes(gacc, 1, PLANES, "int8", 0, i, PAIRS), mask=ok)
+                if GATED:
+                    tl.store(mine + (4 + i) * (32 * W), _planes(uacc, 1, PLANES, "int8", 0, i, PAIRS), mask=ok)
+        tl.debug_barrier()  # every lane's partials are issued before the release below
+        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+        last = count == SPLIT_K - 1
+        live = (tid * 0 + count) == SPLIT_K - 1
+    for i in tl.static_range(4):
+        if (not PAIRS) or (i % 2 == 0):
+            tok = _token(0, i, t, PAIRS)
+            row = row0 + g + 8 * (i >> 1)
+            ok = (tok < M) & live
+            xs = tl.load(xs_ptr + tok, mask=tok < M, other=0.0)
+            if SPLIT_K > 1:
+                y = _sum_parts(part, i, tid, ok, NS, SPLIT_K, W)
+            else:
+                y = _planes(gacc, 1, PLANES, "int8", 0, i, PAIRS)
+            y = y * xs * tl.load(ws_ptr + row)
+            if HAS_BIAS:
+                y += tl.load(b_ptr + row).to(tl.float32)
+            y = activation(y, ACT)
+            if GATED:
+                if SPLIT_K > 1:
+                    u = _sum_parts(part, 4 + i, tid, ok, NS, SPLIT_K, W)
+                else:
+                    u = _planes(uacc, 1, PLANES, "int8", 0, i, PAIRS)
+                u = u * xs * tl.load(ws_ptr + N + row)
+                if HAS_BIAS:
+                    u += tl.load(b_ptr + N + row).to(tl.float32)
+                y = y * u
+            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
+    if SPLIT_K > 1:
+        tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
+
+
+def check_w8_mma_args(xq, xs, w, where="w8_mma"):
+    """Why (planes xq, token scales xs, int8 weight w) cannot run on w8_mma, or None."""
+    if xq.dim() != 3 or w.dim() != 2:
+        return f"{where}: planes [P, M, K] and weight [R, K] expected"
+    P, M, K = xq.shape
+    if not ((P == 2 and 1 <= M <= 4) or (P == 1 and 1 <= M <= 8)):
+        return f"{where}: 2 planes of M <= 4 tokens or 1 of M <= 8 expected, got {tuple(xq.shape)}"
+    if w.dtype != torch.int8 or xq.dtype != torch.int8:
+        return f"{where}: int8 weight and planes expected, got {w.dtype}, {xq.dtype}"
+    if K % 128 or w.shape[1] != K or w.shape[0] % 16:
+        return f"{where}: K a multiple of 128 and rows of 16, got planes {tuple(xq.shape)}, weight {tuple(w.shape)}"
+    if w.stride(1) != 1 or w.stride(0) % 32 or w.data_ptr() % 32:
+        return f"{where}: weight rows must be 32-byte aligned runs"
+    if xq.stride(2) != 1 or xq.stride(1) % 32 or xq.stride(0) % 32 or xq.data_ptr() % 32:
+        return f"{where}: planes must be rows of 32-byte aligned runs"
+    if xs.dtype != torch.float32 or xs.shape != (M,):
+        return f"{where}: token scales must be fp32 [{M}], got {xs.dtype} {tuple(xs.shape)}"
+    return None
+
+
+def _candidates(N: int, K: int, gated: bool) -> list[dict]:
+    """Warps per program (16 rows each), K split, pipeline stages; the first is the heuristic default."""
+    s = _split_for(N // 16 * (2 if gated else 1), K, 128, target=4224)
+    out = []
+    for w, sp, st in ((4, s, 4), (4, s, 3), (1, s, 4), (2, s, 4), (4, s // 2, 4), (4, 2 * s, 3), (4, s, 1)):
+        cfg = dict(W=w, SPLIT_K=max(1, min(sp, K // 128)), STAGES=st, num_warps=w)
+        if N % (16 * w) == 0 and cfg not in out:
+            out.append(cfg)
+    return out or [dict(W=1, SPLIT_K=1, STAGES=1, num_warps=1)]
+
+
+def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Tensor,
+           bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+           out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None, out: torch.Tensor | None = None,
+           pdl: bool = False) -> torch.Tensor:
+    """y [M, N] = epilogue((Σ planes) · Wᵀ) for int8 planes xq [P, M, K] with token scales xs [M] (P = 2 act_split's
+    (hi, lo) at M <= 4, P = 1 act_quant's at M <= 8), int8 w [R, K], wscale [R] fp32; gated: rows [0, N) gate,
+    [N, 2N) up, y = act(g)·u. ``pdl``: a programmatic dependent of the launch that made xq (see sparse24_mma)."""
+    why = check_w8_mma_args(xq, xs, w)
+    if why:
+        raise ValueError(why)
+    P, M, K = xq.shape
+    R = w.shape[0]
+    if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
+        raise ValueError(f"w8_mma: wscale must be fp32 [{R}]")
+    if gated and R % 32:
+        raise ValueError(f"w8_mma: a gated weight needs gate and up halves of whole 16-row tiles, got {R} rows")
+    N = R // 2 if gated else R
+    dev = xq.device
+    y = check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
+    pdl = pdl and not INTERPRET
+
+    def launch(cfg):
+        wp, split = cfg["W"], cfg["SPLIT_K"]
+        assert N % (16 * wp) == 0, cfg
+        k_per = cdiv(cdiv(K, split), 128) * 128
+        split = cdiv(K, k_per)
+        tiles = N // (16 * wp)
+        part, count = buffers(dev, tiles * split * (4 * (2 if gated else 1)) * 32 * wp, tiles)
+        launch_kernel(_w8_mma_kernel, (tiles, split), xq, xs, w, wscale, bias if bias is not None else wscale, y,
+                      part, count, M, N, K, k_per, xq.stride(0), xq.stride(1), w.stride(0), y.stride(0), y.stride(1),
+                      PLANES=P, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, W=wp,
+                      STAGES=cfg.get("STAGES", 1), ASM=not INTERPRET, num_warps=wp,
+                      **(dict(PDL=True, launch_pdl=True) if pdl else {}))
+
+    if config is None:
+        cands = (lambda: [dict(W=2 if N % 32 == 0 else 1, SPLIT_K=2 if K >= 256 else 1, STAGES=1,
+                               num_warps=2 if N % 32 == 0 else 1)]) if INTERPRET else (
+            lambda: _candidates(N, K, gated))
+        config = pick("w8_mma", (m_bucket(M), N, K, gated, P), cands, launch)
+    launch(config)
+    return y
