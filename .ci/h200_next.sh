@@ -79,7 +79,7 @@ case "${1:-}" in
   gemvpfd)  # twenty-third session (prepared, not run): the dense M=1 GEMV with PFD candidates (prefetch.global.L2 of
             # the weight tile 1 / 2 steps ahead, one address per 128-byte line: +1 CCTL per thread and step) and, for
             # int8, act_split + w8_mma (dense decode on mma.sync m16n8k32: the weights straight into the MMA, streamed
-            # by cp.async; sm_90 loop 106 instructions per 16x128 gated step vs the GEMV's ~290 per 64x256, 64
+            # by cp.async; int8 and e4m3; sm_90 loop 106 instructions per 16x128 gated step vs ~290 per 64x256, 64
             # registers), the M=1 rows retuned (w8a16_gemv only: the shipped pick competes). First the w8_mma cuda
             # tests. Prediction: int8 W8A16 63 -> ~50 µs if the mma kernel streams at ~3.3 TB/s; PFD alone 63 -> ~58
             # if the GEMV is DRAM-latency bound as sparse24_mma was

@@ -175,16 +175,18 @@ def w8_mma_facts():
     from fused.kernels import w8_mma as wm
 
     out = {}
-    for N, K, gated, M, P in ((14336, 4096, True, 1, 2), (4096, 14336, False, 8, 1)):
+    for N, K, gated, M, P, value in ((14336, 4096, True, 1, 2, "int8"), (4096, 14336, False, 8, 1, "int8"),
+                                     (14336, 4096, True, 1, 2, "fp8")):
         for c in wm._candidates(N, K, gated)[:2]:
-            pointers = dict(xq_ptr="*i8", xs_ptr="*fp32", w_ptr="*i8", ws_ptr="*fp32", b_ptr="*bf16", y_ptr="*bf16",
+            ptr = "*i8" if value == "int8" else "*u8"
+            pointers = dict(xq_ptr=ptr, xs_ptr="*fp32", w_ptr=ptr, ws_ptr="*fp32", b_ptr="*bf16", y_ptr="*bf16",
                             part_ptr="*fp32", count_ptr="*i32")
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_wn=K,
                         stride_ym=N, stride_yn=1)
             consts = dict(PLANES=P, GATED=gated, HAS_BIAS=True, ACT="silu" if gated else "none",
-                          SPLIT_K=c["SPLIT_K"], W=c["W"], STAGES=c["STAGES"], ASM=True, PDL=gated)
+                          SPLIT_K=c["SPLIT_K"], W=c["W"], STAGES=c["STAGES"], ASM=True, PDL=gated, VALUE=value)
             r = compile_sm90(wm._w8_mma_kernel, pointers, ints, consts, c["num_warps"])
-            out[f"w8_mma M={M} {'gated' if gated else 'linear'} {c}"] = [
+            out[f"w8_mma {value} M={M} {'gated' if gated else 'linear'} {c}"] = [
                 r["ptx"].count("mma.sync.aligned.m16n8k32"), r["kernel"].asm["ttgir"].count("convert_layout")]
     return out
 

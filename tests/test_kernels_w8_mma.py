@@ -11,39 +11,46 @@ from fused.kernels import w8_mma as wm
 from fused.kernels.w8_mma import check_w8_mma_args, w8_mma
 from fused.reference import gated_ref, linear_ref
 from lowbit import quantize_weight, sqnr
-from lowbit.quant import split_activation
+from lowbit.quant import FP8_SPLIT_LO, split_activation, split_activation_fp8
 
 
-def weight(R, K, seed=0):
+def weight(R, K, seed=0, fmt="int8"):
     g = torch.Generator().manual_seed(seed)
-    q, s = quantize_weight(torch.randn(R, K, generator=g), "int8")
+    q, s = quantize_weight(torch.randn(R, K, generator=g), fmt)
     q[R // 2] = 0  # a zero row
     return q, s
 
 
-def planes_of(x, planes):
-    """(planes [P, M, K] int8, scale [M], x as the kernel sees it: fp32 [M, K])."""
+def planes_of(x, planes, fp8=False):
+    """(planes [P, M, K] (int8 or e4m3), scale [M], x as the kernel sees it: fp32 [M, K])."""
+    if fp8:
+        hi, lo, s = split_activation_fp8(x)
+        if planes == 1:
+            return hi[None].contiguous(), s.squeeze(-1).contiguous(), hi.float() * s
+        return torch.stack([hi, lo]), s.squeeze(-1).contiguous(), (hi.float() + lo.float() / FP8_SPLIT_LO) * s
     hi, lo, s = split_activation(x)
     if planes == 1:
         return hi[None].contiguous(), (s * 256).squeeze(-1).contiguous(), hi.float() * (s * 256)
     return torch.stack([hi, lo]), s.squeeze(-1).contiguous(), (hi.float() * 256 + lo.float()) * s
 
 
-CASES = [  # M, N, K, gated, planes, act, bias, config
-    (1, 32, 128, False, 2, "none", False, None),
-    (3, 48, 384, True, 2, "silu", True, dict(W=1, SPLIT_K=3, STAGES=1, num_warps=1)),
-    (4, 64, 256, True, 2, "gelu_tanh", False, dict(W=2, SPLIT_K=2, STAGES=3, num_warps=2)),
-    (5, 32, 256, False, 1, "relu", True, None),
-    (8, 16, 128, True, 1, "gelu", True, dict(W=1, SPLIT_K=1, STAGES=4, num_warps=1)),
+CASES = [  # M, N, K, gated, planes, act, bias, config, fp8
+    (1, 32, 128, False, 2, "none", False, None, False),
+    (3, 48, 384, True, 2, "silu", True, dict(W=1, SPLIT_K=3, STAGES=1, num_warps=1), False),
+    (4, 64, 256, True, 2, "gelu_tanh", False, dict(W=2, SPLIT_K=2, STAGES=3, num_warps=2), False),
+    (5, 32, 256, False, 1, "relu", True, None, False),
+    (8, 16, 128, True, 1, "gelu", True, dict(W=1, SPLIT_K=1, STAGES=4, num_warps=1), False),
+    (2, 32, 256, True, 2, "silu", True, dict(W=2, SPLIT_K=2, STAGES=1, num_warps=2), True),
+    (6, 16, 128, False, 1, "none", False, None, True),
 ]
 
 
-@pytest.mark.parametrize("M,N,K,gated,planes,act,has_bias,cfg", CASES)
-def test_w8_mma_matches_reference(M, N, K, gated, planes, act, has_bias, cfg):
+@pytest.mark.parametrize("M,N,K,gated,planes,act,has_bias,cfg,fp8", CASES)
+def test_w8_mma_matches_reference(M, N, K, gated, planes, act, has_bias, cfg, fp8):
     torch.manual_seed(M * 7 + N + K)
     R = 2 * N if gated else N
-    q, s = weight(R, K, seed=M)
-    xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), planes)
+    q, s = weight(R, K, seed=M, fmt="float8_e4m3" if fp8 else "int8")
+    xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), planes, fp8)
     bias = torch.randn(R, dtype=torch.bfloat16) if has_bias else None
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
     y = w8_mma(xq, xs, q, s, bias, act, gated, out=out, config=cfg)
@@ -73,15 +80,16 @@ def test_w8_mma_bad_inputs():
         w8_mma(xq, xs, q[:16], s[:16], gated=True)
 
 
-@pytest.mark.parametrize("gated,dtype", [(True, torch.bfloat16), (False, torch.float16)])
-def test_w8a16_gemv_mma_config(gated, dtype):
+@pytest.mark.parametrize("gated,dtype,fmt", [(True, torch.bfloat16, "int8"), (False, torch.float16, "int8"),
+                                            (True, torch.bfloat16, "float8_e4m3")])
+def test_w8a16_gemv_mma_config(gated, dtype, fmt):
     """w8a16_gemv's MMA configs (offered to its tuner with FUSED_GEMV_MMA=1 on CUDA) run act_split + w8_mma into
     the call's output: W8A16 numerics on a strided x (the split planes carry x to ~15 bits)."""
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
     M, N, K = 3, 32, 256
     R = 2 * N if gated else N
-    q, s = weight(R, K, seed=5)
+    q, s = weight(R, K, seed=5, fmt=fmt)
     b = torch.randn(R)
     x = torch.randn(M, 2 * K, dtype=dtype)[:, ::2]
     act = "silu" if gated else "none"
@@ -89,7 +97,7 @@ def test_w8a16_gemv_mma_config(gated, dtype):
     y = w8a16_gemv(x, q, s, b, act, gated, out=out, config=dict(MMA=True, W=1, SPLIT_K=2, STAGES=1, num_warps=1))
     assert y.data_ptr() == out.data_ptr() and not y.isnan().any()
     ref = (gated_ref if gated else linear_ref)(x.float(), q.float(), s, b, act)
-    assert sqnr(ref, y.float()) > 40
+    assert sqnr(ref, y.float()) > (40 if fmt == "int8" else 30)  # e4m3 planes carry ~8 significant bits
 
 
 def test_w8_mma_compiles_for_sm90():
@@ -117,16 +125,18 @@ def test_w8_mma_compiles_for_sm90():
 # ---- CUDA (H200) ----
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
 @pytest.mark.parametrize("N,K,gated", [(14336, 4096, True), (4096, 14336, False)], ids=["gate_up", "down"])
-def test_cuda_w8_mma_every_candidate_llama(N, K, gated):
+def test_cuda_w8_mma_every_candidate_llama(N, K, gated, fmt):
     R = 2 * N if gated else N
-    q, s = weight(R, K)
+    q, s = weight(R, K, fmt=fmt)
     q, s = q.cuda(), s.cuda()
     for M, planes in ((1, 2), (4, 2), (8, 1)):
-        xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), planes)
+        xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), planes, fmt != "int8")
         xq, xs, xh = xq.cuda(), xs.cuda(), xh.cuda()
         ref = (gated_ref if gated else linear_ref)(xh, q.float(), s, None, "silu" if gated else "none")
-        for cfg in wm._candidates(N, K, gated):
+        cands = wm._candidates(N, K, gated)
+        for cfg in cands if fmt == "int8" else cands[:3]:
             y = w8_mma(xq, xs, q, s, None, "silu" if gated else "none", gated, config=cfg)
             assert sqnr(ref.float(), y.float()) > 40, (M, cfg)
             assert torch.equal(y, w8_mma(xq, xs, q, s, None, "silu" if gated else "none", gated, config=cfg))

@@ -1,16 +1,18 @@
-"""Dense int8 decode on the tensor cores (M <= 8 tokens): y = epilogue(x · Wᵀ) with `mma.sync` m16n8k32 s8.
+"""Dense 8-bit decode on the tensor cores (M <= 8 tokens): y = epilogue(x · Wᵀ) with `mma.sync` m16n8k32, int8
+(s8, int32 accumulators) or e4m3 (fp32 accumulators; native on sm_89+, unlike e4m3 mma.sp on sm_90).
 
-The int8 weight goes straight from memory into the MMA's A operand (no per-weight widening, which is most of the
-GEMV's instructions: fused.kernels.w8a16_gemv); x arrives as 8-bit planes, act_split's two (W8A16: x ≈ s·(256·hi +
-lo)) or act_quant's one (W8A8). The B operand's 8 columns are tokens (one plane) or, with two planes and M <= 4,
-(token, plane) pairs: column 2·token + plane, so one mma serves both planes (as PAIRS in fused.kernels.sparse24_mma).
-A warp's step is 16 rows x 128 columns (4 mma); within the step the K order is permuted (the same for A and B) so
+The 8-bit weight goes straight from memory into the MMA's A operand (no per-weight widening, which is most of the
+GEMV's instructions: fused.kernels.w8a16_gemv); x arrives as 8-bit planes of the weight's type, act_split's two
+(W8A16: x ≈ s·(256·hi + lo) for int8, s·(hi + lo/16) for e4m3) or act_quant's one (W8A8). The B operand's 8
+columns are tokens (one plane) or, with two planes and M <= 4, (token, plane) pairs: column 2·token + plane, so one
+mma serves both planes (as PAIRS in fused.kernels.sparse24_mma). A warp's step is 16 rows x 128 columns (4 mma); within the step the K order is permuted (the same for A and B) so
 that each lane's A words are ONE 32-byte run per row: logical (mma m, half h) of lane t is physical word 8t + 2m + h
 of the step's 32, and the lane's B words are x words 8t .. 8t+7 of its column's plane. The loop loads the weights as
-[32·W, 8] word tiles (one row run per lane) in a `tl.range` with num_stages: Triton's pipeliner streams them
-through shared memory (cp.async), so the bytes in flight do not sit in registers.
+[32·W, 4] word tiles (one 16-byte run per lane and thread) in a `tl.range` with num_stages: Triton 3.6's pipeliner
+streams them through shared memory (cp.async), so the bytes in flight do not sit in registers (3.9 leaves them
+plain loads).
 
-Fragments (PTX ISA, mma.m16n8k32 with .s8), lane L = 4g + t:
+Fragments (PTX ISA, mma.m16n8k32 with 8-bit types), lane L = 4g + t:
   A (4 words)   a0: row g, K 4t..4t+3;  a1: row g+8, the same;  a2: row g, K 16+4t..+3;  a3: row g+8, the same
   B (2 words)   b0: column g, K 4t..4t+3;  b1: column g, K 16+4t..+3
   D (4 accumulators)  d0 / d1: row g, columns 2t / 2t+1;  d2 / d3: row g+8, columns 2t / 2t+1
@@ -30,36 +32,40 @@ from triton.language.extra.cuda import gdc_wait
 from fused.kernels import INTERPRET, cdiv, check_out
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.sparse24_mma import _planes, _sum_parts, _thread_ids, _token, _words, _zeros4
+from fused.kernels.sparse24_mma import _byte_value, _planes, _sum_parts, _thread_ids, _token, _words, _zeros4
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
 
-_ASM: tl.constexpr = tl.constexpr("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {$0, $1, $2, $3}, "
-                                  "{$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};")
+_OPS = "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};"
+_ASM_I8: tl.constexpr = tl.constexpr("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 " + _OPS)
+_ASM_F8: tl.constexpr = tl.constexpr("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 " + _OPS)
 _CONS: tl.constexpr = tl.constexpr("=r,=r,=r,=r," + ",".join(["r"] * 10))
 
 
 @triton.jit
-def _sbyte(w, i: tl.constexpr):
-    return (w << (24 - 8 * i)) >> 24  # byte i of an int32 word, sign-extended
+def _sbyte(w, i: tl.constexpr, VALUE: tl.constexpr):
+    """Byte i of an int32 word as its value: int8 sign-extended, or e4m3 as fp32."""
+    return _byte_value((w >> (8 * i)) & 0xFF, VALUE)
 
 
 @triton.jit
-def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr):
-    """The warp product of one m16n8k32 s8 mma from the lanes' registers (interpreter only; small shapes)."""
+def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr, VALUE: tl.constexpr):
+    """The warp product of one m16n8k32 mma (s8 or e4m3) from the lanes' registers (interpreter only; small
+    shapes)."""
     L = tl.arange(0, 32)
     g = L >> 2
     t = L & 3
     kk = tl.arange(0, 32)
     # dense A [W, 16, 32] and B [W, 32, 8] gathered from the lanes by one-hot sums
     rows = tl.arange(0, 16)
-    A = tl.zeros((W, 16, 32), dtype=tl.int32)
-    B = tl.zeros((W, 32, 8), dtype=tl.int32)
+    dt: tl.constexpr = tl.int32 if VALUE == "int8" else tl.float32
+    A = tl.zeros((W, 16, 32), dtype=dt)
+    B = tl.zeros((W, 32, 8), dtype=dt)
     regs = (tl.reshape(a0, (W, 32)), tl.reshape(a1, (W, 32)), tl.reshape(a2, (W, 32)), tl.reshape(a3, (W, 32)))
     for r in tl.static_range(4):
         for i in tl.static_range(4):
-            v = _sbyte(regs[r], i)                                              # [W, 32] (lanes)
+            v = _sbyte(regs[r], i, VALUE)                                       # [W, 32] (lanes)
             row = g + 8 * (r & 1)
             col = 4 * t + i + 16 * (r >> 1)
             hit = (row[:, None, None] == rows[None, :, None]) & (col[:, None, None] == kk[None, None, :])  # [32,16,32]
@@ -68,7 +74,7 @@ def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr):
     nn = tl.arange(0, 8)
     for r in tl.static_range(2):
         for i in tl.static_range(4):
-            v = _sbyte(bregs[r], i)
+            v = _sbyte(bregs[r], i, VALUE)
             k = 4 * t + i + 16 * r
             hit = (k[:, None, None] == kk[None, :, None]) & (g[:, None, None] == nn[None, None, :])  # [32, 32, 8]
             B += tl.sum(tl.where(hit[None], v[:, :, None, None], 0), axis=1)
@@ -87,12 +93,15 @@ def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr):
 
 
 @triton.jit
-def _mma(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr, ASM: tl.constexpr):
-    if ASM:
-        r = tl.inline_asm_elementwise(_ASM, _CONS, (a0, a1, a2, a3, b0, b1) + c,
+def _mma(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr, ASM: tl.constexpr, VALUE: tl.constexpr):
+    if not ASM:
+        r = _mma_emu(c, a0, a1, a2, a3, b0, b1, W, VALUE)
+    elif VALUE == "int8":
+        r = tl.inline_asm_elementwise(_ASM_I8, _CONS, (a0, a1, a2, a3, b0, b1) + c,
                                       dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=True, pack=1)
     else:
-        r = _mma_emu(c, a0, a1, a2, a3, b0, b1, W)
+        r = tl.inline_asm_elementwise(_ASM_F8, _CONS, (a0, a1, a2, a3, b0, b1) + c,
+                                      dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
     return r
 
 
@@ -106,10 +115,11 @@ def _run8(p, off):
 
 
 @triton.jit
-def _step(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr):
+def _step(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr):
     """One 16-row x 128-column step: 4 mma; mma m's A words are physical words 2m, 2m+1 of each row's run."""
     for m in tl.static_range(4):
-        acc = _mma(acc, wg[2 * m], wg8[2 * m], wg[2 * m + 1], wg8[2 * m + 1], xb[2 * m], xb[2 * m + 1], W, ASM)
+        acc = _mma(acc, wg[2 * m], wg8[2 * m], wg[2 * m + 1], wg8[2 * m + 1], xb[2 * m], xb[2 * m + 1], W, ASM,
+                   VALUE)
     return acc
 
 
@@ -118,7 +128,7 @@ def _w8_mma_kernel(
     xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_wn, stride_ym, stride_yn,
     PLANES: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
-    W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr, PDL: tl.constexpr = False,
+    W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr, VALUE: tl.constexpr, PDL: tl.constexpr = False,
 ):
     PAIRS: tl.constexpr = PLANES == 2  # the launcher allows two planes at M <= 4 only
     NS: tl.constexpr = 4 * (2 if GATED else 1)
@@ -140,7 +150,7 @@ def _w8_mma_kernel(
         xrow = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * t
     rg = (row0 + g).to(tl.int64) * (stride_wn // 4) + 8 * t
     rg8 = rg + 8 * (stride_wn // 4)
-    gacc = _zeros4(W, "int8")
+    gacc = _zeros4(W, VALUE)
     uacc = gacc
     ru = rg + N * (stride_wn // 4)
     ru8 = rg8 + N * (stride_wn // 4)
@@ -154,9 +164,9 @@ def _w8_mma_kernel(
         if PDL:  # the planes come from the launch before (act_split / act_quant with pdl_start)
             gdc_wait()
         xb = _run8(xw, xrow + kw)
-        gacc = _step(gacc, wg, wg8, xb, ASM, W)
+        gacc = _step(gacc, wg, wg8, xb, ASM, W, VALUE)
         if GATED:
-            uacc = _step(uacc, ug, ug8, xb, ASM, W)
+            uacc = _step(uacc, ug, ug8, xb, ASM, W, VALUE)
     if PDL:
         gdc_wait()
 
@@ -169,9 +179,9 @@ def _w8_mma_kernel(
         for i in tl.static_range(4):
             if (not PAIRS) or (i % 2 == 0):
                 ok = _token(0, i, t, PAIRS) < M
-                tl.store(mine + i * (32 * W), _planes(gacc, 1, PLANES, "int8", 0, i, PAIRS), mask=ok)
+                tl.store(mine + i * (32 * W), _planes(gacc, 1, PLANES, VALUE, 0, i, PAIRS), mask=ok)
                 if GATED:
-                    tl.store(mine + (4 + i) * (32 * W), _planes(uacc, 1, PLANES, "int8", 0, i, PAIRS), mask=ok)
+                    tl.store(mine + (4 + i) * (32 * W), _planes(uacc, 1, PLANES, VALUE, 0, i, PAIRS), mask=ok)
         tl.debug_barrier()  # every lane's partials are issued before the release below
         count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
         last = count == SPLIT_K - 1
@@ -185,7 +195,7 @@ def _w8_mma_kernel(
             if SPLIT_K > 1:
                 y = _sum_parts(part, i, tid, ok, NS, SPLIT_K, W)
             else:
-                y = _planes(gacc, 1, PLANES, "int8", 0, i, PAIRS)
+                y = _planes(gacc, 1, PLANES, VALUE, 0, i, PAIRS)
             y = y * xs * tl.load(ws_ptr + row)
             if HAS_BIAS:
                 y += tl.load(b_ptr + row).to(tl.float32)
@@ -194,7 +204,7 @@ def _w8_mma_kernel(
                 if SPLIT_K > 1:
                     u = _sum_parts(part, 4 + i, tid, ok, NS, SPLIT_K, W)
                 else:
-                    u = _planes(uacc, 1, PLANES, "int8", 0, i, PAIRS)
+                    u = _planes(uacc, 1, PLANES, VALUE, 0, i, PAIRS)
                 u = u * xs * tl.load(ws_ptr + N + row)
                 if HAS_BIAS:
                     u += tl.load(b_ptr + N + row).to(tl.float32)
@@ -211,8 +221,8 @@ def check_w8_mma_args(xq, xs, w, where="w8_mma"):
     P, M, K = xq.shape
     if not ((P == 2 and 1 <= M <= 4) or (P == 1 and 1 <= M <= 8)):
         return f"{where}: 2 planes of M <= 4 tokens or 1 of M <= 8 expected, got {tuple(xq.shape)}"
-    if w.dtype != torch.int8 or xq.dtype != torch.int8:
-        return f"{where}: int8 weight and planes expected, got {w.dtype}, {xq.dtype}"
+    if w.dtype not in (torch.int8, torch.float8_e4m3fn) or xq.dtype != w.dtype:
+        return f"{where}: int8 or float8_e4m3fn weight and planes of its dtype expected, got {w.dtype}, {xq.dtype}"
     if K % 128 or w.shape[1] != K or w.shape[0] % 16:
         return f"{where}: K a multiple of 128 and rows of 16, got planes {tuple(xq.shape)}, weight {tuple(w.shape)}"
     if w.stride(1) != 1 or w.stride(0) % 32 or w.data_ptr() % 32:
@@ -239,9 +249,10 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
            bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
            out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None, out: torch.Tensor | None = None,
            pdl: bool = False) -> torch.Tensor:
-    """y [M, N] = epilogue((Σ planes) · Wᵀ) for int8 planes xq [P, M, K] with token scales xs [M] (P = 2 act_split's
-    (hi, lo) at M <= 4, P = 1 act_quant's at M <= 8), int8 w [R, K], wscale [R] fp32; gated: rows [0, N) gate,
-    [N, 2N) up, y = act(g)·u. ``pdl``: a programmatic dependent of the launch that made xq (see sparse24_mma)."""
+    """y [M, N] = epilogue((Σ planes) · Wᵀ) for 8-bit planes xq [P, M, K] with token scales xs [M] (P = 2
+    act_split's (hi, lo) at M <= 4, P = 1 act_quant's at M <= 8), w [R, K] of the planes' dtype (int8: x ≈
+    s·(256·hi + lo); e4m3: x ≈ s·(hi + lo/16)), wscale [R] fp32; gated: rows [0, N) gate, [N, 2N) up, y = act(g)·u.
+    ``pdl``: a programmatic dependent of the launch that made xq (see sparse24_mma)."""
     why = check_w8_mma_args(xq, xs, w)
     if why:
         raise ValueError(why)
@@ -255,6 +266,8 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
     dev = xq.device
     y = check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
     pdl = pdl and not INTERPRET
+    value = "int8" if w.dtype == torch.int8 else "fp8"
+    wv, xv = (w, xq) if value == "int8" else (w.view(torch.uint8), xq.view(torch.uint8))
 
     def launch(cfg):
         wp, split = cfg["W"], cfg["SPLIT_K"]
@@ -263,16 +276,16 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
         split = cdiv(K, k_per)
         tiles = N // (16 * wp)
         part, count = buffers(dev, tiles * split * (4 * (2 if gated else 1)) * 32 * wp, tiles)
-        launch_kernel(_w8_mma_kernel, (tiles, split), xq, xs, w, wscale, bias if bias is not None else wscale, y,
+        launch_kernel(_w8_mma_kernel, (tiles, split), xv, xs, wv, wscale, bias if bias is not None else wscale, y,
                       part, count, M, N, K, k_per, xq.stride(0), xq.stride(1), w.stride(0), y.stride(0), y.stride(1),
                       PLANES=P, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, W=wp,
-                      STAGES=cfg.get("STAGES", 1), ASM=not INTERPRET, num_warps=wp,
+                      STAGES=cfg.get("STAGES", 1), ASM=not INTERPRET, num_warps=wp, VALUE=value,
                       **(dict(PDL=True, launch_pdl=True) if pdl else {}))
 
     if config is None:
         cands = (lambda: [dict(W=2 if N % 32 == 0 else 1, SPLIT_K=2 if K >= 256 else 1, STAGES=1,
                                num_warps=2 if N % 32 == 0 else 1)]) if INTERPRET else (
             lambda: _candidates(N, K, gated))
-        config = pick("w8_mma", (m_bucket(M), N, K, gated, P), cands, launch)
+        config = pick("w8_mma", (m_bucket(M), N, K, gated, P, w.dtype), cands, launch)
     launch(config)
     return y

@@ -249,8 +249,9 @@ PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
 # PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1; prepared in the twenty-third session,
 # not yet timed on the H200 (FUSED_GEMV_PFD=0 drops them)
 PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "1") == "1"
-# FUSED_GEMV_MMA=1: int8 weights at M <= 4 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
-# per-weight widening, the weights streamed by cp.async). Prepared in the twenty-third session, not yet run on a GPU
+# FUSED_GEMV_MMA=1: 8-bit weights at M <= 4 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
+# per-weight widening in the int8 loop, the weights streamed by cp.async). Prepared in the twenty-third session, not
+# yet run on a GPU
 MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
 
 
@@ -332,7 +333,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     y = check_out(out, (M, N), x.dtype, x.device) if out is not None else empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0:
         return y
-    mma_ok = (MMA_CANDIDATES and x.is_cuda and not w_fp8 and up is None and x.dtype in (torch.bfloat16, torch.float16)
+    mma_ok = (MMA_CANDIDATES and x.is_cuda and up is None and x.dtype in (torch.bfloat16, torch.float16)
               and M <= 4 and K % 128 == 0 and N % 16 == 0 and w.stride(1) == 1 and w.stride(0) % 32 == 0
               and w.data_ptr() % 32 == 0)
 
@@ -379,6 +380,6 @@ def _launch_mma(cfg, x, qweight, wscale, bias, act, gated, y):
     from fused.kernels.w8_mma import w8_mma
 
     pdl = sm.PDL and x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
-    q, xs = act_split(x, pdl=pdl)
+    q, xs = act_split(x, fp8=qweight.dtype == torch.float8_e4m3fn, pdl=pdl)
     w8_mma(q, xs, qweight, wscale, bias, act, gated, out_dtype=y.dtype, out=y, pdl=pdl,
            config={k: cfg[k] for k in ("W", "SPLIT_K", "STAGES", "num_warps")})
