@@ -43,9 +43,9 @@ def compile_sm90(fn, pointers: dict, ints: dict, constexprs: dict, num_warps: in
             "kernel": kernel}
 
 
-def memory_ops_in_subprocess(configs: str):
-    """{label: PTX memory ops} for every config of ``configs`` (a function of this file), compiled in a process
-    without TRITON_INTERPRET (a test process runs the interpreter); None when this Triton has no ptxas."""
+def _json_in_subprocess(code: str):
+    """The last stdout line of python ``code`` as json, run in a process without TRITON_INTERPRET (a test process
+    runs the interpreter) with the repository on the path; None when this Triton has no ptxas."""
     import json
     import os
     import pathlib
@@ -55,13 +55,19 @@ def memory_ops_in_subprocess(configs: str):
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
-    code = (f"import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import compile_sm90, {configs}; "
-            f"print(json.dumps({{c[0]: compile_sm90(*c[1:])['memory_ops'] for c in {configs}()}}))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    run = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'tests'); " + code], cwd=root,
+                         env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
         return None
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def memory_ops_in_subprocess(configs: str):
+    """{label: PTX memory ops} for every config of ``configs`` (a function of this file), compiled in a process
+    without TRITON_INTERPRET; None when this Triton has no ptxas."""
+    return _json_in_subprocess(f"import json; from sm90_compile import compile_sm90, {configs}; "
+                               f"print(json.dumps({{c[0]: compile_sm90(*c[1:])['memory_ops'] for c in {configs}()}}))")
 
 
 def decode_block_configs():
@@ -201,4 +207,15 @@ def mma_facts(configs: str = "sparse24_mma_configs"):
         ttgir = r["kernel"].asm["ttgir"]
         out[label] = [r["ptx"].count("mma.sp"), ttgir.count("convert_layout"),
                       len(re.findall(r"ld\.global[\w.:]*\.v4\.b32", r["ptx"]))]
+    return out
+
+
+def facts_in_subprocess(func: str):
+    """json of ``func``() (a facts function here) compiled in a process without TRITON_INTERPRET, for a test; skips
+    the test when this Triton has no ptxas."""
+    import pytest
+
+    out = _json_in_subprocess(f"import json; from sm90_compile import {func}; print(json.dumps({func}()))")
+    if out is None:
+        pytest.skip("this Triton has no ptxas")
     return out

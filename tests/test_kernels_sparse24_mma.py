@@ -313,22 +313,9 @@ def test_cuda_mma_route(vdtype, dynamic, monkeypatch):
 def test_mma_compiles_for_sm90_without_layout_conversions():
     """sm_90 compile (no GPU needed): the loop issues mma.sp, loads with 16-byte vectors, and no value moves between
     threads (the fragments are addressed by the physical lane)."""
-    import json
-    import os
-    import pathlib
-    import subprocess
-    import sys
+    from sm90_compile import facts_in_subprocess
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(root)
-    code = ("import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import mma_facts; "
-            "print(json.dumps(mma_facts()))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
-        pytest.skip("this Triton has no ptxas")
-    assert run.returncode == 0, run.stderr[-3000:]
-    facts = json.loads(run.stdout.strip().splitlines()[-1])
+    facts = facts_in_subprocess("mma_facts")
     assert len(facts) == 6
     for label, (mmas, converts, loads) in facts.items():
         # SPLIT_X's prologue (the planes, ordinary Triton tensors) reduces over a row: its one conversion is there

@@ -103,22 +103,9 @@ def test_w8a16_gemv_mma_config(gated, dtype, fmt):
 def test_w8_mma_compiles_for_sm90():
     """sm_90 compile (no GPU needed): mma.sync m16n8k32 in the loop, the weights through cp.async (Triton 3.6's
     pipeliner; 3.9 does not pipeline these loads) and no layout conversion (lanes stay in their threads)."""
-    import json
-    import os
-    import pathlib
-    import subprocess
-    import sys
+    from sm90_compile import facts_in_subprocess
 
-    root = pathlib.Path(__file__).resolve().parents[1]
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["PYTHONPATH"] = str(root)
-    code = ("import json, sys; sys.path.insert(0, 'tests'); from sm90_compile import w8_mma_facts; "
-            "print(json.dumps(w8_mma_facts()))")
-    run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
-        pytest.skip("this Triton has no ptxas")
-    assert run.returncode == 0, run.stderr[-3000:]
-    for label, (mmas, converts) in json.loads(run.stdout.strip().splitlines()[-1]).items():
+    for label, (mmas, converts) in facts_in_subprocess("w8_mma_facts").items():
         assert mmas >= 4 and converts == 0, (label, mmas, converts)
 
 

@@ -101,6 +101,15 @@ def _thread_ids(W: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
+def warp_lanes(pid_n, W: tl.constexpr, ASM: tl.constexpr):
+    """(thread index, g, t, the warp's first row) of the mma kernels' [32·W] lane tensors, lane = 4g + t; each warp
+    owns 16 rows of program pid_n's 16·W."""
+    tid = _thread_ids(W, ASM)
+    lane = tid & 31
+    return tid, lane >> 2, lane & 3, pid_n * (16 * W) + 16 * (tid >> 5)
+
+
+@triton.jit
 def _bytes16(r0, r1, r2, r3, W: tl.constexpr):
     """[W, 32, 16]: byte p of each lane's 4 words (word p // 4, byte p % 4), 0..255."""
     p = tl.arange(0, 16)[None, None, :]
@@ -147,6 +156,13 @@ def _mma_emu(c, a0, a1, a2, a3, e, b, VALUE: tl.constexpr, W: tl.constexpr):
     mm = tl.arange(0, 16)[None, None, None, :, None]
     d = tl.where(row[:, :, :, None, None] == mm, prod[:, :, :, None, :], 0)         # [W, 32, 16, 16, 8]
     d = tl.sum(tl.reshape(d, (W, 512, 16, 8)), axis=1)                             # D [W, 16, 8]
+    return add_d_frags(c, d, W)
+
+
+@triton.jit
+def add_d_frags(c, d, W: tl.constexpr):
+    """c (4 accumulators per lane) + the warps' dense D [W, 16, 8] in the m16n8 D fragment: lane (g, t) holds rows
+    g / g+8, columns 2t / 2t+1 (interpreter emulation of the mma instructions)."""
     Lo = tl.arange(0, 32)[None, :, None, None]
     mo = tl.arange(0, 16)[None, None, :, None]
     no = tl.arange(0, 8)[None, None, None, :]
@@ -379,6 +395,73 @@ def _sum_parts(part, slot, tid, mask, NS: tl.constexpr, SPLIT_K: tl.constexpr, W
 
 
 @triton.jit
+def mma_epilogue(gacc, uacc, part_ptr, count_ptr, xs_row, ws_ptr, b_ptr, y_ptr, pid_n, pid_k, tid, row0, M, N,
+                 stride_ym, stride_yn, NT: tl.constexpr, PLANES: tl.constexpr, VALUE: tl.constexpr,
+                 PAIRS: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
+                 SPLIT_K: tl.constexpr, W: tl.constexpr, SPLIT_X: tl.constexpr):
+    """The mma decode kernels' end (sparse24_mma, w8_mma): a warp's accumulators (4 per token tile and plane set, the
+    mma D fragments) -> y, with split-K over programs. SPLIT_X: xs_row holds this program's per-range token scales."""
+    NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
+    lane = tid & 31
+    g = lane >> 2
+    t = lane & 3
+    # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
+    # the last to arrive sums them in a fixed order and runs the epilogue
+    part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
+    live = tid >= 0  # per lane (a scalar mask is not taken by the interpreter's loads)
+    last = pid_k == 0
+    if SPLIT_K > 1:
+        mine = part + pid_k * (NS * 32 * W) + tid
+        for nt in tl.static_range(NT):
+            for i in tl.static_range(4):
+                if (not PAIRS) or (i % 2 == 0):  # PAIRS: 1 and 3 are the lo planes of 0 and 2
+                    ok = _token(nt, i, t, PAIRS) < M
+                    xsl = 1.0
+                    if SPLIT_X:  # each range has its own token scales: the partials carry them
+                        xsl = tl.load(xs_row + _token(nt, i, t, PAIRS), mask=ok, other=0.0)
+                    tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl,
+                             mask=ok)
+                    if GATED:
+                        tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W),
+                                 _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl, mask=ok)
+        tl.debug_barrier()  # every lane's partials are issued before the release below
+        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
+        last = count == SPLIT_K - 1
+        live = (tid * 0 + count) == SPLIT_K - 1
+
+    for nt in tl.static_range(NT):
+        for i in tl.static_range(4):
+            if (not PAIRS) or (i % 2 == 0):
+                tok = _token(nt, i, t, PAIRS)
+                row = row0 + g + 8 * (i >> 1)
+                ok = (tok < M) & live
+                if SPLIT_X and SPLIT_K > 1:
+                    xs = 1.0
+                else:
+                    xs = tl.load(xs_row + tok, mask=tok < M, other=0.0)
+                if SPLIT_K > 1:
+                    y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+                else:
+                    y = _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS)
+                y = y * xs * tl.load(ws_ptr + row)
+                if HAS_BIAS:
+                    y += tl.load(b_ptr + row).to(tl.float32)
+                y = activation(y, ACT)
+                if GATED:
+                    if SPLIT_K > 1:
+                        u = _sum_parts(part, 4 * NT + nt * 4 + i, tid, ok, NS, SPLIT_K, W)
+                    else:
+                        u = _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS)
+                    u = u * xs * tl.load(ws_ptr + N + row)
+                    if HAS_BIAS:
+                        u += tl.load(b_ptr + N + row).to(tl.float32)
+                    y = y * u
+                tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
+    if SPLIT_K > 1:
+        tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
+
+
+@triton.jit
 def _split_x(x_ptr, stride_x0, stride_x1, q_ptr, s_ptr, M, k_lo, k_hi, KP, TOK: tl.constexpr,
              VALUE: tl.constexpr, QMAX: tl.constexpr, MIN_S: tl.constexpr, HAND_ROUND: tl.constexpr):
     """SPLIT_X: the program's own planes of its K range [k_lo, k_hi) of the 16-bit x (act_split's two, with a scale
@@ -424,14 +507,9 @@ def _sparse24_mma_kernel(
     PAIRS (two planes, M <= 4): the mma's 8 columns are (token, plane) pairs, column 2·token + plane, so one mma.sp
     per 64 columns serves both planes (half the mma.sp and x loads of one column set per plane)."""
     NB: tl.constexpr = 1 if PAIRS else PLANES * NT
-    NS: tl.constexpr = 4 * NT * (2 if GATED else 1)  # split-K partials per lane (planes combined)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    tid = _thread_ids(W, ASM)
-    lane = tid & 31
-    g = lane >> 2
-    t = lane & 3
-    row0 = pid_n * (16 * W) + 16 * (tid >> 5)  # the warp's first row
+    tid, g, t, row0 = warp_lanes(pid_n, W, ASM)
     vw = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     mw = m_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
@@ -546,60 +624,8 @@ def _sparse24_mma_kernel(
 
     if PDL:  # nothing is written, and no token scale read, before the kernel before has finished (a program with
         gdc_wait()  # an empty range never waited in the loop)
-    # split-K: each program stores its accumulators with the planes combined (fp32), for the tokens that exist only;
-    # the last to arrive sums them in a fixed order and runs the epilogue
-    part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
-    live = tid >= 0  # per lane (a scalar mask is not taken by the interpreter's loads)
-    last = pid_k == 0
-    if SPLIT_K > 1:
-        mine = part + pid_k * (NS * 32 * W) + tid
-        for nt in tl.static_range(NT):
-            for i in tl.static_range(4):
-                if (not PAIRS) or (i % 2 == 0):  # PAIRS: 1 and 3 are the lo planes of 0 and 2
-                    ok = _token(nt, i, t, PAIRS) < M
-                    xsl = 1.0
-                    if SPLIT_X:  # each range has its own token scales: the partials carry them
-                        xsl = tl.load(xs_row + _token(nt, i, t, PAIRS), mask=ok, other=0.0)
-                    tl.store(mine + (nt * 4 + i) * (32 * W), _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl,
-                             mask=ok)
-                    if GATED:
-                        tl.store(mine + (4 * NT + nt * 4 + i) * (32 * W),
-                                 _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS) * xsl, mask=ok)
-        tl.debug_barrier()  # every lane's partials are issued before the release below
-        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
-        last = count == SPLIT_K - 1
-        live = (tid * 0 + count) == SPLIT_K - 1
-
-    for nt in tl.static_range(NT):
-        for i in tl.static_range(4):
-            if (not PAIRS) or (i % 2 == 0):
-                tok = _token(nt, i, t, PAIRS)
-                row = row0 + g + 8 * (i >> 1)
-                ok = (tok < M) & live
-                if SPLIT_X and SPLIT_K > 1:
-                    xs = 1.0
-                else:
-                    xs = tl.load(xs_row + tok, mask=tok < M, other=0.0)
-                if SPLIT_K > 1:
-                    y = _sum_parts(part, nt * 4 + i, tid, ok, NS, SPLIT_K, W)
-                else:
-                    y = _planes(gacc, NT, PLANES, VALUE, nt, i, PAIRS)
-                y = y * xs * tl.load(ws_ptr + row)
-                if HAS_BIAS:
-                    y += tl.load(b_ptr + row).to(tl.float32)
-                y = activation(y, ACT)
-                if GATED:
-                    if SPLIT_K > 1:
-                        u = _sum_parts(part, 4 * NT + nt * 4 + i, tid, ok, NS, SPLIT_K, W)
-                    else:
-                        u = _planes(uacc, NT, PLANES, VALUE, nt, i, PAIRS)
-                    u = u * xs * tl.load(ws_ptr + N + row)
-                    if HAS_BIAS:
-                        u += tl.load(b_ptr + N + row).to(tl.float32)
-                    y = y * u
-                tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
-    if SPLIT_K > 1:
-        tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
+    mma_epilogue(gacc, uacc, part_ptr, count_ptr, xs_row, ws_ptr, b_ptr, y_ptr, pid_n, pid_k, tid, row0, M, N,
+                 stride_ym, stride_yn, NT, PLANES, VALUE, PAIRS, GATED, HAS_BIAS, ACT, SPLIT_K, W, SPLIT_X)
 
 
 def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
@@ -656,11 +682,28 @@ def check_mma_args(xq, xs, values, meta, where="sparse24_mma"):
                 f"{tuple(xq.shape)}, values {tuple(values.shape)}, meta {tuple(meta.shape)}")
     if meta.dtype != torch.uint8 or not meta.is_contiguous() or meta.data_ptr() % 8:
         return f"{where}: meta must be contiguous, 8-byte aligned uint8"
-    # 16-byte vector loads of values and planes
-    if values.stride(1) != 1 or values.stride(0) % 16 or values.data_ptr() % 16:
-        return f"{where}: values must be rows of 16-byte aligned runs"
-    if xq.stride(2) != 1 or xq.stride(1) % 16 or xq.stride(0) % 16 or xq.data_ptr() % 16:
-        return f"{where}: planes must be rows of 16-byte aligned runs"
+    return check_runs(where, values, "values", xq, xs, M, 16)  # 16-byte vector loads of values and planes
+
+
+def mma_output(where: str, wscale, R: int, gated: bool, tile: int, M: int, out, out_dtype, dev):
+    """(N, y) for an mma kernel's call on R weight rows (gated: gate and up halves of whole ``tile``-row tiles), after
+    checking wscale; y is ``out`` (checked) or a new [M, N] tensor."""
+    if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
+        raise ValueError(f"{where}: wscale must be fp32 [{R}]")
+    if gated and R % (2 * tile):
+        raise ValueError(f"{where}: a gated weight needs the gate and up halves in whole {tile}-row tiles, got {R} "
+                         "rows")
+    N = R // 2 if gated else R
+    return N, check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
+
+
+def check_runs(where: str, w, wname: str, xq, xs, M: int, align: int):
+    """The mma kernels' common checks (sparse24_mma, w8_mma): weight rows and x planes as ``align``-byte aligned runs
+    (each lane's vector loads), fp32 token scales [M]. Why not, or None."""
+    if w.stride(1) != 1 or w.stride(0) % align or w.data_ptr() % align:
+        return f"{where}: {wname} must be rows of {align}-byte aligned runs"
+    if xq.stride(2) != 1 or xq.stride(1) % align or xq.stride(0) % align or xq.data_ptr() % align:
+        return f"{where}: planes must be rows of {align}-byte aligned runs"
     if xs.dtype != torch.float32 or xs.shape != (M,):
         return f"{where}: token scales must be fp32 [{M}], got {xs.dtype} {tuple(xs.shape)}"
     return None
@@ -704,13 +747,8 @@ def _run(xq, xs, values, meta, wscale, bias, act, gated, out_dtype, config, out,
     P = 2 if split_x else xq.shape[0]
     R = values.shape[0]
     where = "sparse24_mma_x" if split_x else "sparse24_mma"
-    if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
-        raise ValueError(f"{where}: wscale must be fp32 [{R}]")
-    if gated and R % 128:
-        raise ValueError(f"{where}: a gated weight needs the gate and up halves in whole 64-row tiles, got {R} rows")
-    N = R // 2 if gated else R
     dev = xq.device
-    y = check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
+    N, y = mma_output(where, wscale, R, gated, 64, M, out, out_dtype, dev)
     value = "int8" if values.dtype == torch.int8 else "fp8"
     v = values.view(torch.uint8) if value == "fp8" else values
     nt = 1 if M <= 8 else 2

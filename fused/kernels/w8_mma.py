@@ -5,9 +5,10 @@ The 8-bit weight goes straight from memory into the MMA's A operand (no per-weig
 GEMV's instructions: fused.kernels.w8a16_gemv); x arrives as 8-bit planes of the weight's type, act_split's two
 (W8A16: x ≈ s·(256·hi + lo) for int8, s·(hi + lo/16) for e4m3) or act_quant's one (W8A8). The B operand's 8
 columns are tokens (one plane) or, with two planes and M <= 4, (token, plane) pairs: column 2·token + plane, so one
-mma serves both planes (as PAIRS in fused.kernels.sparse24_mma). A warp's step is 16 rows x 128 columns (4 mma); within the step the K order is permuted (the same for A and B) so
-that each lane's A words are ONE 32-byte run per row: logical (mma m, half h) of lane t is physical word 8t + 2m + h
-of the step's 32, and the lane's B words are x words 8t .. 8t+7 of its column's plane. The loop loads the weights as
+mma serves both planes (as PAIRS in fused.kernels.sparse24_mma). A warp's step is 16 rows x 128 columns (4 mma);
+within the step the K order is permuted (the same for A and B) so that each lane's A words are ONE 32-byte run per
+row: logical (mma m, half h) of lane t is physical word 8t + 2m + h of the step's 32, and the lane's B words are x
+words 8t .. 8t+7 of its column's plane. The loop loads the weights as
 [32·W, 4] word tiles (one 16-byte run per lane and thread) in a `tl.range` with num_stages: Triton 3.6's pipeliner
 streams them through shared memory (cp.async), so the bytes in flight do not sit in registers (3.9 leaves them
 plain loads).
@@ -29,10 +30,10 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from fused.kernels import INTERPRET, cdiv, check_out
-from fused.kernels.epilogue import activation
-from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.sparse24_mma import _byte_value, _planes, _sum_parts, _thread_ids, _token, _words, _zeros4
+from fused.kernels import INTERPRET, cdiv
+from fused.kernels.launch import launch_kernel
+from fused.kernels.sparse24_mma import (_byte_value, _words, _zeros4, add_d_frags, check_runs, mma_epilogue,
+                                       mma_output, warp_lanes)
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
@@ -79,17 +80,7 @@ def _mma_emu(c, a0, a1, a2, a3, b0, b1, W: tl.constexpr, VALUE: tl.constexpr):
             hit = (k[:, None, None] == kk[None, :, None]) & (g[:, None, None] == nn[None, None, :])  # [32, 32, 8]
             B += tl.sum(tl.where(hit[None], v[:, :, None, None], 0), axis=1)
     D = tl.sum(A[:, :, :, None] * B[:, None, :, :], axis=2)                      # [W, 16, 8]
-    mo = tl.arange(0, 16)[None, None, :, None]
-    no = tl.arange(0, 8)[None, None, None, :]
-    Lg = g[None, :, None, None]
-    Lt = t[None, :, None, None]
-    Dx = D[:, None, :, :]
-    d0 = tl.sum(tl.sum(tl.where((mo == Lg) & (no == 2 * Lt), Dx, 0), axis=3), axis=2)
-    d1 = tl.sum(tl.sum(tl.where((mo == Lg) & (no == 2 * Lt + 1), Dx, 0), axis=3), axis=2)
-    d2 = tl.sum(tl.sum(tl.where((mo == Lg + 8) & (no == 2 * Lt), Dx, 0), axis=3), axis=2)
-    d3 = tl.sum(tl.sum(tl.where((mo == Lg + 8) & (no == 2 * Lt + 1), Dx, 0), axis=3), axis=2)
-    return (c[0] + tl.reshape(d0, (32 * W,)), c[1] + tl.reshape(d1, (32 * W,)),
-            c[2] + tl.reshape(d2, (32 * W,)), c[3] + tl.reshape(d3, (32 * W,)))
+    return add_d_frags(c, D, W)
 
 
 @triton.jit
@@ -131,14 +122,9 @@ def _w8_mma_kernel(
     W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr, VALUE: tl.constexpr, PDL: tl.constexpr = False,
 ):
     PAIRS: tl.constexpr = PLANES == 2  # the launcher allows two planes at M <= 4 only
-    NS: tl.constexpr = 4 * (2 if GATED else 1)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
-    tid = _thread_ids(W, ASM)
-    lane = tid & 31
-    g = lane >> 2
-    t = lane & 3
-    row0 = pid_n * (16 * W) + 16 * (tid >> 5)
+    tid, g, t, row0 = warp_lanes(pid_n, W, ASM)
     ww = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     k_lo = pid_k * K_PER_SPLIT
@@ -170,48 +156,8 @@ def _w8_mma_kernel(
     if PDL:
         gdc_wait()
 
-    # split-K and the epilogue, as in sparse24_mma (one token tile; PAIRS: accumulators 1 / 3 are lo planes)
-    part = part_ptr + (pid_n * SPLIT_K).to(tl.int64) * (NS * 32 * W)
-    live = tid >= 0
-    last = pid_k == 0
-    if SPLIT_K > 1:
-        mine = part + pid_k * (NS * 32 * W) + tid
-        for i in tl.static_range(4):
-            if (not PAIRS) or (i % 2 == 0):
-                ok = _token(0, i, t, PAIRS) < M
-                tl.store(mine + i * (32 * W), _planes(gacc, 1, PLANES, VALUE, 0, i, PAIRS), mask=ok)
-                if GATED:
-                    tl.store(mine + (4 + i) * (32 * W), _planes(uacc, 1, PLANES, VALUE, 0, i, PAIRS), mask=ok)
-        tl.debug_barrier()  # every lane's partials are issued before the release below
-        count = tl.atomic_add(count_ptr + pid_n, 1, sem="acq_rel")
-        last = count == SPLIT_K - 1
-        live = (tid * 0 + count) == SPLIT_K - 1
-    for i in tl.static_range(4):
-        if (not PAIRS) or (i % 2 == 0):
-            tok = _token(0, i, t, PAIRS)
-            row = row0 + g + 8 * (i >> 1)
-            ok = (tok < M) & live
-            xs = tl.load(xs_ptr + tok, mask=tok < M, other=0.0)
-            if SPLIT_K > 1:
-                y = _sum_parts(part, i, tid, ok, NS, SPLIT_K, W)
-            else:
-                y = _planes(gacc, 1, PLANES, VALUE, 0, i, PAIRS)
-            y = y * xs * tl.load(ws_ptr + row)
-            if HAS_BIAS:
-                y += tl.load(b_ptr + row).to(tl.float32)
-            y = activation(y, ACT)
-            if GATED:
-                if SPLIT_K > 1:
-                    u = _sum_parts(part, 4 + i, tid, ok, NS, SPLIT_K, W)
-                else:
-                    u = _planes(uacc, 1, PLANES, VALUE, 0, i, PAIRS)
-                u = u * xs * tl.load(ws_ptr + N + row)
-                if HAS_BIAS:
-                    u += tl.load(b_ptr + N + row).to(tl.float32)
-                y = y * u
-            tl.store(y_ptr + tok * stride_ym + row * stride_yn, y.to(y_ptr.dtype.element_ty), mask=ok)
-    if SPLIT_K > 1:
-        tl.atomic_xchg(count_ptr + pid_n, 0, mask=last)  # ready for the next call
+    mma_epilogue(gacc, uacc, part_ptr, count_ptr, xs_ptr, ws_ptr, b_ptr, y_ptr, pid_n, pid_k, tid, row0, M, N,
+                 stride_ym, stride_yn, 1, PLANES, VALUE, PAIRS, GATED, HAS_BIAS, ACT, SPLIT_K, W, False)
 
 
 def check_w8_mma_args(xq, xs, w, where="w8_mma"):
@@ -225,13 +171,7 @@ def check_w8_mma_args(xq, xs, w, where="w8_mma"):
         return f"{where}: int8 or float8_e4m3fn weight and planes of its dtype expected, got {w.dtype}, {xq.dtype}"
     if K % 128 or w.shape[1] != K or w.shape[0] % 16:
         return f"{where}: K a multiple of 128 and rows of 16, got planes {tuple(xq.shape)}, weight {tuple(w.shape)}"
-    if w.stride(1) != 1 or w.stride(0) % 32 or w.data_ptr() % 32:
-        return f"{where}: weight rows must be 32-byte aligned runs"
-    if xq.stride(2) != 1 or xq.stride(1) % 32 or xq.stride(0) % 32 or xq.data_ptr() % 32:
-        return f"{where}: planes must be rows of 32-byte aligned runs"
-    if xs.dtype != torch.float32 or xs.shape != (M,):
-        return f"{where}: token scales must be fp32 [{M}], got {xs.dtype} {tuple(xs.shape)}"
-    return None
+    return check_runs(where, w, "weight", xq, xs, M, 32)  # each lane's 32-byte runs
 
 
 def _candidates(N: int, K: int, gated: bool) -> list[dict]:
@@ -257,14 +197,8 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
     if why:
         raise ValueError(why)
     P, M, K = xq.shape
-    R = w.shape[0]
-    if wscale is None or wscale.dtype != torch.float32 or wscale.shape != (R,):
-        raise ValueError(f"w8_mma: wscale must be fp32 [{R}]")
-    if gated and R % 32:
-        raise ValueError(f"w8_mma: a gated weight needs gate and up halves of whole 16-row tiles, got {R} rows")
-    N = R // 2 if gated else R
     dev = xq.device
-    y = check_out(out, (M, N), out_dtype, dev) if out is not None else empty((M, N), device=dev, dtype=out_dtype)
+    N, y = mma_output("w8_mma", wscale, w.shape[0], gated, 16, M, out, out_dtype, dev)
     pdl = pdl and not INTERPRET
     value = "int8" if w.dtype == torch.int8 else "fp8"
     wv, xv = (w, xq) if value == "int8" else (w.view(torch.uint8), xq.view(torch.uint8))
