@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh twentyfourth1|gemvpfd|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh twentyfourth1|twentyfourth2|gemvpfd|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
-# STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async; then the
-# 2:4 rows retuned, picks to ship), `gemvpfd` (the same prefetch in the dense M=1 GEMV, and the dense decode on
+# STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async, with the
+# cuda tests of every candidate), `twentyfourth2` (the 2:4 rows retuned, picks to ship), `gemvpfd` (the same prefetch in the dense M=1 GEMV, and the dense decode on
 # mma.sync: fused/kernels/w8_mma.py, opt-in FUSED_GEMV_MMA=1 until it passes there), then `quad16`,
 # `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
 # Each fits one 600 s call.
@@ -65,11 +65,18 @@ case "${1:-}" in
       > "$OUT/ncumma.txt" 2>&1
     grep -E "^ncumma|_mma_kernel|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Stall|stalled|Est. Speedup|L1/TEX Hit|L2 Hit|Mem Busy|Max Bandwidth|Executed Ipc" \
       "$OUT/ncumma.txt" | head -80 ;;
-  twentyfourth1)  # next session, first: l2p24 (the PFD candidates, layers alone), then the 2:4 rows at M = 1 / 16 with
-                  # sparse24_mma retuned (its shipped picks timed against every candidate) beside torchao's fp8 2:4;
-                  # ship the picks with `.ci/picks_to_tuned.py OUT/s24/bench.json --match sparse24_mma`
-    export FUSED_S24_MMA=1
+  twentyfourth1)  # next session, first: the sparse24_mma candidates at M=1 (PFD, and STAGES: opt-in until verified),
+                  # layers alone with each candidate's dB against quad (a wrong candidate shows there), then the
+                  # int8 cuda tests of every candidate (M = 1 / 7 / 16). If green and a STAGES pick wins,
+                  # FUSED_S24_MMA_STAGES may default to 1. Then `twentyfourth2`
+    export FUSED_S24_MMA=1 FUSED_S24_MMA_STAGES=1
     MMA24_FMTS=int8 MMA24_MS=1 timeout 200 python3 .ci/diag.py mma24 2>&1 | filt | grep "^mma24\|^   "
+    timeout $((560 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short \
+      tests/test_kernels_sparse24_mma.py -k "every_candidate and int8" 2>&1 | filt | grep -v "^  \|^$" | tail -6 ;;
+  twentyfourth2)  # the 2:4 rows at M = 1 / 16 with sparse24_mma retuned (its shipped picks timed against every
+                  # candidate) beside torchao's fp8 2:4; ship the picks with
+                  # `.ci/picks_to_tuned.py OUT/s24/bench.json --match sparse24_mma`
+    export FUSED_S24_MMA=1 FUSED_S24_MMA_STAGES=${FUSED_S24_MMA_STAGES:-1}
     FUSED_RETUNE=sparse24_mma timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 --no-baselines \
       --sparse-baselines --configs "ours int8 2:4 W8A16,ours int8 2:4 W8A8,ours fp8 2:4 W8A8" --out "$OUT/s24" \
       > "$OUT/s24.log" 2>&1
