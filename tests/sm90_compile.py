@@ -182,14 +182,15 @@ def w8_mma_facts():
 
     out = {}
     for N, K, gated, M, P, value in ((14336, 4096, True, 1, 2, "int8"), (4096, 14336, False, 8, 1, "int8"),
-                                     (14336, 4096, True, 1, 2, "fp8")):
+                                     (14336, 4096, True, 1, 2, "fp8"), (14336, 4096, True, 16, 2, "int8")):
         for c in wm._candidates(N, K, gated)[:2]:
             ptr = "*i8" if value == "int8" else "*u8"
             pointers = dict(xq_ptr=ptr, xs_ptr="*fp32", w_ptr=ptr, ws_ptr="*fp32", b_ptr="*bf16", y_ptr="*bf16",
                             part_ptr="*fp32", count_ptr="*i32")
             ints = dict(M=M, N=N, K=K, K_PER_SPLIT=K // c["SPLIT_K"], stride_xp=M * K, stride_xm=K, stride_wn=K,
                         stride_ym=N, stride_yn=1)
-            consts = dict(PLANES=P, GATED=gated, HAS_BIAS=True, ACT="silu" if gated else "none",
+            consts = dict(PLANES=P, NT=1 if M <= 8 else 2, PAIRS=P == 2 and M <= 4, GATED=gated, HAS_BIAS=True,
+                          ACT="silu" if gated else "none",
                           SPLIT_K=c["SPLIT_K"], W=c["W"], STAGES=c["STAGES"], ASM=True, PDL=gated, VALUE=value)
             r = compile_sm90(wm._w8_mma_kernel, pointers, ints, consts, c["num_warps"])
             out[f"w8_mma {value} M={M} {'gated' if gated else 'linear'} {c}"] = [

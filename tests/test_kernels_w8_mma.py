@@ -42,6 +42,10 @@ CASES = [  # M, N, K, gated, planes, act, bias, config, fp8
     (8, 16, 128, True, 1, "gelu", True, dict(W=1, SPLIT_K=1, STAGES=4, num_warps=1), False),
     (2, 32, 256, True, 2, "silu", True, dict(W=2, SPLIT_K=2, STAGES=1, num_warps=2), True),
     (6, 16, 128, False, 1, "none", False, None, True),
+    (7, 32, 256, True, 2, "silu", False, dict(W=1, SPLIT_K=2, STAGES=1, num_warps=1), False),  # two column sets
+    (16, 32, 128, False, 2, "gelu", True, None, False),  # two planes x two token tiles: four sets
+    (11, 48, 256, True, 1, "relu", True, dict(W=1, SPLIT_K=2, STAGES=3, num_warps=1), False),
+    (13, 16, 256, False, 2, "none", False, None, True),
 ]
 
 
@@ -64,8 +68,8 @@ def test_w8_mma_bad_inputs():
     q, s = weight(N, K)
     xq, xs, _ = planes_of(torch.randn(M, K, dtype=torch.bfloat16), 2)
     assert check_w8_mma_args(xq, xs, q) is None
-    with pytest.raises(ValueError, match="2 planes of M <= 4"):
-        w8_mma(torch.zeros(2, 5, K, dtype=torch.int8), torch.ones(5), q, s)
+    with pytest.raises(ValueError, match="1 or 2 planes of M <= 16"):
+        w8_mma(torch.zeros(2, 17, K, dtype=torch.int8), torch.ones(17), q, s)
     with pytest.raises(ValueError, match="int8"):
         w8_mma(xq, xs, q.float(), s)
     with pytest.raises(ValueError, match="multiple of 128"):
@@ -118,7 +122,7 @@ def test_cuda_w8_mma_every_candidate_llama(N, K, gated, fmt):
     R = 2 * N if gated else N
     q, s = weight(R, K, fmt=fmt)
     q, s = q.cuda(), s.cuda()
-    for M, planes in ((1, 2), (4, 2), (8, 1)):
+    for M, planes in ((1, 2), (4, 2), (8, 1), (16, 2)):
         xq, xs, xh = planes_of(torch.randn(M, K, dtype=torch.bfloat16), planes, fmt != "int8")
         xq, xs, xh = xq.cuda(), xs.cuda(), xh.cuda()
         ref = (gated_ref if gated else linear_ref)(xh, q.float(), s, None, "silu" if gated else "none")
@@ -131,8 +135,8 @@ def test_cuda_w8_mma_every_candidate_llama(N, K, gated, fmt):
 
 @pytest.mark.cuda
 def test_cuda_w8a16_gemv_mma_route_and_pdl(monkeypatch):
-    """With FUSED_GEMV_MMA's candidates the tuner may pick act_split + w8_mma: right at M = 1 / 3 and strided x, the
-    PDL chain bit-equal to plain launches, eagerly and replayed in a CUDA graph with fresh inputs."""
+    """With FUSED_GEMV_MMA's candidates the tuner may pick act_split + w8_mma: right at M = 1 / 3 / 16 and strided x,
+    the PDL chain bit-equal to plain launches, eagerly and replayed in a CUDA graph with fresh inputs."""
     from fused.kernels import sparse24_mma as sm
     from fused.kernels import w8a16_gemv as gv
 
@@ -140,7 +144,7 @@ def test_cuda_w8a16_gemv_mma_route_and_pdl(monkeypatch):
     N, K = 1024, 2048
     q, s = weight(2 * N, K)
     q, s = q.cuda(), s.cuda()
-    for M in (1, 3):
+    for M in (1, 3, 16):
         x = torch.randn(M, 2 * K, device="cuda", dtype=torch.bfloat16)[:, ::2]
         ref = gated_ref(x.float(), q.float(), s, None, "silu")
         assert sqnr(ref, gv.w8a16_gemv(x, q, s, None, "silu", True).float()) > 40

@@ -103,12 +103,16 @@ def _thread_ids(W: tl.constexpr, ASM: tl.constexpr):
 
 
 @triton.jit
-def warp_lanes(pid_n, W: tl.constexpr, ASM: tl.constexpr):
-    """(thread index, g, t, the warp's first row) of the mma kernels' [32·W] lane tensors, lane = 4g + t; each warp
-    owns 16 rows of program pid_n's 16·W."""
+def warp_setup(K, K_PER_SPLIT, W: tl.constexpr, ASM: tl.constexpr):
+    """The mma kernels' program: (pid_n, pid_k, thread index, g, t, the warp's first row, k_lo, k_hi) for [32·W]
+    lane tensors, lane = 4g + t; each warp owns 16 rows of program pid_n's 16·W and the K range [k_lo, k_hi)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
     tid = _thread_ids(W, ASM)
     lane = tid & 31
-    return tid, lane >> 2, lane & 3, pid_n * (16 * W) + 16 * (tid >> 5)
+    k_lo = pid_k * K_PER_SPLIT
+    return (pid_n, pid_k, tid, lane >> 2, lane & 3, pid_n * (16 * W) + 16 * (tid >> 5), k_lo,
+            tl.minimum(k_lo + K_PER_SPLIT, K))
 
 
 @triton.jit
@@ -196,6 +200,17 @@ def _zeros4(W: tl.constexpr, VALUE: tl.constexpr):
     dt: tl.constexpr = tl.int32 if VALUE == "int8" else tl.float32
     z = tl.zeros((32 * W,), dtype=dt)
     return (z, z, z, z)
+
+
+@triton.jit
+def zero_accs(NB: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr):
+    """4·NB zero accumulators (4 per B column set: the mma D fragment)."""
+    r = _zeros4(W, VALUE)
+    if NB >= 2:
+        r = r + _zeros4(W, VALUE)
+    if NB == 4:
+        r = r + _zeros4(W, VALUE) + _zeros4(W, VALUE)
+    return r
 
 
 @triton.jit
@@ -509,15 +524,11 @@ def _sparse24_mma_kernel(
     PAIRS (two planes, M <= 4): the mma's 8 columns are (token, plane) pairs, column 2·token + plane, so one mma.sp
     per 64 columns serves both planes (half the mma.sp and x loads of one column set per plane)."""
     NB: tl.constexpr = 1 if PAIRS else PLANES * NT
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    tid, g, t, row0 = warp_lanes(pid_n, W, ASM)
+    pid_n, pid_k, tid, g, t, row0, k_lo, k_hi = warp_setup(K, K_PER_SPLIT, W, ASM)
     vw = v_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     mw = m_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     stride_vw = stride_vn // 4
-    k_lo = pid_k * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
     xs_row = xs_ptr
     if SPLIT_X:  # the program's planes, column 0 = k_lo; the lanes below address them as if they started at 0
         if PDL:
@@ -540,11 +551,7 @@ def _sparse24_mma_kernel(
     xrow1 = tl.minimum(8 + g, M - 1) * (stride_xm // 4) + 8 * (t >> 1)
     XNT: tl.constexpr = 1 if PAIRS else NT  # the fragment sets _x_frags loads
     XPL: tl.constexpr = 1 if PAIRS else PLANES
-    gacc = _zeros4(W, VALUE)
-    if NB >= 2:
-        gacc = gacc + _zeros4(W, VALUE)
-    if NB == 4:
-        gacc = gacc + _zeros4(W, VALUE) + _zeros4(W, VALUE)
+    gacc = zero_accs(NB, W, VALUE)
     uacc = gacc
     # U steps of weights loaded at the top of each iteration, none carried to the next: a loop-carried load result
     # is copied at the back edge and the copy waits for the load (sm_90 SASS of the first form, weights prefetched

@@ -1,13 +1,14 @@
-"""Dense 8-bit decode on the tensor cores (M <= 8 tokens): y = epilogue(x · Wᵀ) with `mma.sync` m16n8k32, int8
+"""Dense 8-bit decode on the tensor cores (M <= 16 tokens): y = epilogue(x · Wᵀ) with `mma.sync` m16n8k32, int8
 (s8, int32 accumulators) or e4m3 (fp32 accumulators; native on sm_89+, unlike e4m3 mma.sp on sm_90).
 
 The 8-bit weight goes straight from memory into the MMA's A operand (no per-weight widening, which is most of the
 GEMV's instructions: fused.kernels.w8a16_gemv); x arrives as 8-bit planes of the weight's type, act_split's two
 (W8A16: x ≈ s·(256·hi + lo) for int8, s·(hi + lo/16) for e4m3) or act_quant's one (W8A8). The B operand's 8
-columns are tokens (one plane) or, with two planes and M <= 4, (token, plane) pairs: column 2·token + plane, so one
-mma serves both planes (as PAIRS in fused.kernels.sparse24_mma). A warp's step is 16 rows x 128 columns (4 mma);
-within the step the K order is permuted (the same for A and B) so that each lane's A words are ONE 32-byte run per
-row: logical (mma m, half h) of lane t is physical word 8t + 2m + h of the step's 32, and the lane's B words are x
+columns are tokens (a column set per plane and token tile of 8) or, with two planes and M <= 4, (token, plane)
+pairs: column 2·token + plane, so one mma serves both planes (as PAIRS in fused.kernels.sparse24_mma). A warp's
+step is 16 rows x 128 columns (4 mma per column set); within the step the K order is permuted (the same for A and
+B) so that each lane's A words are ONE 32-byte run per row: logical (mma m, half h) of lane t is physical word
+8t + 2m + h of the step's 32, and the lane's B words are x
 words 8t .. 8t+7 of its column's plane. The loop loads the weights as
 [32·W, 4] word tiles (one 16-byte run per lane and thread) in a `tl.range` with num_stages: Triton 3.6's pipeliner
 streams them through shared memory (cp.async), so the bytes in flight do not sit in registers (3.9 leaves them
@@ -32,8 +33,8 @@ from triton.language.extra.cuda import gdc_wait
 
 from fused.kernels import INTERPRET, cdiv
 from fused.kernels.launch import launch_kernel
-from fused.kernels.sparse24_mma import (_byte_value, _words, _zeros4, add_d_frags, check_runs, mma_epilogue,
-                                       mma_output, warp_lanes)
+from fused.kernels.sparse24_mma import (_byte_value, _words, add_d_frags, check_runs, mma_epilogue, mma_output,
+                                       warp_setup, zero_accs)
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
@@ -106,8 +107,9 @@ def _run8(p, off):
 
 
 @triton.jit
-def _step(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr):
-    """One 16-row x 128-column step: 4 mma; mma m's A words are physical words 2m, 2m+1 of each row's run."""
+def _step4(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr):
+    """One 16-row x 128-column step for one B column set: 4 mma; mma m's A words are physical words 2m, 2m+1 of each
+    row's run."""
     for m in tl.static_range(4):
         acc = _mma(acc, wg[2 * m], wg8[2 * m], wg[2 * m + 1], wg8[2 * m + 1], xb[2 * m], xb[2 * m + 1], W, ASM,
                    VALUE)
@@ -115,28 +117,41 @@ def _step(acc, wg, wg8, xb, ASM: tl.constexpr, W: tl.constexpr, VALUE: tl.conste
 
 
 @triton.jit
+def _step(acc, wg, wg8, xb, NB: tl.constexpr, ASM: tl.constexpr, W: tl.constexpr, VALUE: tl.constexpr):
+    """The step for NB column sets (accumulators 4s .. 4s+3 and x runs xb[8s .. 8s+7] for set s)."""
+    r = _step4((acc[0], acc[1], acc[2], acc[3]), wg, wg8, xb, ASM, W, VALUE)
+    if NB >= 2:
+        r = r + _step4((acc[4], acc[5], acc[6], acc[7]), wg, wg8, xb[8:16], ASM, W, VALUE)
+    if NB == 4:
+        r = r + _step4((acc[8], acc[9], acc[10], acc[11]), wg, wg8, xb[16:24], ASM, W, VALUE)
+        r = r + _step4((acc[12], acc[13], acc[14], acc[15]), wg, wg8, xb[24:32], ASM, W, VALUE)
+    return r
+
+
+@triton.jit
 def _w8_mma_kernel(
     xq_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, y_ptr, part_ptr, count_ptr,
     M, N, K, K_PER_SPLIT, stride_xp, stride_xm, stride_wn, stride_ym, stride_yn,
-    PLANES: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, SPLIT_K: tl.constexpr,
-    W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr, VALUE: tl.constexpr, PDL: tl.constexpr = False,
+    PLANES: tl.constexpr, NT: tl.constexpr, PAIRS: tl.constexpr, GATED: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ACT: tl.constexpr, SPLIT_K: tl.constexpr, W: tl.constexpr, STAGES: tl.constexpr, ASM: tl.constexpr,
+    VALUE: tl.constexpr, PDL: tl.constexpr = False,
 ):
-    PAIRS: tl.constexpr = PLANES == 2  # the launcher allows two planes at M <= 4 only
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    tid, g, t, row0 = warp_lanes(pid_n, W, ASM)
+    """NT token tiles of 8 (M <= 8: 1, else 2); PAIRS (two planes, M <= 4): one column set of (token, plane) pairs,
+    else one column set per plane and token tile, plane-major (sparse24_mma's accumulator order)."""
+    NB: tl.constexpr = 1 if PAIRS else PLANES * NT
+    pid_n, pid_k, tid, g, t, row0, k_lo, k_hi = warp_setup(K, K_PER_SPLIT, W, ASM)
     ww = w_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
     xw = xq_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
-    k_lo = pid_k * K_PER_SPLIT
-    k_hi = tl.minimum(k_lo + K_PER_SPLIT, K)
-    # column g of B: token g // 2 of plane g % 2 (PAIRS) or token g; past M: token M - 1 (outputs never stored)
+    # column g of B: token g // 2 of plane g % 2 (PAIRS) or token 8·tile + g; past M: token M - 1 (never stored)
+    xp = stride_xp // 4
     if PAIRS:
-        xrow = (g & 1) * (stride_xp // 4) + tl.minimum(g >> 1, M - 1) * (stride_xm // 4) + 8 * t
+        xrow = (g & 1) * xp + tl.minimum(g >> 1, M - 1) * (stride_xm // 4) + 8 * t
     else:
         xrow = tl.minimum(g, M - 1) * (stride_xm // 4) + 8 * t
+    xrow1 = tl.minimum(8 + g, M - 1) * (stride_xm // 4) + 8 * t  # the second token tile (NT = 2)
     rg = (row0 + g).to(tl.int64) * (stride_wn // 4) + 8 * t
     rg8 = rg + 8 * (stride_wn // 4)
-    gacc = _zeros4(W, VALUE)
+    gacc = zero_accs(NB, W, VALUE)
     uacc = gacc
     ru = rg + N * (stride_wn // 4)
     ru8 = rg8 + N * (stride_wn // 4)
@@ -149,15 +164,21 @@ def _w8_mma_kernel(
             ug8 = _run8(ww, ru8 + kw)
         if PDL:  # the planes come from the launch before (act_split / act_quant with pdl_start)
             gdc_wait()
-        xb = _run8(xw, xrow + kw)
-        gacc = _step(gacc, wg, wg8, xb, ASM, W, VALUE)
+        xb = _run8(xw, xrow + kw)  # the column sets, plane-major
+        if NT == 2:
+            xb = xb + _run8(xw, xrow1 + kw)
+        if NB > NT:  # the lo plane (no PAIRS)
+            xb = xb + _run8(xw, xp + xrow + kw)
+            if NT == 2:
+                xb = xb + _run8(xw, xp + xrow1 + kw)
+        gacc = _step(gacc, wg, wg8, xb, NB, ASM, W, VALUE)
         if GATED:
-            uacc = _step(uacc, ug, ug8, xb, ASM, W, VALUE)
+            uacc = _step(uacc, ug, ug8, xb, NB, ASM, W, VALUE)
     if PDL:
         gdc_wait()
 
     mma_epilogue(gacc, uacc, part_ptr, count_ptr, xs_ptr, ws_ptr, b_ptr, y_ptr, pid_n, pid_k, tid, row0, M, N,
-                 stride_ym, stride_yn, 1, PLANES, VALUE, PAIRS, GATED, HAS_BIAS, ACT, SPLIT_K, W, False)
+                 stride_ym, stride_yn, NT, PLANES, VALUE, PAIRS, GATED, HAS_BIAS, ACT, SPLIT_K, W, False)
 
 
 def check_w8_mma_args(xq, xs, w, where="w8_mma"):
@@ -165,8 +186,8 @@ def check_w8_mma_args(xq, xs, w, where="w8_mma"):
     if xq.dim() != 3 or w.dim() != 2:
         return f"{where}: planes [P, M, K] and weight [R, K] expected"
     P, M, K = xq.shape
-    if not ((P == 2 and 1 <= M <= 4) or (P == 1 and 1 <= M <= 8)):
-        return f"{where}: 2 planes of M <= 4 tokens or 1 of M <= 8 expected, got {tuple(xq.shape)}"
+    if P not in (1, 2) or not 1 <= M <= 16:
+        return f"{where}: 1 or 2 planes of M <= 16 tokens expected, got {tuple(xq.shape)}"
     if w.dtype not in (torch.int8, torch.float8_e4m3fn) or xq.dtype != w.dtype:
         return f"{where}: int8 or float8_e4m3fn weight and planes of its dtype expected, got {w.dtype}, {xq.dtype}"
     if K % 128 or w.shape[1] != K or w.shape[0] % 16:
@@ -189,8 +210,8 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
            bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
            out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None, out: torch.Tensor | None = None,
            pdl: bool = False) -> torch.Tensor:
-    """y [M, N] = epilogue((Σ planes) · Wᵀ) for 8-bit planes xq [P, M, K] with token scales xs [M] (P = 2
-    act_split's (hi, lo) at M <= 4, P = 1 act_quant's at M <= 8), w [R, K] of the planes' dtype (int8: x ≈
+    """y [M, N] = epilogue((Σ planes) · Wᵀ) for 8-bit planes xq [P, M <= 16, K] with token scales xs [M] (P = 2
+    act_split's (hi, lo), P = 1 act_quant's), w [R, K] of the planes' dtype (int8: x ≈
     s·(256·hi + lo); e4m3: x ≈ s·(hi + lo/16)), wscale [R] fp32; gated: rows [0, N) gate, [N, 2N) up, y = act(g)·u.
     ``pdl``: a programmatic dependent of the launch that made xq (see sparse24_mma)."""
     why = check_w8_mma_args(xq, xs, w)
@@ -201,6 +222,8 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
     N, y = mma_output("w8_mma", wscale, w.shape[0], gated, 16, M, out, out_dtype, dev)
     pdl = pdl and not INTERPRET
     value = "int8" if w.dtype == torch.int8 else "fp8"
+    nt = 1 if M <= 8 else 2
+    pairs = P == 2 and M <= 4
     wv, xv = (w, xq) if value == "int8" else (w.view(torch.uint8), xq.view(torch.uint8))
 
     def launch(cfg):
@@ -209,10 +232,11 @@ def w8_mma(xq: torch.Tensor, xs: torch.Tensor, w: torch.Tensor, wscale: torch.Te
         k_per = cdiv(cdiv(K, split), 128) * 128
         split = cdiv(K, k_per)
         tiles = N // (16 * wp)
-        part, count = buffers(dev, tiles * split * (4 * (2 if gated else 1)) * 32 * wp, tiles)
+        part, count = buffers(dev, tiles * split * (4 * nt * (2 if gated else 1)) * 32 * wp, tiles)
         launch_kernel(_w8_mma_kernel, (tiles, split), xv, xs, wv, wscale, bias if bias is not None else wscale, y,
                       part, count, M, N, K, k_per, xq.stride(0), xq.stride(1), w.stride(0), y.stride(0), y.stride(1),
-                      PLANES=P, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split, W=wp,
+                      PLANES=P, NT=nt, PAIRS=pairs, GATED=gated, HAS_BIAS=bias is not None, ACT=act, SPLIT_K=split,
+                      W=wp,
                       STAGES=cfg.get("STAGES", 1), ASM=not INTERPRET, num_warps=wp, VALUE=value,
                       **(dict(PDL=True, launch_pdl=True) if pdl else {}))
 

@@ -249,7 +249,7 @@ PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
 # PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1; prepared in the twenty-third session,
 # not yet timed on the H200 (FUSED_GEMV_PFD=0 drops them)
 PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "1") == "1"
-# FUSED_GEMV_MMA=1: 8-bit weights at M <= 4 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
+# FUSED_GEMV_MMA=1: 8-bit weights at M <= 16 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
 # per-weight widening in the int8 loop, the weights streamed by cp.async). Prepared in the twenty-third session, not
 # yet run on a GPU
 MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
@@ -334,7 +334,7 @@ def w8a16_gemv(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     if M == 0:
         return y
     mma_ok = (MMA_CANDIDATES and x.is_cuda and up is None and x.dtype in (torch.bfloat16, torch.float16)
-              and M <= 4 and K % 128 == 0 and N % 16 == 0 and w.stride(1) == 1 and w.stride(0) % 32 == 0
+              and M <= 16 and K % 128 == 0 and N % 16 == 0 and w.stride(1) == 1 and w.stride(0) % 32 == 0
               and w.data_ptr() % 32 == 0)
 
     def launch(cfg):
