@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh twentyfourth1|twentyfourth2|gemvpfd|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
 # STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async, with the
 # cuda tests of every candidate), `twentyfourth2` (the 2:4 rows retuned, picks to ship), `gemvpfd` (the same
 # prefetch in the dense M=1 GEMV, and the dense decode on mma.sync: fused/kernels/w8_mma.py, opt-in
-# FUSED_GEMV_MMA=1 until it passes there), then `quad16`,
+# FUSED_GEMV_MMA=1 until it passes there), `gemvmma16`, then `quad16`,
 # `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
 # Each fits one 600 s call.
 set -uo pipefail
@@ -97,6 +97,14 @@ case "${1:-}" in
       --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv" > "$OUT/gemv.log" 2>&1
     grep "^|" "$OUT/gemv.log" | grep -v "^|--" | head -6
     python3 .ci/picks_to_tuned.py "$OUT/gemv/bench.json" --match w8a16_gemv
+    rm -f "$OUT"/*/bench.png ;;
+  gemvmma16)  # after gemvpfd: the dense M=16 rows with w8_mma's candidates (a column set per plane and token tile)
+              # against the GEMV's shipped pick (w8a16_gemv retuned). Prediction: int8 W8A16 M=16 66 -> ~52 µs if
+              # w8_mma streams as at M=1
+    FUSED_GEMV_MMA=1 FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 16 \
+      --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv16" > "$OUT/gemv16.log" 2>&1
+    grep "^|" "$OUT/gemv16.log" | grep -v "^|--" | head -6
+    python3 .ci/picks_to_tuned.py "$OUT/gemv16/bench.json" --match w8a16_gemv
     rm -f "$OUT"/*/bench.png ;;
   l2p24)  # twenty-third session: the int8 M=1 layers with the L2P candidates (weights' loads with an L2 prefetch
           # size of 256 / 128 bytes; ncu had L2 hit 7%, occupancy 25%, DRAM 56%). Prediction: gate/up 33.1 -> ~30,
