@@ -1301,7 +1301,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
         from fused.kernels.act_split import act_split
 
         fp8 = values.dtype == torch.float8_e4m3fn
-        pdl = sm.PDL and torch.cuda.get_device_capability(x2.device)[0] >= 9  # griddepcontrol: sm_90 on
+        pdl = sm.pdl_ok(x2.device)
         q, xs = act_quant(x2, fp8=fp8, pdl=pdl) if dynamic else act_split(x2, fp8=fp8, pdl=pdl)
         return sm.sparse24_mma(q if q.dim() == 3 else q[None], xs, values, meta, wscale, bias, act, gated,
                                out_dtype=xdtype, pdl=pdl)

@@ -64,7 +64,7 @@ from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
 from fused.kernels.tuning import m_bucket, pick
-from fused.kernels.w8a16_gemv import _split_for
+from fused.kernels.w8a16_gemv import _split_for, prefetch_l2
 from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes, split_planes_fp8
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
@@ -75,6 +75,18 @@ MMA = os.environ.get("FUSED_S24_MMA", "1") == "1"
 # programmatic dependent launch after act_split / act_quant (the route's chain): the programs start and issue their
 # first weight loads while the small kernel before them runs, and wait (griddepcontrol.wait) before reading its planes
 PDL = os.environ.get("FUSED_S24_MMA_PDL", "1") == "1" and not INTERPRET
+_pdl_devices: dict = {}
+
+
+def pdl_ok(device) -> bool:
+    """Whether launches on ``device`` use PDL: on (PDL) and sm_90 or later (griddepcontrol); asked once per device."""
+    if not PDL or device.type != "cuda":
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    ok = _pdl_devices.get(idx)
+    if ok is None:
+        ok = _pdl_devices[idx] = torch.cuda.get_device_capability(idx)[0] >= 9
+    return ok
 # two planes at M <= 4: both planes in one mma's columns (PAIRS in the kernel)
 PAIRS = os.environ.get("FUSED_S24_MMA_PAIRS", "1") == "1"
 # the STAGES candidates (see _candidates): opt-in until verified on the H200
@@ -243,12 +255,24 @@ def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PUR
 
 
 @triton.jit
+def _w_offsets(row0, g, t, k0, K, stride_vw):
+    """Word offsets of a lane's step-k0 weights: its 16-byte run of row g (row g+8: + 8 rows) and its 8-byte run of
+    the step's first meta tile (the second: + 128 words). Their alignment stated here (a hint set on a call's result
+    is lost when Triton inlines the call): with it each lane's words of a Triton-loaded tile stay in one thread
+    (Triton 3.9 otherwise split a row over two threads and converted back: 8 layout conversions per step)."""
+    ro = (row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t)
+    mo = ((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1)
+    return tl.multiple_of(ro, 4), tl.multiple_of(mo, 2)
+
+
+@triton.jit
 def _fetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr, FENCE: tl.constexpr = False,
              L2P: tl.constexpr = 0):
     """A warp's weights for one 128-column step, 12 words per lane: rows g and g+8, packed bytes 16t .. 16t+15 of
     the step (one 16-byte load each), and words 4g + 2(t // 2), +1 of the step's two meta tiles (8 bytes each)."""
-    ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
-    mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
+    ro, mo = _w_offsets(row0, g, t, k0, K, stride_vw)
+    ra = vw + ro
+    mb = mw + mo
     return (_ld(ra, 4, ASM, True, not FENCE, L2P) + _ld(ra + 8 * stride_vw, 4, ASM, True, not FENCE, L2P)
             + _ld(mb, 2, ASM, True, not FENCE, L2P) + _ld(mb + 128, 2, ASM, True, not FENCE, L2P))
 
@@ -271,11 +295,7 @@ def _words(v, N: tl.constexpr):
 def _fetch_w_tl(vw, mw, row0, g, t, k0, K, stride_vw):
     """_fetch_w with Triton loads of [32·W, 4] / [32·W, 2] word tiles (one row per lane), which a tl.range loop with
     num_stages can pipeline through shared memory (cp.async): the weights in flight then hold no registers."""
-    # the runs' alignment stated (16 / 8 bytes), so each lane's words load as one vector into its own thread (Triton
-    # 3.9 otherwise split a row over two threads and converted back: 8 layout conversions per step)
-    ro = tl.multiple_of((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t), 4)
-    mo = tl.multiple_of(((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1),
-                        2)
+    ro, mo = _w_offsets(row0, g, t, k0, K, stride_vw)  # aligned runs: one vector per lane, in its own thread
     ra = vw + ro[:, None] + tl.arange(0, 4)[None, :]
     mb = mw + mo[:, None] + tl.arange(0, 2)[None, :]
     return (_words(tl.load(ra), 4) + _words(tl.load(ra + 8 * stride_vw), 4) + _words(tl.load(mb), 2)
@@ -283,20 +303,14 @@ def _fetch_w_tl(vw, mw, row0, g, t, k0, K, stride_vw):
 
 
 @triton.jit
-def _prefetch(p):
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p], dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _prefetch_w(vw, mw, row0, g, t, k0, K, stride_vw, ASM: tl.constexpr):
     """prefetch.global.L2 of what _fetch_w(k0) will load (no register is held while the lines come from DRAM)."""
     if ASM:
-        ra = vw + ((row0 + g).to(tl.int64) * stride_vw + (k0 // 8 + 4 * t))
-        mb = mw + (((row0 // 64) * (K // 64) + k0 // 64) * 128 + ((row0 % 64) // 16) * 32 + 4 * g + 2 * (t >> 1))
-        _prefetch(ra)
-        _prefetch(ra + 8 * stride_vw)
-        _prefetch(mb)
-        _prefetch(mb + 128)
+        ro, mo = _w_offsets(row0, g, t, k0, K, stride_vw)
+        prefetch_l2(vw + ro)
+        prefetch_l2(vw + ro + 8 * stride_vw)
+        prefetch_l2(mw + mo)
+        prefetch_l2(mw + mo + 128)
 
 
 @triton.jit

@@ -32,7 +32,8 @@ INTERPRET_C: tl.constexpr = tl.constexpr(INTERPRET)
 
 
 @triton.jit
-def _prefetch_l2(p):
+def prefetch_l2(p):
+    """prefetch.global.L2 of each address in p (a hint: no result, no fault; the mma kernels use it too)."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1]; // $0", "=r,l", [p], dtype=tl.int32, is_pure=False, pack=1)
 
 
@@ -44,7 +45,7 @@ def _prefetch_tile(w_ptr, rows, R_END, K, k0, stride_wn, stride_wk, BLOCK_K: tl.
     if not INTERPRET_C:
         cols = tl.minimum(k0 + 128 * tl.arange(0, LINES), K - 1)
         r = tl.minimum(rows, R_END - 1)
-        _prefetch_l2(w_ptr + r[:, None].to(tl.int64) * stride_wn + cols[None, :] * stride_wk)
+        prefetch_l2(w_ptr + r[:, None].to(tl.int64) * stride_wn + cols[None, :] * stride_wk)
 
 
 @triton.jit
@@ -379,7 +380,7 @@ def _launch_mma(cfg, x, qweight, wscale, bias, act, gated, y):
     from fused.kernels.act_split import act_split
     from fused.kernels.w8_mma import w8_mma
 
-    pdl = sm.PDL and x.is_cuda and torch.cuda.get_device_capability(x.device)[0] >= 9
+    pdl = sm.pdl_ok(x.device)
     q, xs = act_split(x, fp8=qweight.dtype == torch.float8_e4m3fn, pdl=pdl)
     w8_mma(q, xs, qweight, wscale, bias, act, gated, out_dtype=y.dtype, out=y, pdl=pdl,
            config={k: cfg[k] for k in ("W", "SPLIT_K", "STAGES", "num_warps")})
