@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
 # STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async, with the
 # cuda tests of every candidate), `twentyfourth2` (the 2:4 rows retuned, picks to ship), `gemvpfd` (the same
@@ -19,6 +19,18 @@ import json, sys
 for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if 'sparse24_route' in k:
         print(k[:150], sorted(v, key=lambda r: r[0]))" "$1"
+}
+cands() {  # cands BENCH_JSON KERNEL: per tuning key of KERNEL, its 3 fastest candidates and each family's best
+  python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if sys.argv[2] not in k or k.endswith('_graph)'):
+        continue
+    v = sorted(v, key=lambda r: r[0])
+    print(k[:110]); [print('   ', r) for r in v[:3]]
+    for fam in ('MMA', 'PFD', "'STAGES'", 'FINE'):
+        best = [r for r in v if fam in str(r[1])][:1]
+        print('    best', fam, best[0] if best else '-')" "$1" "$2"
 }
 ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per value of env VAR, its table rows
   local var=$1 vals=$2 rows=$3 limit=$4; shift 4
@@ -84,6 +96,18 @@ case "${1:-}" in
     grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -16
     routes "$OUT/s24/bench.json" | grep "_graph" | head -12
     rm -f "$OUT"/*/bench.png ;;
+  fine)  # twenty-fourth session: the M=1 GEMV's finer items (_fine_candidates: 16-row tiles or the split doubled).
+         # The Llama gate/up picks have 448 items on 132 SMs (4 on some SMs, 3.4 on average): if the last wave's
+         # imbalance is what keeps them at 42.9 µs (pure read 38.0), 896 items -> ~39; down (512 items) ~unchanged.
+         # (1) their cuda test; (2) the M=1 rows retuned; ship the picks if they win
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k fine 2>&1 \
+      | filt | grep -v "^  \|^$" | tail -4
+    FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1 \
+      --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/fine" > "$OUT/fine.log" 2>&1
+    grep "^|" "$OUT/fine.log" | grep -v "^|--" | head -6
+    cands "$OUT/fine/bench.json" w8a16_gemv
+    python3 .ci/picks_to_tuned.py "$OUT/fine/bench.json" --match w8a16_gemv
+    rm -f "$OUT"/*/bench.png ;;
   gemvpfd)  # twenty-third session (prepared, not run): the dense M=1 GEMV with PFD candidates (prefetch.global.L2 of
             # the weight tile 1 / 2 steps ahead, one address per 128-byte line: +1 CCTL per thread and step) and, for
             # int8, act_split + w8_mma (dense decode on mma.sync m16n8k32: the weights straight into the MMA, streamed
@@ -96,6 +120,7 @@ case "${1:-}" in
     FUSED_GEMV_MMA=1 FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1 \
       --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv" > "$OUT/gemv.log" 2>&1
     grep "^|" "$OUT/gemv.log" | grep -v "^|--" | head -6
+    cands "$OUT/gemv/bench.json" w8a16_gemv
     python3 .ci/picks_to_tuned.py "$OUT/gemv/bench.json" --match w8a16_gemv
     rm -f "$OUT"/*/bench.png ;;
   gemvmma16)  # after gemvpfd: the dense M=16 rows with w8_mma's candidates (a column set per plane and token tile)
@@ -104,6 +129,7 @@ case "${1:-}" in
     FUSED_GEMV_MMA=1 FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 16 \
       --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/gemv16" > "$OUT/gemv16.log" 2>&1
     grep "^|" "$OUT/gemv16.log" | grep -v "^|--" | head -6
+    cands "$OUT/gemv16/bench.json" w8a16_gemv
     python3 .ci/picks_to_tuned.py "$OUT/gemv16/bench.json" --match w8a16_gemv
     rm -f "$OUT"/*/bench.png ;;
   l2p24)  # twenty-third session: the int8 M=1 layers with the L2P candidates (weights' loads with an L2 prefetch

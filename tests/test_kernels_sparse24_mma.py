@@ -233,6 +233,7 @@ def test_mma_route_not_offered_on_cpu(monkeypatch):
 @pytest.mark.parametrize("N,K,gated", [(14336, 4096, True), (4096, 14336, False)], ids=["gate_up", "down"])
 def test_cuda_every_candidate_llama(vdtype, N, K, gated, monkeypatch):
     monkeypatch.setattr(sm, "STAGES_CANDIDATES", True)  # the opt-in ones too
+    monkeypatch.setattr(sm, "PFD_CANDIDATES", True)
     R = 2 * N if gated else N
     values, meta, tiled, s = packed(R, K, vdtype, "cuda")
     for M in (1, 7, 16):

@@ -89,8 +89,11 @@ def pdl_ok(device) -> bool:
     return ok
 # two planes at M <= 4: both planes in one mma's columns (PAIRS in the kernel)
 PAIRS = os.environ.get("FUSED_S24_MMA_PAIRS", "1") == "1"
-# the STAGES candidates (see _candidates): opt-in until verified on the H200
+# the STAGES and PFD candidates (see _candidates): opt-in. Twenty-fourth session (H200, int8 M=1, act_split +
+# mma in a graph): both right (every candidate's cuda test passed) and slower, none of them in the 10 fastest
+# (gate/up 32.0 µs, down 21.3 for the shipped XF + L2P=128 picks)
 STAGES_CANDIDATES = os.environ.get("FUSED_S24_MMA_STAGES", "0") == "1"
+PFD_CANDIDATES = os.environ.get("FUSED_S24_MMA_PFD", "0") == "1"
 
 # operands: $0-$3 D; inputs in _mma's order: $4-$7 A, $8 the metadata word, $9-$12 B, $13-$16 C; sparsity selector 0
 _MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
@@ -671,7 +674,7 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
         # H200 and no longer offered), 4 / 5 as 3 with the weights one / two iterations ahead prefetched into L2 (PFD)
         cfg = dict(W=w, SPLIT_K=sp, U=u, FENCE=fence, num_warps=w) | (dict(XF=True) if xf else {}) | (
             dict(L2P={2: 256, 3: 128, 4: 128, 5: 128}[xf]) if xf >= 2 else {}) | (dict(PFD=xf - 3) if xf >= 4 else {})
-        if N % (16 * w) == 0 and K >= 128 * u and cfg not in out:
+        if N % (16 * w) == 0 and K >= 128 * u and cfg not in out and (xf < 4 or PFD_CANDIDATES):
             out.append(cfg)
     # STAGES: one step per iteration with the weights streamed through shared memory by Triton's pipeliner (cp.async,
     # STAGES - 1 steps ahead: bytes in flight bounded by shared memory, not registers; sm_90: 72 registers gated,

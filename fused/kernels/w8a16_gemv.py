@@ -247,13 +247,17 @@ MAX_M = 64
 # .ci/h200_next.sh prmt`): bit-equal to "magic" on every candidate; the retuner took prmt for both int8 M=1 layers,
 # Llama block 64.6 -> 63.4 µs (predicted 63-65)
 PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
-# PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1; prepared in the twenty-third session,
-# not yet timed on the H200 (FUSED_GEMV_PFD=0 drops them)
-PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "1") == "1"
+# PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1: opt-in (FUSED_GEMV_PFD=1). Twenty-fourth
+# session, H200 tuner, M=1: the best PFD lost to the best other candidate on every Llama layer (int8 gate/up 44.7 vs
+# 42.9 µs, down 27.9 vs 25.8; fp8 44.5 vs 41.2, 27.7 vs 25.4)
+PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "0") == "1"
 # FUSED_GEMV_MMA=1: 8-bit weights at M <= 16 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
-# per-weight widening in the int8 loop, the weights streamed by cp.async). Prepared in the twenty-third session, not
-# yet run on a GPU
+# per-weight widening in the int8 loop, the weights streamed by cp.async). Twenty-fourth session, H200: right (its
+# cuda tests pass) but slower, M=1 int8 gate/up 45.0 vs 42.9 µs, down 28.8 vs 25.8; M=16 53.7 vs 44.5, 86.6 vs 25.8
+# (every warp re-reads its K range of x: at M=16 that is as many L2 bytes as the weights). Opt-in
 MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
+# finer M=1 work items against the last wave's imbalance (_fine_candidates); FUSED_GEMV_FINE=0 drops them
+FINE_CANDIDATES = os.environ.get("FUSED_GEMV_FINE", "1") == "1"
 
 
 def _block_m(M: int) -> int:
@@ -302,6 +306,22 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
             # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
             out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
+    if bm == 1 and FINE_CANDIDATES:
+        out += _fine_candidates(N, K, "prmt" if int8 and PRMT else "magic")
+    return out
+
+
+def _fine_candidates(N: int, K: int, cvt: str) -> list[dict]:
+    """M=1 items twice as fine (16-row tiles, or the K split doubled). The shipped Llama gate/up picks have 448
+    items (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of an
+    even share; 896 items run as 7 / 6.8 (twenty-fourth session, not yet timed on the H200)."""
+    out = []
+    for bn, bk, w in ((16, 512, 4), (16, 256, 4), (32, 512, 8), (32, 256, 8), (64, 256, 8)):
+        split = _split_for(cdiv(N, bn), K, bk)
+        if bn > 16:
+            split *= 2  # the same tiles as the regular candidates, each split once more
+        if K // split >= bk:
+            out.append(dict(BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=w, CVT=cvt, FINE=True))
     return out
 
 
