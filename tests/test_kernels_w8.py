@@ -437,24 +437,28 @@ def test_gemv_fine_candidates_interpreted(monkeypatch):
     fine = [c for c in _candidates(1, 14336, 4096, True, int8=True) if c.get("FINE")]
     assert {(c["BLOCK_N"], c["SPLIT_K"]) for c in fine} >= {(16, 1), (32, 2)}
     assert all(4096 // c["SPLIT_K"] >= c["BLOCK_K"] for c in fine)
-    assert not any(c.get("FINE") for c in _candidates(16, 14336, 4096, True, int8=True))
-    x, q, s, b = _case(1, 37, 300, "int8", True, True, torch.bfloat16, "cpu", "plain")
-    cfg = dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=64, SPLIT_K=4, num_warps=4, CVT="magic", FINE=True)
-    y = w8a16_gemv(x, q, s, b, "silu", True, config=cfg)
-    assert sqnr(gated_ref(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
+    assert {c["BLOCK_M"] for c in _candidates(16, 14336, 4096, True, int8=True) if c.get("FINE")} == {16}
+    assert not any(c.get("FINE") for c in _candidates(17, 14336, 4096, True, int8=True))
+    for M in (1, 13):
+        x, q, s, b = _case(M, 37, 300, "int8", True, True, torch.bfloat16, "cpu", "plain")
+        cfg = dict(BLOCK_M=1 if M == 1 else 16, BLOCK_N=16, BLOCK_K=64, SPLIT_K=4, num_warps=4, CVT="magic", FINE=True)
+        y = w8a16_gemv(x, q, s, b, "silu", True, config=cfg)
+        assert sqnr(gated_ref(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemv_fine_candidates_cuda(fmt):
-    """On the GPU: every finer M=1 candidate on the Llama shapes (gate/up and down) matches the reference."""
+    """On the GPU: every finer candidate (M = 1 and 16) on the Llama shapes (gate/up and down) matches the
+    reference."""
     from fused.kernels.w8a16_gemv import _fine_candidates, w8a16_gemv
 
-    for gated, (N, K) in ((True, (14336, 4096)), (False, (4096, 14336))):
-        x, q, s, b = _case(1, N, K, fmt, gated, False, torch.bfloat16, "cuda", "plain")
+    for M, gated, (N, K) in ((1, True, (14336, 4096)), (1, False, (4096, 14336)), (16, True, (14336, 4096)),
+                             (11, False, (4096, 14336))):
+        x, q, s, b = _case(M, N, K, fmt, gated, False, torch.bfloat16, "cuda", "plain")
         act = "silu" if gated else "none"
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
-        for cfg in _fine_candidates(N, K, "prmt" if fmt == "int8" else "magic"):
+        for cfg in _fine_candidates(1 if M == 1 else 16, N, K, "prmt" if fmt == "int8" and M == 1 else "magic"):
             got = w8a16_gemv(x, q, s, b, act, gated, config=cfg, out=torch.full_like(ref, float("nan")))
             assert sqnr(ref, got) > 40, (fmt, gated, cfg)
 

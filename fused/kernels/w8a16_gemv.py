@@ -306,22 +306,24 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
             # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
             out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
-    if bm == 1 and FINE_CANDIDATES:
-        out += _fine_candidates(N, K, "prmt" if int8 and PRMT else "magic")
+    if bm <= 16 and FINE_CANDIDATES:
+        out += _fine_candidates(bm, N, K, "prmt" if int8 and PRMT and bm == 1 else "magic")
     return out
 
 
-def _fine_candidates(N: int, K: int, cvt: str) -> list[dict]:
-    """M=1 items twice as fine (16-row tiles, or the K split doubled). The shipped Llama gate/up picks have 448
-    items (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of an
-    even share; 896 items run as 7 / 6.8 (twenty-fourth session, not yet timed on the H200)."""
+def _fine_candidates(bm: int, N: int, K: int, cvt: str) -> list[dict]:
+    """Items twice as fine at M <= 16 (16-row tiles, or the K split doubled). The shipped Llama gate/up picks have
+    448 items (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of
+    an even share; 896 items run as 7 / 6.8 (twenty-fourth session, not yet timed on the H200)."""
     out = []
-    for bn, bk, w in ((16, 512, 4), (16, 256, 4), (32, 512, 8), (32, 256, 8), (64, 256, 8)):
+    shapes = ((16, 512, 4), (16, 256, 4), (32, 512, 8), (32, 256, 8), (64, 256, 8)) if bm == 1 else (
+        (16, 256, 4), (16, 128, 4), (32, 256, 4), (32, 128, 4))
+    for bn, bk, w in shapes:
         split = _split_for(cdiv(N, bn), K, bk)
         if bn > 16:
             split *= 2  # the same tiles as the regular candidates, each split once more
         if K // split >= bk:
-            out.append(dict(BLOCK_M=1, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=w, CVT=cvt, FINE=True))
+            out.append(dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, SPLIT_K=split, num_warps=w, CVT=cvt, FINE=True))
     return out
 
 
