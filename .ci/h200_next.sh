@@ -101,9 +101,9 @@ case "${1:-}" in
          # imbalance is what keeps them at 42.9 µs (pure read 38.0), 896 items -> ~39; down (512 items) ~unchanged;
          # M=16 (BLOCK_M=16 picks, 448 items too) gate/up 44.5 -> ~40. Block int8 W8A16 M=1 64 -> ~60, M=16 66 -> ~62.
          # (1) their cuda test; (2) the M = 1 / 16 rows retuned; ship the picks if they win
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k fine 2>&1 \
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k fine 2>&1 \
       | filt | grep -v "^  \|^$" | tail -4
-    FUSED_RETUNE=w8a16_gemv timeout $((560 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 \
+    FUSED_RETUNE=w8a16_gemv timeout $((420 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 \
       --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/fine" > "$OUT/fine.log" 2>&1
     grep "^|" "$OUT/fine.log" | grep -v "^|--" | head -6
     cands "$OUT/fine/bench.json" w8a16_gemv
