@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
 # STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async, with the
 # cuda tests of every candidate), `twentyfourth2` (the 2:4 rows retuned, picks to ship), `gemvpfd` (the same
@@ -28,8 +28,8 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         continue
     v = sorted(v, key=lambda r: r[0])
     print(k[:110]); [print('   ', r) for r in v[:3]]
-    for fam in ('MMA', 'PFD', "'STAGES'", 'FINE'):
-        best = [r for r in v if fam in str(r[1])][:1]
+    for fam in ('MMA', 'PFD', 'STAGES', 'FINE'):  # a family: its key set above its default
+        best = [r for r in v if isinstance(r[1], dict) and (r[1].get(fam) or 0) > (fam == 'STAGES')][:1]
         print('    best', fam, best[0] if best else '-')" "$1" "$2"
 }
 ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per value of env VAR, its table rows
@@ -95,6 +95,11 @@ case "${1:-}" in
       > "$OUT/s24.log" 2>&1
     grep "^|" "$OUT/s24.log" | grep -v "^|--" | head -16
     routes "$OUT/s24/bench.json" | grep "_graph" | head -12
+    rm -f "$OUT"/*/bench.png ;;
+  fineship)  # after `fine`: the M=1 rows with the shipped picks (the 16-row int8 gate/up tile), no retune
+    timeout $((280 - SECONDS)) python3 -m fused bench --blocks llama --m 1 --no-baselines \
+      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16" --out "$OUT/ship" > "$OUT/ship.log" 2>&1
+    grep "^|" "$OUT/ship.log" | grep -v "^|--" | head -6
     rm -f "$OUT"/*/bench.png ;;
   fine)  # twenty-fourth session: the M=1 GEMV's finer items (_fine_candidates: 16-row tiles or the split doubled).
          # The Llama gate/up picks have 448 items on 132 SMs (4 on some SMs, 3.4 on average): if the last wave's

@@ -425,8 +425,8 @@ def test_gemv_pfd_config_interpreted(monkeypatch):
 
 
 def test_gemv_fine_candidates_interpreted(monkeypatch):
-    """The finer M=1 items (16-row tiles or the split doubled) are offered at BLOCK_M=1 only (unless
-    FUSED_GEMV_FINE=0), never split K below a tile, and their tag does not reach the kernel."""
+    """The finer items (16-row tiles or the split doubled) are offered at BLOCK_M=1 (unless FUSED_GEMV_FINE=0) and
+    at BLOCK_M=16 with FUSED_GEMV_FINE16=1, never split K below a tile, and their tag does not reach the kernel."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
@@ -437,6 +437,8 @@ def test_gemv_fine_candidates_interpreted(monkeypatch):
     fine = [c for c in _candidates(1, 14336, 4096, True, int8=True) if c.get("FINE")]
     assert {(c["BLOCK_N"], c["SPLIT_K"]) for c in fine} >= {(16, 1), (32, 2)}
     assert all(4096 // c["SPLIT_K"] >= c["BLOCK_K"] for c in fine)
+    assert not any(c.get("FINE") for c in _candidates(16, 14336, 4096, True, int8=True))
+    monkeypatch.setattr(gv, "FINE16", True)
     assert {c["BLOCK_M"] for c in _candidates(16, 14336, 4096, True, int8=True) if c.get("FINE")} == {16}
     assert not any(c.get("FINE") for c in _candidates(17, 14336, 4096, True, int8=True))
     for M in (1, 13):

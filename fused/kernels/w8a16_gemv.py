@@ -258,6 +258,7 @@ PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "0") == "1"
 MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
 # finer M=1 work items against the last wave's imbalance (_fine_candidates); FUSED_GEMV_FINE=0 drops them
 FINE_CANDIDATES = os.environ.get("FUSED_GEMV_FINE", "1") == "1"
+FINE16 = os.environ.get("FUSED_GEMV_FINE16", "0") == "1"
 
 
 def _block_m(M: int) -> int:
@@ -306,15 +307,17 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
             # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
             out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
-    if bm <= 16 and FINE_CANDIDATES:
+    if bm <= 16 and FINE_CANDIDATES and (bm == 1 or FINE16):
         out += _fine_candidates(bm, N, K, "prmt" if int8 and PRMT and bm == 1 else "magic")
     return out
 
 
 def _fine_candidates(bm: int, N: int, K: int, cvt: str) -> list[dict]:
-    """Items twice as fine at M <= 16 (16-row tiles, or the K split doubled). The shipped Llama gate/up picks have
-    448 items (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of
-    an even share; 896 items run as 7 / 6.8 (twenty-fourth session, not yet timed on the H200)."""
+    """Items twice as fine at M <= 16 (16-row tiles, or the K split doubled). The Llama gate/up picks had 448 items
+    (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of an even
+    share; 896 items run as 7 / 6.8. H200, twenty-fourth session (`fine`, tuner µs): int8 M=1 gate/up 16x512 41.4
+    vs 43.6 (predicted ~39), now the pick; fp8 41.5 vs 41.3 (a tie); down (512 items already) 27.4 vs 25.6, lost;
+    at M=16 every fine candidate lost (gate/up 51.8 vs 45.4), so there they are opt-in (FUSED_GEMV_FINE16=1)."""
     out = []
     shapes = ((16, 512, 4), (16, 256, 4), (32, 512, 8), (32, 256, 8), (64, 256, 8)) if bm == 1 else (
         (16, 256, 4), (16, 128, 4), (32, 256, 4), (32, 128, 4))
