@@ -1,12 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-third", "Open leads now"), in this order: `twentyfourth1` (sparse24_mma's PFD and
-# STAGES candidates: the weights prefetched into L2 ahead, or streamed through shared memory by cp.async, with the
-# cuda tests of every candidate), `twentyfourth2` (the 2:4 rows retuned, picks to ship), `gemvpfd` (the same
-# prefetch in the dense M=1 GEMV, and the dense decode on mma.sync: fused/kernels/w8_mma.py, opt-in
-# FUSED_GEMV_MMA=1 until it passes there), `gemvmma16`, then `quad16`,
-# `testsx1` + `testsx2` (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`.
+# Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `fineship` (the M=1 rows with the shipped
+# 16-row int8 gate/up tile, no retune), then `quad16`, `testsx1` + `testsx2` (the suite's two halves), `retune16`,
+# `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the twenty-fourth: twentyfourth1, gemvpfd, gemvmma16, fine.
 # Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
