@@ -3,7 +3,8 @@
 # usage: bash .ci/h200_next.sh ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `fineship` (the M=1 rows with the shipped
 # 16-row int8 gate/up tile, no retune), `ncufine` (why that tile is faster), then `quad16`, `testsx1` + `testsx2`
-# (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the twenty-fourth: twentyfourth1, gemvpfd, gemvmma16, fine.
+# (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the
+# twenty-fourth: twentyfourth1, gemvpfd, gemvmma16, fine.
 # Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -111,8 +112,9 @@ for cfg in (dict(base, BLOCK_N=16, SPLIT_K=1, num_warps=4), dict(base, BLOCK_N=3
         w8a16_gemv(x, q, s, None, 'silu', True, config=cfg)
     torch.cuda.synchronize(); print('ncufine', cfg)
 " > "$OUT/ncufine.txt" 2>&1
-    grep -E "^ncufine|w8a16_gemv|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit|Waves Per SM|Warp Cycles Per Issued|Stall Long|L1/TEX Hit|Mem Busy" \
-      "$OUT/ncufine.txt" | head -60 ;;
+    grep -E "^ncufine|w8a16_gemv|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" "$OUT/ncufine.txt" \
+      | head -60
+    grep -E "Waves Per SM|Warp Cycles Per Issued|Stall Long|L1/TEX Hit|Mem Busy" "$OUT/ncufine.txt" | head -30 ;;
   fineship)  # after `fine`: the M=1 rows with the shipped picks (the 16-row int8 gate/up tile), no retune
     timeout $((280 - SECONDS)) python3 -m fused bench --blocks llama --m 1 --no-baselines \
       --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16" --out "$OUT/ship" > "$OUT/ship.log" 2>&1
