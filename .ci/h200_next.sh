@@ -112,8 +112,8 @@ for cfg in (dict(base, BLOCK_N=16, SPLIT_K=1, num_warps=4), dict(base, BLOCK_N=3
         w8a16_gemv(x, q, s, None, 'silu', True, config=cfg)
     torch.cuda.synchronize(); print('ncufine', cfg)
 " > "$OUT/ncufine.txt" 2>&1
-    grep -E "^ncufine|w8a16_gemv|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" "$OUT/ncufine.txt" \
-      | head -60
+    grep -E "^ncufine|w8a16_gemv|DRAM Throughput|Duration|Achieved Occupancy|Registers Per|Block Limit" \
+      "$OUT/ncufine.txt" | head -60
     grep -E "Waves Per SM|Warp Cycles Per Issued|Stall Long|L1/TEX Hit|Mem Busy" "$OUT/ncufine.txt" | head -30 ;;
   fineship)  # after `fine`: the M=1 rows with the shipped picks (the 16-row int8 gate/up tile), no retune
     timeout $((280 - SECONDS)) python3 -m fused bench --blocks llama --m 1 --no-baselines \
