@@ -36,7 +36,7 @@ TUNED: dict = {
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'magic'},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
     # twenty-fourth session (`bash .ci/h200_next.sh fine`, examples/results/h200/twentyfourth/fine_bench.json): the
-    # 16x512 M=1 tile (4 warps) 41.4 vs 43.6 µs (not the item count: 32x512 split 2 lost); fp8 rows: same retune
+    # 16x512 M=1 tile (4 warps) 41.4 vs 43.6 µs (see w8a16_gemv._fine_candidates); fp8 rows: same retune
     ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'prmt', 'FINE': True},
     ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 4, 'num_warps': 8, 'CVT': 'prmt'},
     ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic', 'STAGES': 3},

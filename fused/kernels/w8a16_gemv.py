@@ -318,8 +318,11 @@ def _fine_candidates(bm: int, N: int, K: int, cvt: str) -> list[dict]:
     share; 896 items run as 7 / 6.8. H200, twenty-fourth session (`fine`, tuner µs): int8 M=1 gate/up 16x512 41.4
     vs 43.6 (predicted ~39), now the pick; fp8 41.5 vs 41.3 (a tie); down (512 items already) 27.4 vs 25.6, lost;
     at M=16 every fine candidate lost (gate/up 51.8 vs 45.4), so there they are opt-in (FUSED_GEMV_FINE16=1).
-    The hypothesis is NOT what the numbers support: 32x512 with the split doubled (896 items too) lost (45.7), and
-    16x256 lost (48.3); only the 16x512 4-warp tile won, so its gain is the tile's own (why: not measured)."""
+    32x512 with the split doubled (896 items too) lost (45.7), 16x256 too (48.3). sm_90 SASS: the 16x512 4-warp
+    loop is per thread the 32x512 8-warp one (309 vs 301 instructions, 64 registers, the same loads), so what
+    differs is the grain: 896 4-warp programs put at most 28 warps of work on an SM (average 27.2) where 448 8-warp
+    ones put 32; the split-doubled form balances as well but pays split-K's partials and ticket. Consistent with
+    the imbalance reading, not proven (ncu: `.ci/h200_next.sh ncufine`)."""
     out = []
     shapes = ((16, 512, 4), (16, 256, 4), (32, 512, 8), (32, 256, 8), (64, 256, 8)) if bm == 1 else (
         (16, 256, 4), (16, 128, 4), (32, 256, 4), (32, 128, 4))
