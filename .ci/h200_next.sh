@@ -22,7 +22,7 @@ cands() {  # cands BENCH_JSON KERNEL: per tuning key of KERNEL, its 3 fastest ca
   python3 -c "
 import json, sys
 for k, v in json.load(open(sys.argv[1]))['timings'].items():
-    if sys.argv[2] not in k or k.endswith('_graph)'):
+    if sys.argv[2] not in k:
         continue
     v = sorted(v, key=lambda r: r[0])
     print(k[:110]); [print('   ', r) for r in v[:3]]

@@ -307,7 +307,7 @@ def _candidates(M: int, N: int, K: int, gated: bool, int8: bool = False) -> list
             out += [dict(base, PREFETCH=True)] + ([dict(base, PREFETCH=True, num_warps=8)] if bm == 1 and not gated else [])
             # a fixed grid of 2 or 4 programs per SM looping over the items (no partial last wave)
             out += [dict(base, PERSISTENT=2), dict(base, PERSISTENT=4)]
-    if bm <= 16 and FINE_CANDIDATES and (bm == 1 or FINE16):
+    if FINE_CANDIDATES and (bm == 1 or (bm == 16 and FINE16)):
         out += _fine_candidates(bm, N, K, "prmt" if int8 and PRMT and bm == 1 else "magic")
     return out
 
