@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `fineship` (the M=1 rows with the shipped
+# usage: bash .ci/h200_next.sh evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `evict` (twenty-fifth), `fineship` (the M=1 rows with the shipped
 # 16-row int8 gate/up tile, no retune), `ncufine` (why that tile is faster), then `quad16`, `testsx1` + `testsx2`
 # (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the
 # twenty-fourth: twentyfourth1, gemvpfd, gemvmma16, fine.
@@ -39,6 +39,17 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  evict)  # twenty-fifth session: do_bench flushes L2 by zeroing 256 MB, leaving the L2 (60 MB) full of dirty lines;
+          # the first weight stream after it evicts them and their write-back shares DRAM with its reads. The third
+          # session's fit gave ~8 µs "fixed" per flushed kernel (38.0 / 23.0 µs pure reads of 117 / 59 MB) and a graph
+          # pair 8.5 below the sum: one such cost per flush. Weight loads with L2 evict_first (FUSED_W_EVICT=1) make
+          # the stream its own victim. Prediction: pure read 117 MB dirty-flush normal ~38 -> evict_first ~31 (the
+          # clean-flush figure); block (graph, one flush per replay) int8 W8A16 M=1 61.4 -> ~54, int8 2:4 50.2 -> ~44.
+          # (1) the probe (pure reads: flush dirty / clean x policy normal / evict_first); (2) the blocks off / on
+    timeout 170 python3 .ci/evict_probe.py 2>&1 | filt | grep "^evict" | tee "$OUT/evict_probe.txt"
+    ab FUSED_W_EVICT "0 1" 6 $(( (590 - SECONDS) / 2 )) --m 1,16 \
+      --configs "ours int8 W8A16,ours fp8 W8A8,ours int8 2:4 W8A16"
+    rm -f "$OUT"/*/bench.png ;;
   mma24)  # twenty-second session: the first run found the metadata word misread (fixed: 32 consecutive K columns of
           # one row per lane), then right (65 dB) but 2.2x slower than quad (gate/up 81 vs 36 µs; ncu: DRAM 22%, L1 62%,
           # MIO stalls, 4-byte per-lane loads of strided rows). Now 128-column steps with 16-byte loads (values and planes,

@@ -1375,3 +1375,20 @@ def test_explain_lists_dense_graph_routes(monkeypatch):
     rows = explain(model, print_table=False)
     assert rows[0]["routes"] == "M~32: graph triton, M~128: graph cublas"
     assert rows[1]["routes"] == "M~32 [gemv]: graph gemv, M~1024 [w8a16]: graph cublas"
+
+
+@pytest.mark.parametrize("evict", ["0", "1"])
+def test_decode_weight_loads_carry_the_l2_policy_for_sm90(evict, monkeypatch):
+    """FUSED_W_EVICT=1: the decode kernels' weight streams (dense GEMV, 2:4 quad GEMV, 2:4 mma) load with an L2
+    evict_first cache hint (createpolicy + .L2::cache_hint; the mma's inline PTX assembles with it); off: none."""
+    monkeypatch.setenv("FUSED_W_EVICT", evict)
+    code = ("from gemv_sass import compile_gemv; from sparse_sass import compile_sparse\n"
+            "from sm90_compile import compile_sm90, sparse24_mma_configs\n"
+            "d = compile_gemv(dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, SPLIT_K=1, num_warps=4, CVT='prmt')).asm['ptx']\n"
+            "s = compile_sparse(dict(MODE='quad', BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, SPLIT_K=1,"
+            " STAGES=1), True, 14336, 4096, tiled=2).asm['ptx']\n"
+            "m = compile_sm90(*sparse24_mma_configs()[0][1:])['ptx']\n"
+            "print([p.count('createpolicy.fractional.L2::evict_first') > 0 and 'L2::cache_hint' in p"
+            " for p in (d, s, m)])")
+    want = "[True, True, True]" if evict == "1" else "[False, False, False]"
+    assert _sm90_last_line(code) == want

@@ -1,6 +1,8 @@
 """Triton kernels, one per file with its launcher. Importing this package imports triton."""
 import os
 
+import triton.language as tl
+
 # Under TRITON_INTERPRET=1 (CPU tests), bf16 tl.dot operands come out wrong (numpy has no bf16), so the
 # kernels take an fp32-operand dot there. Everything else (loads, masks, epilogues) runs as on the GPU.
 INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -14,6 +16,11 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # candidate matches its plain twin (bit for bit at 4 warps; at 8 warps 1-4 outputs of 14336 differ in the last bit:
 # the pipelined loop's layout changes the cross-warp reduction order). FUSED_GEMV_STAGES=0: off.
 GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
+
+# The L2 policy of the decode kernels' weight loads (each weight byte is read once per forward): "evict_first"
+# makes the streamed lines each other's victims, so the stream does not evict what other kernels left in L2
+# (activations, KV, dirty lines whose write-back would share the DRAM bus with the stream). FUSED_W_EVICT=0: off.
+W_EVICT = tl.constexpr("evict_first" if os.environ.get("FUSED_W_EVICT", "0") == "1" else "")
 
 # Strict mode (FUSED_STRICT=1 at start, or fused.dispatch.set_strict): a CUDA call that would take a slower
 # fallback raises instead. One flag, here, so the dispatch and the kernels' launchers read the same one.

@@ -49,7 +49,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, next_pow2, strict
+from fused.kernels import GEMV_STAGES, INTERPRET, W_EVICT, cdiv, check_out, next_pow2, strict
 from fused.kernels.epilogue import activation, int8_to_f32
 from fused.kernels.launch import counts, empty, launch_kernel
 from fused.kernels.sparse24_linear import (VALUE_DTYPES, _dot_acc, _dot_for, _load_dense_tile, meta_args,
@@ -88,12 +88,12 @@ def _vsel_tile(v_ptr, m_ptr, rows, row0, r_ok, k0, K, half_k, stride_vn, stride_
     else:
         j_ok = r_ok[:, None] & (j < half_k)[None, :]
         b_ok = r_ok[:, None] & (4 * b < half_k)[None, :]
-    v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0)
+    v = tl.load(v_ptr + rows[:, None] * stride_vn + j[None, :], mask=j_ok, other=0, eviction_policy=W_EVICT)
     if TILED == 2:
         meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, EVEN_K)
     else:
         meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
-                       + meta_col_off(b, TILED != 0)[None, :], mask=b_ok, other=0)
+                       + meta_col_off(b, TILED != 0)[None, :], mask=b_ok, other=0, eviction_policy=W_EVICT)
     pos = (meta.to(tl.int32)[:, :, None] >> (2 * tl.arange(0, 4))[None, None, :]) & 3  # [BN, BK/8, 4]: value 4b+s
     if VALUE == "int8":
         w = int8_to_f32(v)  # integer ops: Triton's cast goes through I2F, a quarter-rate unit
@@ -258,12 +258,14 @@ def _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_
     acc = tl.zeros((BLOCK_N, Q), dtype=tl.float32)
     for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
         q = tl.multiple_of(k0 // 8, Q) + offs_q
-        vw = tl.load(vw_ptr + rows[:, None] * (stride_vn // 4) + q[None, :], mask=r_ok[:, None], other=0)
+        vw = tl.load(vw_ptr + rows[:, None] * (stride_vn // 4) + q[None, :], mask=r_ok[:, None], other=0,
+                     eviction_policy=W_EVICT)
         if TILED == 2:
             meta = meta_chunks(m_ptr, row0, k0, K, stride_mn, BLOCK_N, BLOCK_K, True)
         else:
             meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
-                           + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None], other=0)
+                           + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None], other=0,
+                           eviction_policy=W_EVICT)
         xw = tl.load(xw_ptr + 4 * q[:, None] + tl.arange(0, 4)[None, :])       # [Q, 4]: 2 words per group
         even, odd = tl.split(tl.reshape(xw, (Q, 2, 2)))                         # words 4q + 2g (+ 1), g = a, b
         xa01, xb01 = tl.split(even)
@@ -331,9 +333,10 @@ def _gather_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, M, R_END, K, k_lo, k_hi,
         q = k0 // 8 + offs_q
         j = 4 * q[None, :, None] + s                                   # kept-value index [1, Q, 4]
         j_ok = r_ok[:, None, None] & (j < half_k)                     # [BN, Q, 4]
-        v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0)
+        v = tl.load(v_ptr + rows[:, None, None] * stride_vn + j, mask=j_ok, other=0, eviction_policy=W_EVICT)
         meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
-                       + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0)
+                       + meta_col_off(q, TILED != 0)[None, :], mask=r_ok[:, None] & (4 * q[None, :] < half_k), other=0,
+                       eviction_policy=W_EVICT)
         pos = (meta.to(tl.int32)[:, :, None] >> (2 * s)) & 3           # [BN, Q, 4]
         base = 8 * q[None, :, None] + group_col                        # [1, Q, 4]
         w = _values_f32(v, VALUE)
@@ -374,7 +377,7 @@ def _dot_partial(x_ptr, v_ptr, m_ptr, offs_m, rows, row0, M, R_END, K, k_lo, k_h
         else:
             meta = tl.load(m_ptr + meta_row_off(rows, stride_mn, TILED != 0)[:, None]
                            + meta_col_off(b, TILED != 0)[None, :], mask=r_ok[:, None] & (4 * b < half_k)[None, :],
-                           other=0)
+                           other=0, eviction_policy=W_EVICT)
         w = _load_dense_tile(v_ptr + rows[:, None] * stride_vn + j[None, :], meta,
                              r_ok[:, None] & (j < half_k)[None, :], VALUE, DOT, BLOCK_N, BLOCK_K,
                              x_ptr.dtype.element_ty, "select")  # explicit: a str default breaks the sm_90 compile

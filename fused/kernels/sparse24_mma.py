@@ -59,7 +59,7 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_wait
 
-from fused.kernels import INTERPRET, cdiv, check_out
+from fused.kernels import INTERPRET, W_EVICT, cdiv, check_out
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers
@@ -239,16 +239,20 @@ def _ld(p, N: tl.constexpr, ASM: tl.constexpr, STREAM: tl.constexpr = False, PUR
     prefetch size): L2 fetches that many bytes around each miss, so the next iteration's lines of the same rows are
     on their way without holding registers."""
     L2P_SFX: tl.constexpr = ".L2::256B" if L2P == 256 else ".L2::128B" if L2P == 128 else ""
+    # W_EVICT (fused.kernels): the streamed weights' L2 policy, as tl.load gives it (createpolicy + cache_hint)
+    EF: tl.constexpr = W_EVICT == "evict_first"
+    PRE: tl.constexpr = "{ .reg .b64 %pol; createpolicy.fractional.L2::evict_first.b64 %pol, 1.0; " if EF else ""
+    HINT: tl.constexpr = ".L2::cache_hint" if EF else ""
+    LD: tl.constexpr = PRE + ("ld.global.nc" if PURE else "ld.global") + ".L1::no_allocate" + HINT + L2P_SFX
     if ASM:
         if N == 4:
-            r = tl.inline_asm_elementwise((("ld.global.nc" if PURE else "ld.global") + ".L1::no_allocate" + L2P_SFX
-                                           + ".v4.b32 {$0, $1, $2, $3}, [$4];") if STREAM
-                                          else "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];", "=r,=r,=r,=r,l", [p],
+            r = tl.inline_asm_elementwise((LD + ".v4.b32 {$0, $1, $2, $3}, [$4]" + (", %pol; }" if EF else ";"))
+                                          if STREAM else "ld.global.v4.b32 {$0, $1, $2, $3}, [$4];",
+                                          "=r,=r,=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32, tl.int32, tl.int32), is_pure=PURE, pack=1)
         else:
-            r = tl.inline_asm_elementwise((("ld.global.nc" if PURE else "ld.global") + ".L1::no_allocate" + L2P_SFX
-                                           + ".v2.b32 {$0, $1}, [$2];") if STREAM
-                                          else "ld.global.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
+            r = tl.inline_asm_elementwise((LD + ".v2.b32 {$0, $1}, [$2]" + (", %pol; }" if EF else ";"))
+                                          if STREAM else "ld.global.v2.b32 {$0, $1}, [$2];", "=r,=r,l", [p],
                                           dtype=(tl.int32, tl.int32), is_pure=PURE, pack=1)
     elif N == 4:
         r = (tl.load(p), tl.load(p + 1), tl.load(p + 2), tl.load(p + 3))

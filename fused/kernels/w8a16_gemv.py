@@ -22,7 +22,8 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import GEMV_STAGES, INTERPRET, cdiv, check_out, dot_mode, next_pow2, sm_count, up_operands
+from fused.kernels import (GEMV_STAGES, INTERPRET, W_EVICT, cdiv, check_out, dot_mode, next_pow2, sm_count,
+                           up_operands)
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import buffers, splitk_reduce
@@ -93,7 +94,7 @@ def _step(acc, k0, x_ptr, w_ptr, offs_m, rows, M, R_END, K, stride_xm, stride_xk
     x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
                 mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
     w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                mask=(rows[:, None] < R_END) & k_ok[None, :], other=0)
+                mask=(rows[:, None] < R_END) & k_ok[None, :], other=0, eviction_policy=W_EVICT)
     return dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
 
 
@@ -107,14 +108,14 @@ def _partial_prefetch(x_ptr, w_ptr, offs_m, offs_n, row0, M, R_END, K, k_lo, k_h
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k0 = k_lo + tl.arange(0, BLOCK_K)
     w = tl.load(w_ptr + rows[:, None] * stride_wn + offs_k0[None, :] * stride_wk,
-                mask=(rows[:, None] < R_END) & (offs_k0 < K)[None, :], other=0)
+                mask=(rows[:, None] < R_END) & (offs_k0 < K)[None, :], other=0, eviction_policy=W_EVICT)
     for k0 in range(k_lo, k_hi, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         w_next = w
         if k0 + BLOCK_K < k_hi:  # not past the split's end (a uniform branch: the loads stay wide)
             nxt = offs_k + BLOCK_K
             w_next = tl.load(w_ptr + rows[:, None] * stride_wn + nxt[None, :] * stride_wk,
-                             mask=(rows[:, None] < R_END) & (nxt < K)[None, :], other=0)
+                             mask=(rows[:, None] < R_END) & (nxt < K)[None, :], other=0, eviction_policy=W_EVICT)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
                     mask=(offs_m[:, None] < M) & (offs_k < K)[None, :], other=0.0)
         acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)
@@ -153,9 +154,9 @@ def _partial_pair(x_ptr, w_ptr, wu_ptr, offs_m, offs_n, u_row0, M, N, K, k_lo, k
         offs_k = k0 + tl.arange(0, BLOCK_K)
         k_ok = offs_k < K
         w = tl.load(w_ptr + offs_n[:, None] * stride_wn + offs_k[None, :] * stride_wk,
-                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0)
+                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0, eviction_policy=W_EVICT)
         u = tl.load(wu_ptr + rows_u[:, None] * stride_un + offs_k[None, :] * stride_uk,
-                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0)
+                    mask=(offs_n[:, None] < N) & k_ok[None, :], other=0, eviction_policy=W_EVICT)
         x = tl.load(x_ptr + offs_m[:, None] * stride_xm + offs_k[None, :] * stride_xk,
                     mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
         acc = dot_8bit(acc, x, w, W_FP8, BLOCK_M, DOT, CVT)

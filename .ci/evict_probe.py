@@ -1,0 +1,84 @@
+"""Does the benchmark's L2 flush cost the first weight stream after it? (twenty-fifth session)
+
+triton.testing.do_bench flushes L2 by zeroing a 256 MB buffer before each call: the L2 (60 MB) is left full of
+dirty lines, and a kernel that streams weights evicts them, their write-back sharing the DRAM bus with its reads.
+A pure read of the Llama gate/up bytes is timed with its loads' L2 policy normal / evict_first, after the usual
+flush (dirty) and after a flush followed by a read of another 256 MB buffer (clean). Prints one line per case.
+
+    python .ci/evict_probe.py
+"""
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _read(w_ptr, o_ptr, R, C, EVICT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Every int32 of rows [pid*BLOCK_R, +BLOCK_R) of a [R, C] int32 matrix, xor-reduced (16-byte loads)."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.int32)
+    for c0 in range(0, C, BLOCK_C):
+        cols = c0 + tl.arange(0, BLOCK_C)
+        acc ^= tl.load(w_ptr + rows[:, None] * C + cols[None, :], mask=(rows < R)[:, None], other=0,
+                       eviction_policy=EVICT)
+    tl.store(o_ptr + tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R), tl.xor_sum(acc, axis=1))
+
+
+def bench(fn, flush, reps=60):
+    dirty = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
+    clean = torch.ones(256 << 20, dtype=torch.int8, device="cuda")
+    fn()
+    times = []
+    for _ in range(reps):
+        dirty.zero_()
+        if flush == "clean":  # evict the dirty lines (written back here), leave clean ones
+            clean.view(torch.int32).max()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    return statistics.median(times)
+
+
+def main():
+    out = torch.empty(1 << 20, dtype=torch.int32, device="cuda")
+    for name, (R, K) in {"gate/up 28672x4096": (28672, 4096), "down 4096x14336": (4096, 14336),
+                         "block 176 MB": (43008, 4096)}.items():
+        w = torch.randint(-2**31, 2**31 - 1, (R, K // 4), dtype=torch.int32, device="cuda")
+        for flush in ("dirty", "clean"):
+            for ev in ("", "evict_first"):
+                best = None
+                for br, bc, nw in ((8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (4, 1024, 4)):
+                    fn = lambda: _read[(triton.cdiv(R, br),)](w, out, R, K // 4, EVICT=ev, BLOCK_R=br, BLOCK_C=bc,
+                                                              num_warps=nw)
+                    t = bench(fn, flush)
+                    if best is None or t < best[0]:
+                        best = (t, br, bc, nw)
+                mb = R * K / 1e6
+                print(f"evict {name:20s} flush {flush:5s} policy {ev or 'normal':11s} {best[0]:6.1f} us "
+                      f"({mb / best[0]:.2f} TB/s; tile {best[1]}x{best[2]} int32, {best[3]} warps)", flush=True)
+    # the Llama pair (gate/up then down) in one CUDA graph, after the usual (dirty) flush, as the block is timed
+    wa = torch.randint(-2**31, 2**31 - 1, (28672, 1024), dtype=torch.int32, device="cuda")
+    wb = torch.randint(-2**31, 2**31 - 1, (4096, 3584), dtype=torch.int32, device="cuda")
+    for ev in ("", "evict_first"):
+        def pair():
+            _read[(28672 // 16,)](wa, out, 28672, 1024, EVICT=ev, BLOCK_R=16, BLOCK_C=256, num_warps=4)
+            _read[(4096 // 4,)](wb, out, 4096, 3584, EVICT=ev, BLOCK_R=4, BLOCK_C=1024, num_warps=4)
+        pair()
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            pair()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            pair()
+        t = triton.testing.do_bench(g.replay, return_mode="median")
+        print(f"evict pair (graph, do_bench) policy {ev or 'normal':11s} {t * 1e3:6.1f} us", flush=True)
+
+
+if __name__ == "__main__":
+    main()
