@@ -8,7 +8,8 @@ The M=1 GEMV rows (dense and int8 2:4) were retuned on 2026-12-02 with the pipel
 .ci/h200_next.sh seventeenth1`, fp8 2:4 in `seventeenth2`): int8 W8A16 block 65.2 µs, fp8 60.5, int8 2:4 59.0,
 fp8 2:4 W8A8 57.8 in those runs. The int8 M=1 rows take CVT="prmt" since the nineteenth session (`bash
 .ci/h200_next.sh prmt`, FUSED_RETUNE=1: block 64.6 -> 63.4 µs); the M=16 down / fp8 gate-up rows are the `retune8`
-picks of that session."""
+picks of that session. The M=1 rows and the fp8 M=16 rows were retuned on 2026-12-03 with the weights' L2
+evict_first policy on (`bash .ci/h200_next.sh evict2`): block int8 W8A16 M=1 59.3 µs, fp8 W8A16 / W8A8 58.2."""
 
 TUNED: dict = {
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
@@ -31,16 +32,16 @@ TUNED: dict = {
     ('w8_gemm', '8192', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '4096', '16384', 'False', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
     ('w8_gemm', '8192', '4096', '16384', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 3, 'num_warps': 4},
-    ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 128, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic', 'JOINT': True},
+    ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic', 'JOINT': True},
     ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'native'},
-    ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'magic', 'PERSISTENT': 4},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
     # twenty-fourth session (`bash .ci/h200_next.sh fine`, examples/results/h200/twentyfourth/fine_bench.json): the
     # 16x512 M=1 tile (4 warps) 41.4 vs 43.6 µs (see w8a16_gemv._fine_candidates); fp8 rows: same retune
-    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 16, 'BLOCK_K': 512, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'prmt', 'FINE': True},
-    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 512, 'SPLIT_K': 4, 'num_warps': 8, 'CVT': 'prmt'},
-    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'magic', 'STAGES': 3},
-    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 2, 'num_warps': 8, 'CVT': 'prmt'},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 8, 'CVT': 'prmt'},
+    ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 2, 'num_warps': 8, 'CVT': 'magic'},
+    ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 4, 'CVT': 'magic', 'PERSISTENT': 4},
     # split activations at M=17..64 (fourteenth session, 2026-12-01, `bash .ci/h200_next.sh fourteenth1`, the run with
     # STACK candidates; examples/results/h200/fourteenth/FUSED_SPLIT_STACK1.json "tuned", every candidate timed)
     ('w8_gemm', '32', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 32, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 1},
