@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `evict` (twenty-fifth), `fineship` (the M=1 rows with the shipped
 # 16-row int8 gate/up tile, no retune), `ncufine` (why that tile is faster), then `quad16`, `testsx1` + `testsx2`
 # (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the
@@ -39,6 +39,17 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  evictfinal)  # twenty-fifth session, last: the cuda tests of the decode kernels with the policy on (sparse24_mma's
+               # inline PTX carries the hint; the GEMV candidates), then the M = 1 / 16 rows with the shipped picks
+    timeout 230 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+      2>&1 | filt | grep -v "^  \|^$" | tail -4
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k gemv \
+      2>&1 | filt | grep -v "^  \|^$" | tail -4
+    timeout $((590 - SECONDS)) python3 -m fused bench --blocks llama --no-baselines --m 1,16 --configs \
+      "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16,ours fp8 W8A8,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" \
+      --out "$OUT/final" > "$OUT/final.log" 2>&1
+    grep "^|" "$OUT/final.log" | grep -v "^|--" | head -9
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   evict3)  # twenty-fifth session, after evict2 (policy on by default, the dense M=1 picks retuned with it: int8 W8A16
            # 61.3 -> 59.3, fp8 W8A8 60.9 -> 58.2): (1) the GEMV cuda tests with the policy (every fine / prmt candidate);
            # (2) the 2:4 M = 1 / 16 rows retuned with the policy on (the mma's hint gave +-0.2 with the old picks)
