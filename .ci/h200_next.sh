@@ -39,16 +39,21 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  evictfinal)  # twenty-fifth session, last: the cuda tests of the decode kernels with the policy on (sparse24_mma's
-               # inline PTX carries the hint; the GEMV candidates), then the M = 1 / 16 rows with the shipped picks
-    timeout 230 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
-      2>&1 | filt | grep -v "^  \|^$" | tail -4
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k gemv \
-      2>&1 | filt | grep -v "^  \|^$" | tail -4
-    timeout $((590 - SECONDS)) python3 -m fused bench --blocks llama --no-baselines --m 1,16 --configs \
+  evictfinal)  # twenty-fifth session, last: (1) the M = 1 / 16 rows with the shipped picks (policy on); (2) the cuda
+               # tests of sparse24_mma (its inline PTX carries the hint); (3) the decode chain with one program per item
+               # (`sixteenth1`'s lead, never run: registers 142 -> 80, ~6 programs per SM instead of 3; a pure-read
+               # pair in a graph takes ~6 µs more than one read of the same bytes, the most one launch can save);
+               # prediction: a p=0 candidate within 2 µs of the two launches or under them; (4) the GEMV cuda tests
+    timeout 120 python3 -m fused bench --blocks llama --no-baselines --m 1,16 --configs \
       "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16,ours fp8 W8A8,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" \
       --out "$OUT/final" > "$OUT/final.log" 2>&1
     grep "^|" "$OUT/final.log" | grep -v "^|--" | head -9
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
+      2>&1 | filt | grep -v "^  \|^$" | tail -4
+    timeout $((500 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py \
+      -k timing 2>&1 | filt | grep "chain\|passed\|failed\|rror" | head -12
+    timeout $((590 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
+      -k gemv 2>&1 | filt | grep -v "^  \|^$" | tail -4
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   evict3)  # twenty-fifth session, after evict2 (policy on by default, the dense M=1 picks retuned with it: int8 W8A16
            # 61.3 -> 59.3, fp8 W8A8 60.9 -> 58.2): (1) the GEMV cuda tests with the policy (every fine / prmt candidate);
