@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-fourth", "Open leads now"), in this order: `evict` (twenty-fifth), `fineship` (the M=1 rows with the shipped
-# 16-row int8 gate/up tile, no retune), `ncufine` (why that tile is faster), then `quad16`, `testsx1` + `testsx2`
-# (the suite's two halves), `retune16`, `retune24`, `sixteenth1`, `gptfull`, `w8a16eager`. Done in the
-# twenty-fourth: twentyfourth1, gemvpfd, gemvmma16, fine.
+# Next session (NOTES "twenty-fifth", "Open leads now"): `sixteenth1`'s chain timing again (a candidate with the
+# retuned 64x256 GEMV tiles added), `testsx1` + `testsx2` (the suite's two halves, with the L2 policy on), `quad16`,
+# `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv), `w8a16eager`. Done in the twenty-fifth: evict,
+# evict2, evict3, evictfinal (fineship and ncufine are superseded: the M=1 picks were retuned under the policy).
 # Each fits one 600 s call.
 set -uo pipefail
 S=$(mktemp -d); python3 -m pip install -q --no-index --no-deps --target "$S" .whl/*.whl && export PYTHONPATH="$S:$PWD"
@@ -45,18 +45,19 @@ case "${1:-}" in
                # pair in a graph takes ~6 µs more than one read of the same bytes, the most one launch can save);
                # prediction: a p=0 candidate within 2 µs of the two launches or under them; (4) the GEMV cuda tests
     timeout 120 python3 -m fused bench --blocks llama --no-baselines --m 1,16 --configs \
-      "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16,ours fp8 W8A8,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" \
+      "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A16,ours fp8 W8A8,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,"\
+"ours int8 2:4 W8A8" \
       --out "$OUT/final" > "$OUT/final.log" 2>&1
     grep "^|" "$OUT/final.log" | grep -v "^|--" | head -9
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_sparse24_mma.py \
       2>&1 | filt | grep -v "^  \|^$" | tail -4
     timeout $((500 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf -s tests/test_decode_chain.py \
       -k timing 2>&1 | filt | grep "chain\|passed\|failed\|rror" | head -12
-    timeout $((590 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
-      -k gemv 2>&1 | filt | grep -v "^  \|^$" | tail -4
+    timeout $((590 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short \
+      tests/test_kernels_w8.py -k gemv 2>&1 | filt | grep -v "^  \|^$" | tail -4
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   evict3)  # twenty-fifth session, after evict2 (policy on by default, the dense M=1 picks retuned with it: int8 W8A16
-           # 61.3 -> 59.3, fp8 W8A8 60.9 -> 58.2): (1) the GEMV cuda tests with the policy (every fine / prmt candidate);
+           # 61.3 -> 59.3, fp8 W8A8 60.9 -> 58.2): (1) the GEMV cuda tests with the policy (every fine / prmt one);
            # (2) the 2:4 M = 1 / 16 rows retuned with the policy on (the mma's hint gave +-0.2 with the old picks)
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
       -k "gemv_fine or gemv_prmt or gemv_deterministic or dispatch_cuda" 2>&1 | filt | grep -v "^  \|^$" | tail -4
@@ -67,7 +68,7 @@ case "${1:-}" in
     routes "$OUT/r24/bench.json" | grep "_graph" | head -8
     python3 .ci/picks_to_tuned.py "$OUT/r24/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
-  evict2)  # twenty-fifth session, after `evict` (probe: the dirty flush costs a 117 MB read 7.6 µs, evict_first wins 3.5
+  evict2)  # twenty-fifth session, after `evict` (probe: the dirty flush costs a 117 MB read 7.6 µs, evict_first 3.5 of it
            # of it; block int8 W8A16 M=1 61.1 -> 59.6, the others +-0.4): (1) the method's floor (one pure-read kernel
            # of the block's bytes, graph + do_bench); (2) the A/B twice, order swapped, every M=1/16 config; (3) the
            # GEMV retuned with the policy on (the fp8 STAGES picks load by cp.async, which drops the policy)
@@ -79,7 +80,8 @@ case "${1:-}" in
       echo "FUSED_W_EVICT=$v"; grep "^|" "$OUT/ab$v.log" | grep -v "^|--\|config" | head -6
     done
     FUSED_W_EVICT=1 FUSED_RETUNE=w8a16_gemv timeout $((590 - SECONDS)) python3 -m fused bench --blocks llama --m 1,16 \
-      --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/retune" > "$OUT/retune.log" 2>&1
+      --no-baselines --configs "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8" --out "$OUT/retune" \
+      > "$OUT/retune.log" 2>&1
     grep "^|" "$OUT/retune.log" | grep -v "^|--" | head -6
     cands "$OUT/retune/bench.json" w8a16_gemv
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;

@@ -160,8 +160,10 @@ def candidates(M: int, gated: bool) -> list[dict]:
     """Tile pairs from the two GEMVs' H200 picks for the Llama block (fused.kernels.tuned_h200: int8 takes the
     16-row tensor-core tile, fp8 the broadcast GEMV at M=1), times programs per SM (0: one per item)."""
     if M == 1:
+        # the last: the twenty-fifth session's retuned GEMV tiles (64x256, gate/up split 2; down split 8)
         pairs = [(16, 32, 256, 1, 16, 32, 256, 4, "native"), (1, 32, 512, 1, 1, 64, 256, 8, "magic"),
-                 (16, 32, 256, 1, 16, 64, 128, 8, "native"), (1, 32, 512, 1, 1, 64, 512, 8, "magic")]
+                 (16, 32, 256, 1, 16, 64, 128, 8, "native"), (1, 32, 512, 1, 1, 64, 512, 8, "magic"),
+                 (1, 64, 256, 2, 1, 64, 256, 8, "magic")]
     else:
         pairs = [(16, 32, 256, 1, 16, 64, 128, 8, "native"), (16, 32, 256, 1, 16, 32, 256, 4, "native"),
                  (16, 32, 256, 1, 16, 32, 256, 4, "magic")]
