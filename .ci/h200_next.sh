@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-fifth", "Open leads now"): `sixteenth1`'s chain timing again (a candidate with the
-# retuned 64x256 GEMV tiles added), `testsx1` + `testsx2` (the suite's two halves, with the L2 policy on), `quad16`,
-# `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv), `w8a16eager`. Done in the twenty-fifth: evict,
+# usage: bash .ci/h200_next.sh floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-fifth", "Open leads now"): `floor` (bench --floor, prepared), `sixteenth1`'s chain
+# timing again (a candidate with the retuned 64x256 GEMV tiles added), `testsx1` + `testsx2` (the suite's two
+# halves, with the L2 policy on), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
+# `w8a16eager`. Done in the twenty-fifth: evict,
 # evict2, evict3, evictfinal (fineship and ncufine are superseded: the M=1 picks were retuned under the policy).
 # Each fits one 600 s call.
 set -uo pipefail
@@ -39,6 +40,12 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  floor)  # prepared in the twenty-fifth session (CPU-tested, not yet run on a GPU): `bench --floor`, the read floor
+          # rows measured in the bench's own process (fused/kernels/read_floor.py; .ci/evict_probe.py gave 49.6 / 33.3)
+    timeout 300 python3 -m fused bench --blocks llama --m 1,16 --no-baselines --floor \
+      --configs "ours int8 W8A16,ours int8 2:4 W8A16" --out "$OUT/floor" > "$OUT/floor.log" 2>&1
+    grep "^|" "$OUT/floor.log" | grep -v "^|--" | head -6
+    rm -f "$OUT"/*/bench.png ;;
   evictfinal)  # twenty-fifth session, last: (1) the M = 1 / 16 rows with the shipped picks (policy on); (2) the cuda
                # tests of sparse24_mma (its inline PTX carries the hint); (3) the decode chain with one program per item
                # (`sixteenth1`'s lead, never run: registers 142 -> 80, ~6 programs per SM instead of 3; a pure-read

@@ -149,8 +149,37 @@ def _weight_mib(model) -> float:
     return param_bytes(model) / 2**20
 
 
+FLOOR_MAX_M = 16  # the read floor is reported where decode is bound by weight bytes (it does not depend on M)
+
+
+def floor_rows(kind: str, base: nn.Module, Ms, device, log=print) -> list[Row]:
+    """The memory floor of the block's decode, measured (CUDA only): one kernel that only reads as many bytes as
+    the block's weights take in 8 bits (1 B per weight) and in 8-bit 2:4 (0.625 B), timed as the blocks are (a
+    CUDA graph, do_bench), best of the read kernel's tiles. Reported at every M <= FLOOR_MAX_M."""
+    from fused.kernels.read_floor import CONFIGS, read_rows
+
+    if device.type != "cuda":
+        log("floor: CUDA only (a CPU read time is no floor for these kernels); skipped")
+        return []
+    n = sum(mod.weight.numel() for mod in base.modules() if isinstance(mod, nn.Linear))
+    rows = []
+    for label, nbytes in (("floor: read 8-bit weights once", n), ("floor: read 8-bit 2:4 weights once", n * 5 // 8)):
+        w = torch.randint(-2**31, 2**31 - 1, (-(-nbytes // 4096), 1024), dtype=torch.int32, device=device)
+        out = torch.empty(w.shape[0], dtype=torch.int32, device=device)
+        best = min(((_time(lambda w=w, c=c: read_rows(w, c, out=out), device)[0], c) for c in CONFIGS),
+                   key=lambda t: t[0])
+        del w
+        for M in Ms:
+            if M <= FLOOR_MAX_M:
+                r = Row(kind, label, M, best[0], None, None, None, nbytes / 2**20,
+                        f"a pure read, independent of M; tile {best[1]}")
+                rows.append(r)
+                log(_fmt_row(r))
+    return rows
+
+
 def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, baselines=True,
-        device=None, d=4096, h=None, log=print, sparse_baselines=False) -> list[Row]:
+        device=None, d=4096, h=None, log=print, sparse_baselines=False, floor=False) -> list[Row]:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rows: list[Row] = []
     torch._dynamo.config.cache_size_limit = 64
@@ -179,6 +208,8 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
                     rows.append(Row(kind, name, 0, None, None, None, None, 0.0, f"error: {type(e).__name__}: {e}"))
                     continue
                 variants[name] = (torch.compile(m), "torchao")
+        if floor:
+            rows += floor_rows(kind, base, Ms, device, log)
         if sparse_baselines and device.type == "cuda":
             for name, make in _sparse_baselines().items():
                 try:
@@ -244,7 +275,7 @@ def markdown(rows: list[Row], field: str = "gpu_us") -> str:
                 elif rr and rr[0].note.startswith("one plain call"):
                     cells.append(f"{rr[0].plain_us / 1e3:.0f} ms (1 call)")
                 else:
-                    cells.append("err" if rr and rr[0].note else "–")
+                    cells.append("err" if rr and rr[0].note.startswith(("error", "unavailable")) else "–")
             out.append(f"| {cfg} | " + " | ".join(cells) + f" | {mib:.0f} |")
     return "\n".join(out)
 
@@ -263,7 +294,8 @@ def plot(rows: list[Row], path: str) -> None:
                    if r.block == block and r.config == cfg and r.M and (r.gpu_us or r.plain_us)]
             if pts:
                 xs, ys = zip(*pts)
-                ax.plot(xs, ys, marker="o", label=cfg, linestyle="-" if cfg.startswith("ours") else "--")
+                style = "-" if cfg.startswith("ours") else ":" if cfg.startswith("floor") else "--"
+                ax.plot(xs, ys, marker="o", label=cfg, linestyle=style)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("M (tokens)")
@@ -323,7 +355,7 @@ def main(args) -> int:
             return 2
         configs = {n: known[n] for n in names}
     rows = run(blocks=args.blocks.split(","), Ms=Ms, configs=configs, baselines=not args.no_baselines, device=device,
-               d=d, h=h, sparse_baselines=getattr(args, "sparse_baselines", False))
+               d=d, h=h, sparse_baselines=getattr(args, "sparse_baselines", False), floor=getattr(args, "floor", False))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

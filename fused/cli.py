@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also torchao's fp8 2:4 + compile and PyTorch's bf16 semi-structured (2:4-pruned copies)")
     b.add_argument("--configs", default=None,
                    help="comma list of our configs to run (default: all): " + ", ".join(_bench_config_names()))
+    b.add_argument("--floor", action="store_true",
+                   help="also time one kernel that only reads the block's weight bytes (8-bit, 8-bit 2:4): the "
+                        "decode floor on this GPU under the same timing (CUDA)")
     b.add_argument("--host-profile", action="store_true", help="also cProfile eager calls (CUDA)")
     b.add_argument("--out", default="bench_out", help="folder for bench.json, bench.md, bench.png")
     b.set_defaults(func=_cmd_bench)
