@@ -37,6 +37,9 @@ two launches of the same day (61.5, 66.7, 66.2). The kernel takes
 run in two waves (alone: 70.9 µs against 46.1 for the same tiles as one GEMV launch, whose 448 CTAs fit in one);
 with more programs (4 per SM, or one per item) some of them hold down items that wait, and a register cap of
 128 / 96 gave 78-85 µs (.ci/diag.py chainparts / chainreg, examples/results/h200/eleventh_chainparts.txt).
+Twenty-fifth session (test_chain_timing_cuda): one program per item (80-94 registers), best candidates int8 / fp8
+M=1 66.0 / 61.4, M=16 77.2 / 75.7, against 58.8 / 57.8 / 66.2 / 65.8 for the tuned two launches; the last M=1
+candidates carry the retuned GEMV tiles (64x256, 4 and 8 warps), not yet timed.
 """
 from __future__ import annotations
 
@@ -167,8 +170,11 @@ def candidates(M: int, gated: bool) -> list[dict]:
     else:
         pairs = [(16, 32, 256, 1, 16, 64, 128, 8, "native"), (16, 32, 256, 1, 16, 32, 256, 4, "native"),
                  (16, 32, 256, 1, 16, 32, 256, 4, "magic")]
-    return [dict(CHAIN=True, BM1=a, BN1=b, BK1=c, SPLIT1=d, BM2=e, BN2=f, BK2=g, SPLIT2=h, CVT=cvt, num_warps=4,
-                 programs_per_sm=p) for a, b, c, d, e, f, g, h, cvt in pairs for p in (3, 4, 0)]
+    out = [dict(CHAIN=True, BM1=a, BN1=b, BK1=c, SPLIT1=d, BM2=e, BN2=f, BK2=g, SPLIT2=h, CVT=cvt, num_warps=4,
+                programs_per_sm=p) for a, b, c, d, e, f, g, h, cvt in pairs for p in (3, 4, 0)]
+    if M == 1:  # the retuned int8 gate/up pick runs 8 warps: the last pair so, one program per item
+        out.append(dict(out[-1], num_warps=8))
+    return out
 
 
 def split_sizes(c: dict, K: int, H: int) -> tuple[int, int, int, int]:
@@ -183,8 +189,9 @@ def split_sizes(c: dict, K: int, H: int) -> tuple[int, int, int, int]:
 def gemv_configs(c: dict, K: int, H: int) -> tuple[dict, dict]:
     """The w8a16_gemv configs of the two-launch path with the same tiles and splits as chain config ``c``."""
     _, split1, _, split2 = split_sizes(c, K, H)
-    return (dict(BLOCK_M=c["BM1"], BLOCK_N=c["BN1"], BLOCK_K=c["BK1"], SPLIT_K=split1, num_warps=4, CVT=c["CVT"]),
-            dict(BLOCK_M=c["BM2"], BLOCK_N=c["BN2"], BLOCK_K=c["BK2"], SPLIT_K=split2, num_warps=4, CVT=c["CVT"]))
+    w = c["num_warps"]
+    return (dict(BLOCK_M=c["BM1"], BLOCK_N=c["BN1"], BLOCK_K=c["BK1"], SPLIT_K=split1, num_warps=w, CVT=c["CVT"]),
+            dict(BLOCK_M=c["BM2"], BLOCK_N=c["BN2"], BLOCK_K=c["BK2"], SPLIT_K=split2, num_warps=w, CVT=c["CVT"]))
 
 
 def interpret_config(M: int) -> dict:
