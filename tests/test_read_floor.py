@@ -13,6 +13,7 @@ def test_read_rows_matches_reference(R, C):
     for cfg in (CONFIGS[0], CONFIGS[-1]):
         out = torch.full((R,), 12345, dtype=torch.int32)  # poisoned
         assert torch.equal(read_rows(w, cfg, out=out), ref), cfg
+    assert torch.equal(read_rows(w, evict="evict_first"), ref) and torch.equal(read_rows(w, evict=""), ref)
     # a row view with a larger stride, and one word changed: the result must follow it
     big = torch.randint(-2**31, 2**31 - 1, (R, C + 5), dtype=torch.int32, generator=g)
     v = big[:, :C]

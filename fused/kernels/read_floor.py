@@ -1,8 +1,9 @@
 """A kernel that only reads a matrix: the memory floor a weight-streaming kernel is measured against
 (`python -m fused bench --floor`). out[r] = xor of row r's 32-bit words, so every word must be loaded.
 
-The loads carry the decode kernels' L2 policy (fused.kernels.W_EVICT), so the floor and the kernels it is compared
-with stream under the same rules. Reference: read_rows_ref.
+The loads carry the decode kernels' L2 policy (fused.kernels.W_EVICT) unless told otherwise, so the floor and the
+kernels it is compared with stream under the same rules (.ci/evict_probe.py times both policies). Reference:
+read_rows_ref.
 """
 from __future__ import annotations
 
@@ -19,19 +20,22 @@ CONFIGS = ((8, 512, 4), (16, 256, 4), (16, 512, 8), (32, 256, 8), (4, 1024, 4))
 
 
 @triton.jit
-def _read_rows_kernel(w_ptr, o_ptr, R, C, stride_r, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def _read_rows_kernel(w_ptr, o_ptr, R, C, stride_r, EVICT: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_C: tl.constexpr):
     rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
     r_ok = rows < R
     acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.int32)
     for c0 in range(0, C, BLOCK_C):
         cols = c0 + tl.arange(0, BLOCK_C)
         acc ^= tl.load(w_ptr + rows[:, None].to(tl.int64) * stride_r + cols[None, :],
-                       mask=r_ok[:, None] & (cols < C)[None, :], other=0, eviction_policy=W_EVICT)
+                       mask=r_ok[:, None] & (cols < C)[None, :], other=0, eviction_policy=EVICT)
     tl.store(o_ptr + rows, tl.xor_sum(acc, axis=1), mask=r_ok)
 
 
-def read_rows(w: torch.Tensor, config=CONFIGS[0], out: torch.Tensor | None = None) -> torch.Tensor:
-    """int32 [R] = xor of each row of ``w`` (int32 [R, C], unit stride along C) with ``config`` (one of CONFIGS)."""
+def read_rows(w: torch.Tensor, config=CONFIGS[0], out: torch.Tensor | None = None,
+              evict: str | None = None) -> torch.Tensor:
+    """int32 [R] = xor of each row of ``w`` (int32 [R, C], unit stride along C) with ``config`` (one of CONFIGS);
+    ``evict``: the loads' L2 policy ("" or "evict_first"; default the decode kernels' W_EVICT)."""
     if w.dtype != torch.int32 or w.dim() != 2 or w.stride(1) != 1:
         raise ValueError(f"read_rows takes a 2-D int32 tensor with unit column stride, got {w.dtype} "
                          f"{tuple(w.shape)} strides {w.stride()}")
@@ -43,7 +47,8 @@ def read_rows(w: torch.Tensor, config=CONFIGS[0], out: torch.Tensor | None = Non
     if C == 0:
         return out.zero_()
     br, bc, nw = config
-    launch_kernel(_read_rows_kernel, (cdiv(R, br),), w, out, R, C, w.stride(0), BLOCK_R=br, BLOCK_C=bc, num_warps=nw)
+    launch_kernel(_read_rows_kernel, (cdiv(R, br),), w, out, R, C, w.stride(0),
+                  EVICT=W_EVICT.value if evict is None else evict, BLOCK_R=br, BLOCK_C=bc, num_warps=nw)
     return out
 
 

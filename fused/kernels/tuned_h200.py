@@ -36,8 +36,9 @@ TUNED: dict = {
     ('w8a16_gemv', '16', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 1, 'num_warps': 4, 'CVT': 'native'},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'magic', 'PERSISTENT': 4},
     ('w8a16_gemv', '16', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 16, 'BLOCK_N': 32, 'BLOCK_K': 256, 'SPLIT_K': 4, 'num_warps': 4, 'CVT': 'native'},
-    # twenty-fourth session (`bash .ci/h200_next.sh fine`, examples/results/h200/twentyfourth/fine_bench.json): the
-    # 16x512 M=1 tile (4 warps) 41.4 vs 43.6 µs (see w8a16_gemv._fine_candidates); fp8 rows: same retune
+    # twenty-fifth session (`bash .ci/h200_next.sh evict2`, examples/results/h200/twentyfifth/retune_bench.json),
+    # retuned with the L2 evict_first policy on: int8 gate/up 64x256 split 2 38.9 µs vs the twenty-fourth session's
+    # 16x512 tile (w8a16_gemv._fine_candidates) 40.0; fp8 gate/up 37.8 vs 42.1 for the cp.async (STAGES) loop
     ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 2, 'num_warps': 8, 'CVT': 'prmt'},
     ('w8a16_gemv', '1', '4096', '14336', 'False', 'torch.int8'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 8, 'num_warps': 8, 'CVT': 'prmt'},
     ('w8a16_gemv', '1', '14336', '4096', 'True', 'torch.float8_e4m3fn'): {'BLOCK_M': 1, 'BLOCK_N': 64, 'BLOCK_K': 256, 'SPLIT_K': 2, 'num_warps': 8, 'CVT': 'magic'},

@@ -317,7 +317,8 @@ def _fine_candidates(bm: int, N: int, K: int, cvt: str) -> list[dict]:
     """Items twice as fine at M <= 16 (16-row tiles, or the K split doubled). The Llama gate/up picks had 448 items
     (32- or 64-row tiles, split 1 / 2) on 132 SMs: some SMs run 4, most 3, so the kernel takes ~4/3.4 of an even
     share; 896 items run as 7 / 6.8. H200, twenty-fourth session (`fine`, tuner µs): int8 M=1 gate/up 16x512 41.4
-    vs 43.6 (predicted ~39), now the pick; fp8 41.5 vs 41.3 (a tie); down (512 items already) 27.4 vs 25.6, lost;
+    vs 43.6 (predicted ~39), the pick until the twenty-fifth session's retune under the L2 policy (64x256 split 2
+    38.9 vs 40.0); fp8 41.5 vs 41.3 (a tie); down (512 items already) 27.4 vs 25.6, lost;
     at M=16 every fine candidate lost (gate/up 51.8 vs 45.4), so there they are opt-in (FUSED_GEMV_FINE16=1).
     32x512 with the split doubled (896 items too) lost (45.7), 16x256 too (48.3). sm_90 SASS: the 16x512 4-warp
     loop is per thread the 32x512 8-warp one (309 vs 301 instructions, 64 registers, the same loads), so what
