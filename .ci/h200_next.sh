@@ -75,7 +75,7 @@ case "${1:-}" in
     routes "$OUT/r24/bench.json" | grep "_graph" | head -8
     python3 .ci/picks_to_tuned.py "$OUT/r24/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
-  evict2)  # twenty-fifth session, after `evict` (probe: the dirty flush costs a 117 MB read 7.6 µs, evict_first 3.5 of it
+  evict2)  # twenty-fifth session, after `evict` (probe: the dirty flush costs a 117 MB read 7.6 µs, evict_first wins 3.5;
            # block int8 W8A16 M=1 61.1 -> 59.6, the others +-0.4): (1) the method's floor (one pure-read kernel
            # of the block's bytes, graph + do_bench); (2) the A/B twice, order swapped, every M=1/16 config; (3) the
            # GEMV retuned with the policy on (the fp8 STAGES picks load by cp.async, which drops the policy)

@@ -1384,7 +1384,8 @@ def test_decode_weight_loads_carry_the_l2_policy_for_sm90(evict, monkeypatch):
     monkeypatch.setenv("FUSED_W_EVICT", evict)
     code = ("from gemv_sass import compile_gemv; from sparse_sass import compile_sparse\n"
             "from sm90_compile import compile_sm90, sparse24_mma_configs\n"
-            "d = compile_gemv(dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, SPLIT_K=1, num_warps=4, CVT='prmt')).asm['ptx']\n"
+            "d = compile_gemv(dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, SPLIT_K=1, num_warps=4,"
+            " CVT='prmt')).asm['ptx']\n"
             "s = compile_sparse(dict(MODE='quad', BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, num_warps=4, SPLIT_K=1,"
             " STAGES=1), True, 14336, 4096, tiled=2).asm['ptx']\n"
             "m = compile_sm90(*sparse24_mma_configs()[0][1:])['ptx']\n"

@@ -22,8 +22,8 @@ GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
 # (activations, KV, dirty lines whose write-back would share the DRAM bus with the stream). H200, 2026-12-03
 # (`bash .ci/h200_next.sh evict` / `evict2`): after do_bench's flush (256 MB zeroed: L2 left dirty) a pure read of
 # the 117 MB gate/up weight took 37.5 µs normal, 34.0 evict_first (29.9 after a clean flush); int8 W8A16 block M=1
-# 61.1-61.4 -> 59.5-59.9 (shipped picks, three runs each); with the GEMV retuned under it int8 58.8, fp8 W8A8 57.6 (`evictfinal`).
-# Loads through cp.async (STAGES) drop the hint. FUSED_W_EVICT=0: off.
+# 61.1-61.4 -> 59.5-59.9 (shipped picks, three runs each); with the GEMV retuned under it int8 58.8, fp8 W8A8 57.6
+# (`evictfinal`). Loads through cp.async (STAGES) drop the hint. FUSED_W_EVICT=0: off.
 W_EVICT = tl.constexpr("evict_first" if os.environ.get("FUSED_W_EVICT", "1") == "1" else "")
 
 # Strict mode (FUSED_STRICT=1 at start, or fused.dispatch.set_strict): a CUDA call that would take a slower
