@@ -44,7 +44,8 @@ case "${1:-}" in
               # and the read floor rows beside them); rows are logged as they finish, so a cut run still names them
     timeout 570 python3 -m fused bench --blocks llama --sparse-baselines --floor --out "$OUT/full" 2>&1 | filt \
       > "$OUT/full.log"
-    grep "^|" "$OUT/full.log" | grep -v "^|--" | tail -48 | cut -c1-150 ;;
+    if grep -q "^|" "$OUT/full.log"; then grep "^|" "$OUT/full.log" | grep -v "^|--" | tail -48 | cut -c1-150
+    else grep "^llama" "$OUT/full.log" | cut -c1-150; fi ;;
   floor)  # prepared in the twenty-fifth session (CPU-tested, not yet run on a GPU): `bench --floor`, the read floor
           # rows measured in the bench's own process (fused/kernels/read_floor.py; .ci/evict_probe.py gave 49.6 / 33.3)
     timeout 300 python3 -m fused bench --blocks llama --m 1,16 --no-baselines --floor \
