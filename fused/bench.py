@@ -166,8 +166,13 @@ def floor_rows(kind: str, base: nn.Module, Ms, device, log=print) -> list[Row]:
     for label, nbytes in (("floor: read 8-bit weights once", n), ("floor: read 8-bit 2:4 weights once", n * 5 // 8)):
         w = torch.randint(-2**31, 2**31 - 1, (-(-nbytes // 4096), 1024), dtype=torch.int32, device=device)
         out = torch.empty(w.shape[0], dtype=torch.int32, device=device)
-        best = min(((_time(lambda w=w, c=c: read_rows(w, c, out=out), device)[0], c) for c in CONFIGS),
-                   key=lambda t: t[0])
+        timed = []
+        for c in CONFIGS:
+            read_rows(w, c, out=out)  # compile first: _time reports no graph time for a slow first call
+            timed.append((_time(lambda w=w, c=c: read_rows(w, c, out=out), device)[0], c))
+        if any(t is None for t, _ in timed):
+            raise RuntimeError(f"floor: a read tile was too slow to time: {timed}")
+        best = min(timed, key=lambda t: t[0])
         del w
         for M in Ms:
             if M <= FLOOR_MAX_M:
