@@ -694,6 +694,11 @@ FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer"}
 
 
+def _h_out_key(op, M, qweight, xdtype, bias, act) -> tuple:
+    """The route key of a W8A8 block's first layer (h handed over quantized)."""
+    return (op, m_bucket(M), tuple(qweight.shape), qweight.dtype, xdtype, bias is None, act, "h out")
+
+
 def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     """A dense W8A8 first layer (``op`` "gated" or "linear", M > 16) giving h quantized."""
     gated, fp8, M = op == "gated", qweight.dtype == torch.float8_e4m3fn, x2.shape[0]
@@ -713,7 +718,7 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     pick = "triton"
     use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
     if x2.is_cuda and _forced is None and (use_cublas or FIRST_LAYER):
-        key = (op, m_bucket(M), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "h out")
+        key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
         pick = _graph_pick(key, triton, cublas if use_cublas else None, op,
                            others={"first_layer": first_layer} if FIRST_LAYER else None)
     elif FIRST_LAYER and _forced == "triton" and not x2.is_cuda:
@@ -1497,6 +1502,48 @@ def _route(key, one_launch, per_layer) -> str:
     return "triton:decode_block" if pick == "one launch" else "per_layer"
 
 
+# The first layer's route of a W8A8 block decided on the whole block's time, from BLOCK_ROUTE_MIN_M (0: off). Each
+# layer's route is timed alone on its shape's first call (the incumbent keeps it unless another wins by 3%), but the
+# block is what runs. H200, twenty-sixth session (2026-12-03), fp8 W8A8 Llama block at M=8192: the gated layer's
+# route timings were Triton 1700 / cuBLAS 1718 µs (graph), so Triton stayed, and the block took 2696 µs against 2355
+# for the two layers' timings added; earlier runs, where cuBLAS won the layer's timing, were 27-180 µs over that sum
+# (blocks 2434-2466). With it on, a W8A8 block's first call of a shape at M >= BLOCK_ROUTE_MIN_M times the first
+# layer's route candidates again as whole blocks (eager calls and CUDA graphs; the down layer on its own pick), the
+# layer's own graph pick as the incumbent, and keeps the block's picks for that shape. Prepared, CPU-tested, not yet
+# timed: `bash .ci/h200_next.sh routeab` (.ci/route_ab.py, then the block with it off / on) decides whether it goes on.
+BLOCK_ROUTE_MIN_M = int(os.environ.get("FUSED_BLOCK_ROUTE_MIN_M", "0"))
+_block_first_routes: dict = {}  # block key -> the first layer's (eager, graph) picks, once timed as whole blocks
+
+
+def _block_first_layer_route(bkey, hkey, per_layer) -> None:
+    """Runs ``per_layer`` (a W8A8 block's two layers, h handed over) once, then, if its first layer timed more than
+    one route (key ``hkey``), times the block once per route (each forced through _dense_routes[hkey]; the layer's
+    own graph pick as the incumbent) and writes the block's (eager, graph) picks to _dense_routes[hkey]."""
+    from fused.kernels import tuning
+
+    if bkey in _block_first_routes:
+        return
+    per_layer()  # the layers' own route timings first: they fill _dense_routes[hkey]
+    own = _dense_routes.get(hkey)
+    names = [n for _, n in tuning.timings.get(("dense_w8a8_route",) + hkey, [])]  # the routes that ran
+    if own is None or len(names) < 2:
+        _block_first_routes[bkey] = own
+        return
+
+    def forced(name):
+        def run():
+            _dense_routes[hkey] = (name, name)
+            try:
+                return per_layer()
+            finally:
+                _dense_routes[hkey] = own
+        return run
+
+    order = [own[1]] + [n for n in names if n != own[1]]
+    _dense_routes[hkey] = _block_first_routes[bkey] = measure_route(
+        "w8a8_block_first_layer", bkey, {n: forced(n) for n in order}, untimed=own[1], graph=True)
+
+
 def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, smooth1=None, smooth2=None):
     """A whole MLP block, y = down(h): gated h = act(x·W_gᵀ + b_g) ⊙ (x·W_uᵀ + b_u) with w1 [2H, K] stacked
     (FusedGatedLinear's layout), or plain h = act(x·W_1ᵀ + b_1) with w1 [H, K]; then y = h·W_2ᵀ + b_2,
@@ -1546,6 +1593,9 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
             path = _block_routes.get(key)
             if path is None:
                 path = _block_routes[key] = _route(key, one_launch, per_layer)
+        elif handoff and BLOCK_ROUTE_MIN_M and M >= BLOCK_ROUTE_MIN_M and not torch.cuda.is_current_stream_capturing():
+            hkey = _h_out_key("gated" if gated else "linear", M, w1, x.dtype, b1, act)
+            _block_first_layer_route(hkey + (tuple(w2.shape), b2 is None), hkey, per_layer)
     else:
         path = plan(op, _fmt(w1), dynamic, x.device, M)[0]
     stats[(op, path)] += 1

@@ -177,3 +177,96 @@ def test_graph_pick_eager_calls_take_cublas_only_at_large_m(w8a16, monkeypatch):
         assert dispatch._graph_pick(key, lambda: None, lambda: None, "gated", w8a16=w8a16) == "cublas"
         capturing[0] = False
     assert dispatch.CUBLAS_EAGER_MIN_M == 2048  # M >= 1025 (the M buckets are powers of two)
+
+
+def test_block_first_layer_route_times_each_route_forced_and_keeps_the_blocks_pick(monkeypatch):
+    """BLOCK_ROUTE_MIN_M's plumbing: the block's first call runs the layers once (their own route timings), then
+    one block per first-layer route that ran, each with that route forced while it runs (and the layer's own picks
+    back after), the layer's own graph pick first (the incumbent); the block's picks replace the layer's."""
+    from fused.kernels import tuning
+
+    hkey = dispatch._h_out_key("gated", 4096, torch.zeros(64, 32, dtype=torch.int8), torch.bfloat16, None, "silu")
+    bkey = hkey + ((32, 32), True)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    monkeypatch.setattr(dispatch, "_block_first_routes", {})
+    monkeypatch.setattr(tuning, "timings", {("dense_w8a8_route",) + hkey: [(1700.0, "triton"), (1718.0, "cublas")]})
+    seen = []
+
+    def per_layer():  # the first call measures the layer's own routes; later calls see what is forced
+        dispatch._dense_routes.setdefault(hkey, ("triton", "cublas"))
+        seen.append(dispatch._dense_routes[hkey])
+        return torch.zeros(1)
+
+    def fake_measure(kind, key, cands, untimed=None, graph=False):
+        assert (kind, key, graph, untimed) == ("w8a8_block_first_layer", bkey, True, "cublas")
+        assert list(cands) == ["cublas", "triton"]  # the layer's graph pick first
+        for fn in cands.values():
+            fn()
+            assert dispatch._dense_routes[hkey] == ("triton", "cublas")  # restored after each forced run
+        return "triton", "triton"
+
+    monkeypatch.setattr(dispatch, "measure_route", fake_measure)
+    dispatch._block_first_layer_route(bkey, hkey, per_layer)
+    assert seen == [("triton", "cublas"), ("cublas", "cublas"), ("triton", "triton")]
+    assert dispatch._dense_routes[hkey] == dispatch._block_first_routes[bkey] == ("triton", "triton")
+    dispatch._block_first_layer_route(bkey, hkey, per_layer)  # once per block shape
+    assert len(seen) == 3
+
+
+def test_block_first_layer_route_needs_two_timed_routes(monkeypatch):
+    """With one route timed (cuBLAS refused, or FUSED_TUNE=0: nothing timed) the block keeps the layer's pick and
+    times nothing more."""
+    from fused.kernels import tuning
+
+    hkey = dispatch._h_out_key("linear", 64, torch.zeros(64, 32, dtype=torch.int8), torch.bfloat16, None, "relu")
+    monkeypatch.setattr(dispatch, "_dense_routes", {hkey: ("triton", "triton")})
+    monkeypatch.setattr(dispatch, "_block_first_routes", {})
+    monkeypatch.setattr(tuning, "timings", {("dense_w8a8_route",) + hkey: [(10.0, "triton")]})
+    monkeypatch.setattr(dispatch, "measure_route", lambda *a, **k: pytest.fail("timed"))
+    calls = []
+    dispatch._block_first_layer_route(hkey + ("b",), hkey, lambda: calls.append(1))
+    assert calls == [1] and dispatch._block_first_routes[hkey + ("b",)] == ("triton", "triton")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_block_first_layer_route_cuda(fmt, monkeypatch):
+    """On the GPU with BLOCK_ROUTE_MIN_M on: a W8A8 block times its first layer's routes as blocks, records the
+    picks (tuning.picks), and its output, eager and replayed from a CUDA graph, matches the reference."""
+    import copy
+
+    import fused
+    from fused.bench import make_block
+    from fused.kernels import tuning
+    from lowbit.metrics import sqnr
+
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA")
+    if fmt == "fp8" and torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs sm_89+")
+    monkeypatch.setattr(dispatch, "BLOCK_ROUTE_MIN_M", 17)
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    monkeypatch.setattr(dispatch, "_block_first_routes", {})
+    base = make_block("llama", 256, 512, "cuda")
+    cfg = fused.FusedFloat8MLP(weight_only=False) if fmt == "fp8" else fused.FusedInt8MLP(weight_only=False)
+    model = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+    for M in (32, 300):
+        x = torch.randn(M, 256, device="cuda", dtype=torch.bfloat16)
+        with torch.no_grad():
+            with dispatch.force_path("reference"):
+                ref = model(x)
+            out = torch.full_like(ref, float("nan"))
+            out.copy_(model(x))
+            g = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                model(x)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(g):
+                y = model(x)
+            g.replay()
+        assert sqnr(ref, out) > 30 and sqnr(ref, y) > 30, (M, sqnr(ref, out), sqnr(ref, y))
+    wdtype = torch.float8_e4m3fn if fmt == "fp8" else torch.int8
+    timed = [k for k in tuning.picks if k[0] == "w8a8_block_first_layer" and k[4] == wdtype]
+    assert len(timed) == 2, timed  # one per M bucket
