@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-fifth", "Open leads now"): `floor` (bench --floor, prepared), `sixteenth1`'s chain
+# Next session (NOTES "twenty-sixth"): `routeab` first. Before (NOTES "twenty-fifth"): `floor` (done: fullfloor), `sixteenth1`'s chain
 # timing again (a candidate with the retuned 64x256 GEMV tiles added), `testsx1` + `testsx2` (the suite's two
 # halves, with the L2 policy on), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager`. Done in the twenty-fifth: evict,
@@ -40,6 +40,16 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  routeab)  # prepared in the twenty-sixth session (fp8 W8A8 M=8192 took 2696 µs where the gated layer's route timing kept
+            # Triton by 1%, against 2434-2466 in runs that took cuBLAS): (1) .ci/route_ab.py, each first-layer route
+            # forced in one process, alternating, bf16 eager beside; (2) the block with FUSED_BLOCK_ROUTE_MIN_M 0 / 1025
+            # (the first layer's route timed as whole blocks); (3) its cuda test. Prediction: cuBLAS's first layer
+            # 150-250 µs faster at 8192 in (1), and (2) with it on takes it: fp8 W8A8 8192 ~2450-2550 on a machine where
+            # bf16 eager takes ~4650; M=1024 within +-2%
+    timeout 200 python3 .ci/route_ab.py 8192,1024 fp8 2>&1 | filt | tee "$OUT/route_ab.txt" | grep "graph µs\|picks"
+    ab FUSED_BLOCK_ROUTE_MIN_M "0 1025" 6 200 --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py -k block_first \
+      2>&1 | filt | tail -3 ;;
   fullfloor)  # twenty-sixth session: the README table in ONE process (every config and baseline, the sparse baselines
               # and the read floor rows beside them); rows are logged as they finish, so a cut run still names them
     timeout 570 python3 -m fused bench --blocks llama --sparse-baselines --floor --out "$OUT/full" 2>&1 | filt \
