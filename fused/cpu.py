@@ -8,6 +8,10 @@ Paths (names as `dispatch.plan` and `explain` print them):
   cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (4 MiB) at a time
                       into the compute dtype (one reused buffer) and multiplied with ``F.linear``; the
                       scale goes on the output. The full-precision weight never exists at once.
+  cpu:split_int_mm    int8 weight-only, bf16 activations, M up to SPLIT_MAX_M where int8pack does not run: each
+                      token as two int8 planes (`lowbit.split_activation`, x ≈ s·(256·hi + lo), 15 bits per token),
+                      both planes stacked as rows of one ``torch._int_mm`` (the weight read once), combined in fp32
+                      (the GPU's W8A16 path at 17 <= M <= 1023 computes the same way).
   cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
                       reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
   cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
@@ -39,6 +43,7 @@ Threads: every kernel here is an aten op parallelised with at::parallel_for, so 
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
 import torch
@@ -46,9 +51,11 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from lowbit import quantize_activation
+from lowbit.quant import split_activation
 from sparsity.packing import expand_24
 
-DENSE_PATHS = ("cpu:int8pack", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm", "cpu:bf16_mm")
+DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm",
+               "cpu:bf16_mm")
 PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS)
 
 # torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
@@ -57,6 +64,14 @@ PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_P
 # AVX512 x86, 2 threads, ms (int8pack / tiled): M=4 2.5/4.9, M=8 5.0/6.9, M=12 7.0/7.6, M=16 9.5/8.4;
 # examples/cpu_edge_bench.py times the whole block.
 INT8PACK_MAX_M = 12
+# Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
+# split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. Layers alone,
+# 2-core AVX512 x86, 2 threads, ms, split / tiled dequant (twenty-sixth session, /tmp microbenchmarks, best of 3):
+# TinyLlama gate/up [11264, 2048] M=16 2.80 / 3.60, M=64 6.22 / 6.41, M=256 35.3 / 18.5; down [2048, 5632] M=16
+# 1.63 / 1.95, M=64 3.59 / 3.37, M=256 12.3 / 9.6 (at M=1, where int8pack cannot run: 2.86 / 3.25 and 0.87 / 1.77).
+# Two planes double the int8 GEMM's work, so from M≈64 the dequantized bf16 GEMM wins; examples/cpu_edge_bench.py
+# times the whole block (`FUSED_CPU_SPLIT_MAX_M=0`: off).
+SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
 # The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
 # no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
 # weight whose data pointer is not 32-byte aligned.
@@ -238,6 +253,16 @@ def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
         if packed:  # scale slices cloned: the kernel's vector loads want aligned buffers
             return _tiled_int(xa, qweight, lambda x, t, i, j: torch._weight_int8pack_mm(x, t, sc[i:j].clone()))
         return torch._weight_int8pack_mm(xa, qweight, sc)
+    if path == "cpu:split_int_mm":
+        M = x2.shape[0]
+        hi, lo, xs = split_activation(x2)
+        q = torch.cat([hi, lo])  # both planes in one GEMM: the weight is read once
+        if packed:
+            acc = _tiled_int(q, qweight, lambda x, t, i, j: torch._int_mm(x, t.t()))
+        else:
+            acc = torch._int_mm(q, qweight.t())
+        # 256·Σhi·w + Σlo·w = Σv·w exactly (int64), then fp32 in the int_mm path's order: (Σv·w · s_x) · s_w
+        return (acc[:M].long() * 256 + acc[M:]).float().mul_(xs).mul_(wscale)
     if path == "cpu:int_mm":
         xq, xs = quantize_activation(x2, "int8")
         if packed:

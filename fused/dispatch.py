@@ -291,12 +291,16 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False) -> tuple[
     if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
         if described:
-            why += "; larger M or fp32/fp16 activations: cpu:int8_dequant_mm"
+            why += (f"; M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm; larger M or fp32/fp16 activations: "
+                    "cpu:int8_dequant_mm")
         return "cpu:int8pack", why
+    if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M:
+        return "cpu:split_int_mm", (f"bf16 x as two int8 planes (15 bits per token) in one torch._int_mm "
+                                    f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run)")
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
-    elif m > cpu.INT8PACK_MAX_M:
-        why = f"M={m} > {cpu.INT8PACK_MAX_M}: GEMM beats int8pack's GEMV"
+    elif m > max(cpu.INT8PACK_MAX_M, cpu.SPLIT_MAX_M):
+        why = f"M={m} > {max(cpu.INT8PACK_MAX_M, cpu.SPLIT_MAX_M)}: one bf16 GEMM beats int8pack and two int8 planes"
     elif not weight_aligned:
         why = "weight buffer not contiguous/64-byte aligned: int8pack would read out of bounds"
     else:

@@ -62,12 +62,17 @@ def test_path_choice():
     bf16, f32 = torch.bfloat16, torch.float32
     assert _path("linear", "int8", False, bf16, 1, 2048) == "cpu:int8pack"
     assert _path("gated", "int8", False, bf16, cpu.INT8PACK_MAX_M, 2048) == "cpu:int8pack"
-    assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:int8_dequant_mm"
-    assert _path("linear", "int8", False, bf16, 1, 2056) == "cpu:int8_dequant_mm"  # K % 16 != 0
-    assert _path("linear", "int8", False, f32, 1, 2048) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:split_int_mm"
+    assert _path("linear", "int8", False, bf16, cpu.SPLIT_MAX_M, 2048) == "cpu:split_int_mm"
+    assert _path("linear", "int8", False, bf16, cpu.SPLIT_MAX_M + 1, 2048) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", False, bf16, 1, 2056) == "cpu:split_int_mm"  # K % 16 != 0: no int8pack
+    assert _path("linear", "int8", False, bf16, cpu.SPLIT_MAX_M + 1, 2056) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", False, f32, 1, 2048) == "cpu:int8_dequant_mm"  # 15 bits: bf16 x only
     assert _path("linear", "int8", True, bf16, 1, 2048) == "cpu:int_mm"
     assert _path("linear", "float8_e4m3", False, bf16, 1, 2048) == "cpu:fp8_dequant_mm"
-    assert dispatch.plan("linear", "int8", False, "cpu", k=2048, weight_aligned=False)[0] == "cpu:int8_dequant_mm"
+    assert dispatch.plan("linear", "int8", False, "cpu", k=2048, weight_aligned=False)[0] == "cpu:split_int_mm"
+    assert dispatch.plan("linear", "int8", False, "cpu", M=cpu.SPLIT_MAX_M + 1, k=2048,
+                         weight_aligned=False)[0] == "cpu:int8_dequant_mm"
     with dispatch.force_path("reference"):
         assert _path("linear", "int8", False, bf16, 1, 2048) == "reference"
 
@@ -143,7 +148,29 @@ def test_misaligned_weight_buffer_takes_the_safe_path():
     dispatch.stats.clear()
     y, yr = _run("linear", torch.randn(1, 48, dtype=torch.bfloat16), qv, s, b, "none", False)
     _check(y, yr, torch.bfloat16)
-    assert dispatch.stats[("linear", "cpu:int8_dequant_mm")] == 1
+    assert dispatch.stats[("linear", "cpu:split_int_mm")] == 1
+
+
+@pytest.mark.parametrize("m,n,k", [(13, 78, 40), (2, 34, 1000), (300, 64, 48)])
+def test_split_int_mm_matches_reference_and_its_off_switch(m, n, k, monkeypatch):
+    """cpu:split_int_mm (bf16 x as two int8 planes, one _int_mm) against the reference at odd shapes (M=300 past
+    SPLIT_MAX_M forced in; K=1000, where int8pack cannot run), 3-D and transposed x, NaN rows; SPLIT_MAX_M=0 off."""
+    monkeypatch.setattr(cpu, "SPLIT_MAX_M", max(m, 16))
+    q, s, b = _weights(n, k, "int8")
+    x = torch.randn(k, m, dtype=torch.bfloat16).t()  # non-contiguous [m, k]
+    x[0, 1] = float("nan")
+    for op in ("linear", "gated"):
+        dispatch.stats.clear()
+        y, yr = _run(op, x.reshape(1, m, k), q, s, b, "gelu_tanh", False)
+        assert dispatch.stats[(op, "cpu:split_int_mm")] == 1
+        assert torch.equal(y.isnan(), yr.isnan()) and y[0, 0].isnan().all()
+        _check(y[0, 1:], yr[0, 1:], torch.bfloat16)
+    # the planes give the reference's product to ~15 bits: far above the bf16 output's rounding
+    y32 = cpu._matmul("cpu:split_int_mm", x[1:].contiguous(), q, s, False)
+    ref = x[1:].float() @ (q.float() * s[:, None]).t()
+    assert sqnr(ref, y32) > 70, sqnr(ref, y32)
+    monkeypatch.setattr(cpu, "SPLIT_MAX_M", 0)
+    assert _path("linear", "int8", False, torch.bfloat16, 13, 2048) == "cpu:int8_dequant_mm"
 
 
 def test_scale_cache_follows_in_place_updates():
@@ -270,8 +297,9 @@ def test_sparse24_path_choice():
         return dispatch.plan("sparse24_linear", fmt, dynamic, "cpu", M=m, dtype=dtype, k=k)[0]
 
     assert path("int8", False, bf16, 1, 2048) == "cpu:s24+int8pack"  # the expanded tiles are aligned
-    assert path("int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:s24+int8_dequant_mm"
-    assert path("int8", False, bf16, 1, 2052) == "cpu:s24+int8_dequant_mm"  # K % 16 != 0
+    assert path("int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:s24+split_int_mm"
+    assert path("int8", False, bf16, cpu.SPLIT_MAX_M + 1, 2048) == "cpu:s24+int8_dequant_mm"
+    assert path("int8", False, bf16, 1, 2052) == "cpu:s24+split_int_mm"  # K % 16 != 0
     assert path("int8", True, bf16, 1, 2048) == "cpu:s24+int_mm"
     assert path("float8_e4m3", True, f32, 1, 2048) == "cpu:s24+fp8_dequant_mm"
     assert path("bfloat16", False, f32, 64, 2048) == "cpu:s24+bf16_mm"
