@@ -65,12 +65,11 @@ PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_P
 # examples/cpu_edge_bench.py times the whole block.
 INT8PACK_MAX_M = 12
 # Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
-# split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. Layers alone,
-# 2-core AVX512 x86, 2 threads, ms, split / tiled dequant (twenty-sixth session, /tmp microbenchmarks, best of 3):
-# TinyLlama gate/up [11264, 2048] M=16 2.80 / 3.60, M=64 6.22 / 6.41, M=256 35.3 / 18.5; down [2048, 5632] M=16
-# 1.63 / 1.95, M=64 3.59 / 3.37, M=256 12.3 / 9.6 (at M=1, where int8pack cannot run: 2.86 / 3.25 and 0.87 / 1.77).
-# Two planes double the int8 GEMM's work, so from M≈64 the dequantized bf16 GEMM wins; examples/cpu_edge_bench.py
-# times the whole block (`FUSED_CPU_SPLIT_MAX_M=0`: off).
+# split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
+# block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
+# (twenty-sixth session), dequant -> split (bf16 eager): M=16 5.56 -> 3.87 (3.68), 24 6.55 -> 4.88 (4.43), 32 7.28
+# -> 5.61 (5.06), 48 8.89 -> 7.77 (6.19), 64 8.55 -> 9.60 (6.74). Two planes double the int8 GEMM's work, so past
+# M≈56 the dequantized bf16 GEMM wins. `FUSED_CPU_SPLIT_MAX_M=0`: off.
 SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
 # The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
 # no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
