@@ -30,8 +30,11 @@ Paths (names as `dispatch.plan` and `explain` print them):
 Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
 fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.
 
-Every path ends with the same in-place epilogue on the [M, N] output: + bias, activation, and for the
-gated op act(gate) * up.
+Every path ends with the same epilogue, in place on one tile of output columns at a time while it is in cache
+(`_epilogue`): scales, + bias, activation, and for the gated op act(gate) * up (the gate and up tiles side by
+side). At large M the GEMMs run per tile of weight rows too (TILE_MIN_M). TinyLlama block at M=1024 on a 2-core
+AVX512 x86, whole-tensor epilogue -> tiles (one process, alternating, best ms): int8 W8A16 108.9 -> 93.6, int8
+W8A8 84.8 -> 62.7; M <= 256 within +-3%.
 
 Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack,
 no copy). The only derived data, int8pack's scales in bf16, is cast once and cached per tensor and
@@ -71,6 +74,15 @@ INT8PACK_MAX_M = 12
 # -> 5.61 (5.06), 48 8.89 -> 7.77 (6.19), 64 8.55 -> 9.60 (6.74). Two planes double the int8 GEMM's work, so past
 # M≈56 the dequantized bf16 GEMM wins. `FUSED_CPU_SPLIT_MAX_M=0`: off.
 SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
+# From this many rows the int8 GEMMs (cpu:int_mm, cpu:split_int_mm) run per tile of weight rows, each tile's scales,
+# bias and activation applied while it is in cache; below, one GEMM over every column (see `_columns`).
+TILE_MIN_M = 512
+# Output elements per epilogue tile where the product exists whole (few rows): a few large tiles, since each torch
+# op costs ~5 µs of host time here (M=1, 1024-column tiles: int8 W8A8 block 0.73 -> 1.1 ms).
+EPILOGUE_ELEMS = 1 << 18
+# Products of at most this many elements are computed whole and finished in place (as before the tiles): below
+# it the tiles' extra torch ops cost more host time than the cache saves (M=1 int8 W8A8 block 0.38 -> 0.42 ms).
+WHOLE_ELEMS = 1 << 20
 # The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
 # no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
 # weight whose data pointer is not 32-byte aligned.
@@ -174,58 +186,25 @@ def _tile_rows(w, K: int, itemsize: int) -> int:
     rows = TILE_BYTES // (K * itemsize)
     if isinstance(w, Packed24):
         rows = min(rows, EXPAND_TILE_WEIGHTS // max(K, 1))
+        if w.meta.dim() == 3:  # tiled meta: whole 64-row blocks
+            rows = max(64, rows // 64 * 64)
     return min(w.shape[0], max(16, rows))
 
 
 def _rows(w, i: int, j: int) -> torch.Tensor:
     """Rows i:j of the weight, dense and exact (a 2:4 weight expanded from its packed rows, a fresh and
-    so 64-byte-aligned tensor)."""
+    so 64-byte-aligned tensor; tiled meta, [N/64, K/64, 512], by its 64-row blocks)."""
     if isinstance(w, Packed24):
+        if w.meta.dim() == 3:
+            i0, j0 = i // 64 * 64, min(-(-j // 64) * 64, w.values.shape[0])
+            d = expand_24(w.values[i0:j0], w.meta[i0 // 64:j0 // 64], "fused CPU 2:4 path")
+            return d if (i0, j0) == (i, j) else d[i - i0:j - i0].contiguous()
         return expand_24(w.values[i:j], w.meta[i:j], "fused CPU 2:4 path")
     return w[i:j]
 
 
-def _tiled_mm(x2, qweight, col_scale) -> torch.Tensor:
-    """(x2 [M, K] · q[N, K]ᵀ) · col_scale, converting one N-tile of q at a time to x2's dtype in one
-    reused buffer (the only temporary besides the output and, for a 2:4 weight, the tile's expansion).
-
-    The tile holds exact integers (int8), exact fp8 values or bf16 ones; the per-channel fp32 scale is
-    applied to the [M, N] output (one rounding), cheaper than scaling the [N, K] weight while M < K."""
-    M, K = x2.shape
-    N = qweight.shape[0]
-    rows = _tile_rows(qweight, K, x2.element_size())
-    y = x2.new_empty(M, N)
-    fp8 = qweight.dtype == torch.float8_e4m3fn
-    same = qweight.dtype == x2.dtype  # bf16 weights, bf16 x: no conversion
-    buf = None if same else x2.new_empty(rows, K, dtype=torch.int16 if fp8 else x2.dtype)
-    for i in range(0, N, rows):
-        j = min(i + rows, N)
-        w = _rows(qweight, i, j)
-        if fp8:
-            w = _fp8_tile_to_bf16(w, buf[: j - i]).to(x2.dtype)  # .to: no-op for bf16
-        elif not same:
-            w = buf[: j - i].copy_(w)  # int8: |q| <= 127, exact in bf16 and fp32; bf16: exact in fp32
-        y[:, i:j] = F.linear(x2, w)
-    return y if col_scale is None else y.mul_(col_scale)
-
-
-def _tiled_int(x2, w, f) -> torch.Tensor:
-    """[M, N] of ``f(x2, tile)`` over the N-tiles of a 2:4 int8 weight (f: an int8-weight aten kernel)."""
-    M, K = x2.shape
-    N = w.shape[0]
-    rows = _tile_rows(w, K, 2)
-    y = None
-    for i in range(0, N, rows):
-        j = min(i + rows, N)
-        t = f(x2, _rows(w, i, j), i, j)
-        if y is None:
-            y = t.new_empty(M, N)
-        y[:, i:j] = t
-    return y
-
-
 def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
-    """Activation in place (no extra [M, N] buffer)."""
+    """Activation in place (no extra buffer)."""
     if act == "relu":
         return y.relu_()
     if act == "silu":
@@ -239,45 +218,118 @@ def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
     raise ValueError(f"unknown activation {act!r}")
 
 
-def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
-    """[M, N] = x2 · dequant(W)ᵀ, scales applied, in the compute dtype (fp32 for the W8A8 paths). ``qweight``
-    dense, or Packed24 with a "cpu:s24+" path."""
+def _columns(path: str, x2, qweight, wscale, dynamic):
+    """(whole, cols, rows): x2 · dequant(W)ᵀ with the weight (and, W8A8, the token) scales applied, in fp32 for the
+    int8 GEMM paths and in x2's dtype for the others (as the GEMM gives it). ``whole``: the [M, N] product, where
+    it is small (M·N <= WHOLE_ELEMS) or its weight fits one tile; else None, and cols(i, j) -> [M, j - i] gives
+    columns i:j when asked, one tile of weight rows at a time (a tile converted to the compute dtype, or a 2:4 tile
+    expanded, only then), ``rows`` at most. ``qweight`` dense, or Packed24 with a "cpu:s24+" path.
+
+    Why per tile: the scales, bias and activation on cache-sized tiles instead of whole [M, N] tensors. On this
+    host (2-core AVX512 x86) an in-place bf16 [1024, 11264] · fp32 [11264] product took 27.7 ms and the same on a
+    [1024, 1024] tile 0.2 ms; whole-tensor temporaries also pay page faults (an fp32 copy of it, 12 ms). Where the
+    product is small the tiles' host time (~5 µs per torch op here) would cost more than they save."""
     packed = isinstance(qweight, Packed24)
     if packed != path.startswith("cpu:s24+"):
         raise ValueError(f"CPU path {path!r} does not take a {'2:4' if packed else 'dense'} weight")
     path = path.replace("s24+", "")
+    M, K = x2.shape
+    N = qweight.shape[0]
+    small = M * N <= WHOLE_ELEMS
+    rows = _tile_rows(qweight, K, 2)
     if path == "cpu:int8pack":
         # the kernel wants the scales in x's dtype: cast once, cached
         xa, sc = _aligned_rows(x2), cast_cached(wscale, x2.dtype)
         if packed:  # scale slices cloned: the kernel's vector loads want aligned buffers
-            return _tiled_int(xa, qweight, lambda x, t, i, j: torch._weight_int8pack_mm(x, t, sc[i:j].clone()))
-        return torch._weight_int8pack_mm(xa, qweight, sc)
-    if path == "cpu:split_int_mm":
-        M = x2.shape[0]
-        hi, lo, xs = split_activation(x2)
-        q = torch.cat([hi, lo])  # both planes in one GEMM: the weight is read once
-        if packed:
-            acc = _tiled_int(q, qweight, lambda x, t, i, j: torch._int_mm(x, t.t()))
+            cols = lambda i, j: torch._weight_int8pack_mm(xa, _rows(qweight, i, j), sc[i:j].clone())  # noqa: E731
+        else:  # M <= INT8PACK_MAX_M: one call over every row
+            return torch._weight_int8pack_mm(xa, qweight, sc), None, rows
+    elif path in ("cpu:split_int_mm", "cpu:int_mm"):
+        if path == "cpu:int_mm":
+            q, xs = quantize_activation(x2, "int8")
         else:
-            acc = torch._int_mm(q, qweight.t())
-        # 256·Σhi·w + Σlo·w = Σv·w exactly (int64), then fp32 in the int_mm path's order: (Σv·w · s_x) · s_w
-        return (acc[:M].long() * 256 + acc[M:]).float().mul_(xs).mul_(wscale)
-    if path == "cpu:int_mm":
-        xq, xs = quantize_activation(x2, "int8")
-        if packed:
-            acc = _tiled_int(xq, qweight, lambda x, t, i, j: torch._int_mm(x, t.t()))
-        else:
-            acc = torch._int_mm(xq, qweight.t())  # int32: exact, any M/N/K on the CPU
-        return torch.mul(acc, xs).mul_(wscale)  # fp32, in the reference's order: (acc · s_x) · s_w
-    if path == "cpu:bf16_mm":
-        return _tiled_mm(x2, qweight, None)
-    if path in ("cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
-        if not dynamic:
-            return _tiled_mm(x2, qweight, wscale)
-        # fp8 W8A8: fp8 activations are exact in bf16/fp32, so the GEMM sees the reference's operands
-        xq, xs = quantize_activation(x2, "float8_e4m3")
-        return _tiled_mm(xq.to(x2.dtype), qweight, None).float().mul_(xs).mul_(wscale)
-    raise ValueError(f"unknown CPU path {path!r}; expected one of {PATHS}")
+            hi, lo, xs = split_activation(x2)
+            q = torch.cat([hi, lo])  # both planes in one GEMM: each weight tile is read once
+        # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls cost
+        # more than they save there), its scales and epilogue still per tile where the product is large
+        full = torch._int_mm(q, qweight.t()) if M < TILE_MIN_M and not packed else None
+
+        def cols(i, j):
+            acc = full[:, i:j] if full is not None else torch._int_mm(q, _rows(qweight, i, j).t())
+            if path == "cpu:split_int_mm":  # 256·Σhi·w + Σlo·w = Σv·w exactly (int64)
+                acc = acc[:M].long() * 256 + acc[M:]
+            return acc.float().mul_(xs).mul_(wscale[i:j])  # fp32 in the reference's order: (acc · s_x) · s_w
+        if full is not None:
+            rows = max(rows, EPILOGUE_ELEMS // M)
+    elif path in ("cpu:bf16_mm", "cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
+        xs = None
+        if dynamic and path != "cpu:bf16_mm":
+            # fp8 W8A8: fp8 activations are exact in bf16/fp32, so the GEMM sees the reference's operands
+            xq, xs = quantize_activation(x2, "float8_e4m3")
+            x2 = xq.to(x2.dtype)
+        scale = None if path == "cpu:bf16_mm" else wscale
+        fp8 = qweight.dtype == torch.float8_e4m3fn
+        same = qweight.dtype == x2.dtype  # bf16 weights, bf16 x: no conversion
+        rows = _tile_rows(qweight, K, x2.element_size())
+        buf = None if same else x2.new_empty(rows, K, dtype=torch.int16 if fp8 else x2.dtype)  # reused per tile
+
+        def cols(i, j):
+            w = _rows(qweight, i, j)
+            if fp8:
+                w = _fp8_tile_to_bf16(w, buf[: j - i]).to(x2.dtype)  # .to: no-op for bf16
+            elif not same:
+                w = buf[: j - i].copy_(w)  # int8: |q| <= 127, exact in bf16 and fp32; bf16: exact in fp32
+            y = F.linear(x2, w)
+            if xs is not None:  # W8A8: the scales in fp32, (y · s_x) · s_w
+                return y.float().mul_(xs).mul_(scale[i:j])
+            return y if scale is None else y.mul_(scale[i:j])  # in x's compute dtype, one rounding
+    else:
+        raise ValueError(f"unknown CPU path {path!r}; expected one of {PATHS}")
+    whole = _assemble(cols, rows, N) if small or rows >= N else None
+    return whole, cols, rows
+
+
+def _assemble(cols, rows: int, N: int) -> torch.Tensor:
+    """The [M, N] product from its column tiles (one dense weight tile at a time)."""
+    return cols(0, N) if rows >= N else torch.cat([cols(i, min(i + rows, N)) for i in range(0, N, rows)], dim=1)
+
+
+def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
+    """The whole [M, N] product of `_columns` (its scales applied)."""
+    whole, cols, rows = _columns(path, x2, qweight, wscale, dynamic)
+    return whole if whole is not None else _assemble(cols, rows, qweight.shape[0])
+
+
+def _finish(a: torch.Tensor, u, b1, b2, act: str) -> torch.Tensor:
+    """act(a + b1), or act(a + b1) ⊙ (u + b2) for a gated op, in place on a (and u), each op in the tile's dtype (a
+    bf16 op computes in fp32 with the fp32 bias as is and rounds once; an fp32 epilogue measured no better SQNR:
+    the GEMM output is already rounded)."""
+    if b1 is not None:
+        a.add_(b1)
+    a = _act_(a, act)
+    if u is not None:
+        if b2 is not None:
+            u.add_(b2)
+        a.mul_(u)
+    return a
+
+
+def _epilogue(product, n_out: int, gated: bool, b1, b2, act: str, dtype: torch.dtype) -> torch.Tensor:
+    """[M, n_out] in ``dtype`` from `_columns`' product of a plain layer (n_out columns) or of a gated one (gate
+    columns [0, n_out), up columns [n_out, 2·n_out)): the whole product at once, or tile by tile of ``rows`` output
+    columns, each tile's bias, activation and gate applied while it is in cache."""
+    whole, cols, rows = product
+    if whole is not None:
+        return _finish(whole[:, :n_out], whole[:, n_out:] if gated else None, b1, b2, act).to(dtype).contiguous()
+    y = None
+    for i in range(0, n_out, rows):
+        j = min(i + rows, n_out)
+        t = _finish(cols(i, j), cols(n_out + i, n_out + j) if gated else None,
+                    None if b1 is None else b1[i:j], None if b2 is None else b2[i:j], act)
+        if y is None:
+            y = torch.empty(t.shape[0], n_out, dtype=dtype)
+        y[:, i:j] = t
+    return y
 
 
 def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dynamic: bool) -> torch.Tensor:
@@ -289,35 +341,29 @@ def run(path: str, op: str, x: torch.Tensor, qweight, wscale, bias, act: str, dy
     x2 = x.reshape(-1, K)
     if x2.shape[0] == 0:
         return x.new_empty(*x.shape[:-1], n_out)
-    y = _matmul(path, x2.to(compute_dtype(x.dtype)), qweight, wscale, dynamic)
-    # Epilogue in place on the [M, N] output, in the compute dtype: each bf16 op computes in fp32 with the
-    # fp32 bias as is and rounds once (an fp32 epilogue measured no better SQNR: the GEMM output is
-    # already rounded; it would cost 2 more passes).
-    if bias is not None:
-        y = y.add_(bias)
-    if op == "linear":
-        y = _act_(y, act)
-    else:
-        y = torch.mul(_act_(y[:, :n_out], act), y[:, n_out:])  # a contiguous [M, H], like the fake impl
-    return y.to(x.dtype).reshape(*x.shape[:-1], n_out)
+    product = _columns(path, x2.to(compute_dtype(x.dtype)), qweight, wscale, dynamic)
+    b1, b2 = (bias, None) if op == "linear" or bias is None else (bias[:n_out], bias[n_out:])
+    return _epilogue(product, n_out, op != "linear", b1, b2, act, x.dtype).reshape(*x.shape[:-1], n_out)
 
 
 def run_pair(path: str, x: torch.Tensor, wg, sg, bg, wu, su, bu, act: str, dynamic: bool) -> torch.Tensor:
-    """The gated op with gate and up in separate tensors (fused.dispatch.gated_pair) through ``path``: the
-    two projections one after the other (concatenating the weights would copy them on every call), then
-    `run`'s gated epilogue. Same numbers as `run` on the stacked weights, row for row."""
+    """The gated op with gate and up in separate tensors (fused.dispatch.gated_pair) through ``path``: the two
+    products side by side, tile by tile where large (concatenating the weights would copy them on every call),
+    then `run`'s gated epilogue. Same numbers as `run` on the stacked weights, row for row."""
     K = x.shape[-1]
     H = wg.shape[0]
     x2 = x.reshape(-1, K)
     if x2.shape[0] == 0:
         return x.new_empty(*x.shape[:-1], H)
     xc = x2.to(compute_dtype(x.dtype))
-    g = _matmul(path, xc, wg, sg, dynamic)
-    u = _matmul(path, xc, wu, su, dynamic)
-    if bg is not None:
-        g, u = g.add_(bg), u.add_(bu)
-    y = _act_(g, act).mul_(u)
-    return y.to(x.dtype).reshape(*x.shape[:-1], H)
+    (g, gcols, rows), (u, ucols, _) = _columns(path, xc, wg, sg, dynamic), _columns(path, xc, wu, su, dynamic)
+    if g is not None and u is not None:
+        y = _finish(g, u, bg, bu, act).to(x.dtype).contiguous()
+    else:
+        def cols(i, j):  # the gate's columns, then the up's: the stacked layout `_epilogue` reads
+            return gcols(i, j) if i < H else ucols(i - H, j - H)
+        y = _epilogue((None, cols, rows), H, True, bg, bu, act, x.dtype)
+    return y.reshape(*x.shape[:-1], H)
 
 
 # ------------------------------------------------------------------------------------ narrow MLP (fused.narrow)

@@ -131,6 +131,37 @@ def test_tiling_covers_every_column(fmt, monkeypatch):
     _check(*_run("linear", x, q, s, b, "gelu", False), torch.float32)
 
 
+@pytest.mark.parametrize("fmt,dynamic", FORMATS)
+@pytest.mark.parametrize("m,dtype", [(2, torch.bfloat16), (20, torch.bfloat16), (600, torch.bfloat16),
+                                     (20, torch.float32)])
+@pytest.mark.parametrize("pair", [False, True])
+def test_tile_wise_epilogue_covers_every_column(fmt, dynamic, m, dtype, pair, monkeypatch):
+    """The epilogue (scales, bias, activation, gate) runs tile by tile of weight rows: with 16-row tiles over a gated
+    weight of 2 x 37 rows (tiles straddling the gate / up boundary), per-tile GEMMs forced (TILE_MIN_M, M=600), and
+    the output poisoned (torch.empty filled with NaN), every path (int8pack, split, int_mm, dequant) matches the
+    reference, for the stacked weight and for separate gate / up tensors (run_pair)."""
+    monkeypatch.setattr(cpu, "TILE_BYTES", 16)
+    monkeypatch.setattr(cpu, "EPILOGUE_ELEMS", 16)
+    monkeypatch.setattr(cpu, "WHOLE_ELEMS", 0)  # tiles even for these small products
+    monkeypatch.setattr(cpu, "TILE_MIN_M", 512)
+    q, s, b = _weights(74, 40 if m != 2 else 48, fmt)
+    x = torch.randn(m, q.shape[1], dtype=dtype)
+    det, fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
+    try:
+        torch.use_deterministic_algorithms(True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
+        dispatch.stats.clear()
+        if pair:
+            y = dispatch.gated_pair(x, q[:37], s[:37], b[:37], q[37:], s[37:], b[37:], "gelu_tanh", dynamic)
+        else:
+            y = dispatch.gated(x, q, s, b, "gelu_tanh", dynamic)
+    finally:
+        torch.use_deterministic_algorithms(det)
+        torch.utils.deterministic.fill_uninitialized_memory = fill
+    _check(y, reference.gated_ref(x, q, s, b, "gelu_tanh", dynamic), dtype)
+    assert all(p.startswith("cpu:") for (_, p) in dispatch.stats)
+
+
 def test_fp8_to_bf16_is_exact_for_every_finite_code():
     codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(torch.float8_e4m3fn)
     finite = ~codes.float().isnan()
