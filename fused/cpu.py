@@ -33,8 +33,8 @@ fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and t
 Every path ends with the same epilogue, in place on one tile of output columns at a time while it is in cache
 (`_epilogue`): scales, + bias, activation, and for the gated op act(gate) * up (the gate and up tiles side by
 side). At large M the GEMMs run per tile of weight rows too (TILE_MIN_M). TinyLlama block at M=1024 on a 2-core
-AVX512 x86, whole-tensor epilogue -> tiles (one process, alternating, best ms): int8 W8A16 108.9 -> 93.6, int8
-W8A8 84.8 -> 62.7; M <= 256 within +-3%.
+AVX512 x86, whole-tensor epilogue -> tiles (one process, alternating, best ms): int8 W8A16 106.7 -> 92.9, int8
+W8A8 73.3 -> 55.2; M <= 256 within +-3% (small products stay whole: WHOLE_ELEMS).
 
 Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack,
 no copy). The only derived data, int8pack's scales in bf16, is cast once and cached per tensor and
