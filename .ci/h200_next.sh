@@ -3,7 +3,8 @@
 # usage: bash .ci/h200_next.sh routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-sixth"): `routeab` first; then `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
-# `w8a16eager`. Done in the twenty-sixth: fullfloor (cut at M=128), testsx1 (cut at 86%), testsx2. Done in the twenty-fifth: evict,
+# `w8a16eager`. Done in the twenty-sixth: fullfloor (cut at M=128), testsx1 (cut at 86%), testsx2.
+# Done in the twenty-fifth: evict,
 # evict2, evict3, evictfinal (fineship and ncufine are superseded: the M=1 picks were retuned under the policy).
 # Each fits one 600 s call.
 set -uo pipefail
@@ -39,22 +40,23 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  routeab)  # prepared in the twenty-sixth session (fp8 W8A8 M=8192 took 2696 µs where the gated layer's route timing kept
-            # Triton by 1%, against 2434-2466 in runs that took cuBLAS): (1) .ci/route_ab.py, each first-layer route
-            # forced in one process, alternating, bf16 eager beside; (2) the block with FUSED_BLOCK_ROUTE_MIN_M 0 / 1025
-            # (the first layer's route timed as whole blocks); (3) its cuda test. Prediction: cuBLAS's first layer
-            # 150-250 µs faster at 8192 in (1), and (2) with it on takes it: fp8 W8A8 8192 ~2450-2550 on a machine where
-            # bf16 eager takes ~4650; M=1024 within +-2%
+  routeab)  # prepared in the twenty-sixth session (fp8 W8A8 M=8192 took 2696 µs where the gated layer's route
+            # timing kept Triton by 1%, against 2434-2466 in runs that took cuBLAS): (1) .ci/route_ab.py, each
+            # first-layer route forced in one process, alternating, bf16 eager beside; (2) the block with
+            # FUSED_BLOCK_ROUTE_MIN_M 0 / 1025 (the first layer's route timed as whole blocks); (3) its cuda test.
+            # Prediction: cuBLAS's first layer 150-250 µs faster at 8192 in (1), and (2) with it on takes it: fp8
+            # W8A8 8192 ~2450-2550 on a machine where bf16 eager takes ~4650; M=1024 within +-2%
     timeout 200 python3 .ci/route_ab.py 8192,1024 fp8 2>&1 | filt | tee "$OUT/route_ab.txt" | grep "graph µs\|picks"
     ab FUSED_BLOCK_ROUTE_MIN_M "0 1025" 6 200 --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8"
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py -k block_first \
       2>&1 | filt | tail -3 ;;
-  fullA|fullB|fullC)  # the README table with every baseline in three calls (one `fullfloor` process no longer fits
-                      # 600 s: it reached M=128 in the twenty-sixth session): A = M 1,16 (+ the read floor), B = 128,1024,
-                      # C = 8192; each its own process, bf16 eager in each
+  fullA|fullB|fullC)  # the README table with every baseline in three calls (one `fullfloor` process no longer
+                      # fits 600 s: it reached M=128 in the twenty-sixth session): A = M 1,16 (+ the read floor),
+                      # B = 128,1024, C = 8192; each its own process, bf16 eager in each
     m=$([ "$1" = fullA ] && echo 1,16 || { [ "$1" = fullB ] && echo 128,1024 || echo 8192; })
     timeout 570 python3 -m fused bench --blocks llama --sparse-baselines --floor --m "$m" --configs \
-      "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,ours int8 2:4 W8A8" \
+      "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16,ours int8 2:4 W8A16,ours fp8 2:4 W8A8,"\
+"ours int8 2:4 W8A8" \
       --out "$OUT/$1" 2>&1 | filt > "$OUT/$1.log"
     grep "^llama" "$OUT/$1.log" | cut -c1-150; rm -f "$OUT/$1/bench.png" ;;
   fullfloor)  # twenty-sixth session: the README table in ONE process (every config and baseline, the sparse baselines
