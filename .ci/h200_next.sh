@@ -46,9 +46,9 @@ case "${1:-}" in
             # FUSED_BLOCK_ROUTE_MIN_M 0 / 1025 (the first layer's route timed as whole blocks); (3) its cuda test.
             # Prediction: cuBLAS's first layer 150-250 µs faster at 8192 in (1), and (2) with it on takes it: fp8
             # W8A8 8192 ~2450-2550 on a machine where bf16 eager takes ~4650; M=1024 within +-2%
-    timeout 200 python3 .ci/route_ab.py 8192,1024 fp8 2>&1 | filt | tee "$OUT/route_ab.txt" | grep "graph µs\|picks"
-    ab FUSED_BLOCK_ROUTE_MIN_M "0 1025" 6 200 --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8"
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py -k block_first \
+    timeout 150 python3 .ci/route_ab.py 8192,1024 fp8 2>&1 | filt | tee "$OUT/route_ab.txt" | grep "graph µs\|picks"
+    ab FUSED_BLOCK_ROUTE_MIN_M "0 1025" 4 130 --m 8192 --configs "ours fp8 W8A8,ours int8 W8A8"
+    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py -k block_first \
       2>&1 | filt | tail -3 ;;
   fullA|fullB|fullC)  # the README table with every baseline in three calls (one `fullfloor` process no longer
                       # fits 600 s: it reached M=128 in the twenty-sixth session): A = M 1,16 (+ the read floor),
