@@ -290,8 +290,16 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
 
 
 def _assemble(cols, rows: int, N: int) -> torch.Tensor:
-    """The [M, N] product from its column tiles (one dense weight tile at a time)."""
-    return cols(0, N) if rows >= N else torch.cat([cols(i, min(i + rows, N)) for i in range(0, N, rows)], dim=1)
+    """The [M, N] product from its column tiles (one dense weight tile at a time), each written into one output."""
+    if rows >= N:
+        return cols(0, N)
+    y = None
+    for i in range(0, N, rows):
+        t = cols(i, min(i + rows, N))
+        if y is None:
+            y = t.new_empty(t.shape[0], N)
+        y[:, i:i + t.shape[1]] = t
+    return y
 
 
 def _matmul(path: str, x2, qweight, wscale, dynamic) -> torch.Tensor:
@@ -357,7 +365,7 @@ def run_pair(path: str, x: torch.Tensor, wg, sg, bg, wu, su, bu, act: str, dynam
         return x.new_empty(*x.shape[:-1], H)
     xc = x2.to(compute_dtype(x.dtype))
     (g, gcols, rows), (u, ucols, _) = _columns(path, xc, wg, sg, dynamic), _columns(path, xc, wu, su, dynamic)
-    if g is not None and u is not None:
+    if g is not None:  # gate and up have one shape: both whole, or both in tiles
         y = _finish(g, u, bg, bu, act).to(x.dtype).contiguous()
     else:
         def cols(i, j):  # the gate's columns, then the up's: the stacked layout `_epilogue` reads
