@@ -40,6 +40,22 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  spread)  # twenty-seventh session: the fp8 W8A8 block at M=8192 took 2671 µs (graph) / 2476 (plain) in one process and
+           # 2436 / 2425 in the next with the same routes; route_ab's Triton first layer drifted 2547 -> 2684 over three
+           # rounds while cuBLAS held 2434. Fresh graph captures at shifted addresses, each timed and profiled per
+           # kernel, with the SM clock, power and throttle reasons logged beside. Tells address vs clock vs kernel
+    (nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_event_reasons.active \
+      --format=csv,noheader -lms 250 > "$OUT/smi.csv" 2>&1) & P=$!
+    timeout 240 python3 .ci/spread_probe.py 8192,1024 fp8 5 2>&1 | filt > "$OUT/spread_fp8.txt"
+    timeout 120 python3 .ci/spread_probe.py 8192 int8 4 2>&1 | filt > "$OUT/spread_int8.txt"
+    kill $P; grep "SUMMARY\|capture\|Error" "$OUT"/spread_*.txt | cut -c1-160
+    python3 -c "
+import csv,sys
+r=[x for x in csv.reader(open('$OUT/smi.csv')) if len(x)>=6]
+c=[float(x[1].split()[0]) for x in r if x[1].strip()[0].isdigit()]
+p=[float(x[3].split()[0]) for x in r if x[3].strip()[0].isdigit()]
+print('smi samples',len(r),'sm MHz min/max',min(c,default=0),max(c,default=0),'power W max',max(p,default=0))
+print('throttle reasons seen', sorted(set(x[5].strip() for x in r)))" ;;
   routeab)  # prepared in the twenty-sixth session (fp8 W8A8 M=8192 took 2696 µs where the gated layer's route
             # timing kept Triton by 1%, against 2434-2466 in runs that took cuBLAS): (1) .ci/route_ab.py, each
             # first-layer route forced in one process, alternating, bf16 eager beside; (2) the block with

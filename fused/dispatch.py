@@ -1510,12 +1510,17 @@ def _route(key, one_launch, per_layer) -> str:
 # layer's route is timed alone on its shape's first call (the incumbent keeps it unless another wins by 3%), but the
 # block is what runs. H200, twenty-sixth session (2026-12-03), fp8 W8A8 Llama block at M=8192: the gated layer's
 # route timings were Triton 1700 / cuBLAS 1718 µs (graph), so Triton stayed, and the block took 2696 µs against 2355
-# for the two layers' timings added; earlier runs, where cuBLAS won the layer's timing, were 27-180 µs over that sum
-# (blocks 2434-2466). With it on, a W8A8 block's first call of a shape at M >= BLOCK_ROUTE_MIN_M times the first
-# layer's route candidates again as whole blocks (eager calls and CUDA graphs; the down layer on its own pick), the
-# layer's own graph pick as the incumbent, and keeps the block's picks for that shape. Prepared, CPU-tested, not yet
-# timed: `bash .ci/h200_next.sh routeab` (.ci/route_ab.py, then the block with it off / on) decides whether it goes on.
-BLOCK_ROUTE_MIN_M = int(os.environ.get("FUSED_BLOCK_ROUTE_MIN_M", "0"))
+# for the two layers' timings added. With it on, a W8A8 block's first call of a shape at M >= BLOCK_ROUTE_MIN_M times
+# the first layer's route candidates again as whole blocks (eager calls and CUDA graphs; the down layer on its own
+# pick), the layer's own graph pick as the incumbent, and keeps the block's picks for that shape. Measured (H200,
+# twenty-seventh session, `bash .ci/h200_next.sh routeab`): with each first-layer route forced, alternating in one
+# process, fp8 M=8192 blocks took Triton 2547 / 2651 / 2684 µs, cuBLAS 2434 / 2433 / 2437 (M=1024: 316-333 vs
+# 323-341, even). The bench rows do not separate it: with it off this time the layer timing took cuBLAS too (1644
+# vs 1721), the same graph routes as with it on, and the blocks took 2671 (off) and 2436 (on), a spread between
+# processes that int8 shows as well (2601 / 2682, Triton in both runs). What it buys is that a near tie of the layer
+# timings (as in the twenty-sixth session) no longer decides: the block timing kept cuBLAS by 2437 vs 2568; int8 kept
+# Triton (2399 vs 3613). On from M=1025; the cost is one block timing per route on a shape's first call.
+BLOCK_ROUTE_MIN_M = int(os.environ.get("FUSED_BLOCK_ROUTE_MIN_M", "1025"))
 _block_first_routes: dict = {}  # block key -> the first layer's (eager, graph) picks, once timed as whole blocks
 
 
