@@ -545,8 +545,9 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
 def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
     """The CUDA-graph picks measured so far for a dense layer's shape (CUBLAS_W8A8, CUBLAS_W8A16, GEMV_ROUTE_MAX_M):
     {(M bucket, x dtype, bias None, act, tag): "triton" or "cublas" ("split" or "gemv" for tag "gemv")} (what
-    `explain` lists; W8A8 eager calls run Triton below CUBLAS_EAGER_MIN_M). tag: "" for a plain W8A8 call, "h out" / "h in" for a
-    block's layers passing h quantized (QuantizedAct), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv"
+    `explain` lists; W8A8 eager calls run Triton below CUBLAS_EAGER_MIN_M). tag: "" for a plain W8A8 call, "h out" /
+    "h in" for a block's layers passing h quantized (QuantizedAct; "h out" from BLOCK_ROUTE_MIN_M timed as whole
+    blocks), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv"
     for the weight-only split-or-GEMV route at small M."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
