@@ -275,3 +275,62 @@ def test_block_first_layer_route_cuda(fmt, monkeypatch):
     wdtype = torch.float8_e4m3fn if fmt == "fp8" else torch.int8
     timed = [k for k in tuning.picks if k[0] == "w8a8_block_first_layer" and k[4] == wdtype]
     assert len(timed) == 2, timed  # one per M bucket
+
+
+@pytest.mark.parametrize("long", [False, True])
+def test_measure_route_sustained_times_graphs_only_and_shares_the_pick(long, monkeypatch):
+    """Long routes (graph replay over LONG_ROUTE_US): every window SUSTAINED_REP_MS, no eager timing of a
+    capturable candidate, and the eager pick is the graph pick; short ones as before (eager and graph apart)."""
+    import triton.testing
+
+    from fused import kernels
+
+    monkeypatch.setattr(kernels, "INTERPRET", False)
+    monkeypatch.setenv("FUSED_TUNE", "1")
+
+    class Graph:
+        def __init__(self, name):
+            self.name = name
+
+        def replay(self):
+            pass
+
+    def a():
+        pass
+
+    def b():
+        pass
+
+    eager_ms, graph_ms = {"a": 1.5, "b": 2.2}, {"a": 2.0, "b": 1.8}  # eagerly a wins, replayed b (by > 3%)
+    calls = []
+
+    def fake_bench(fn, warmup=None, rep=None, return_mode=None):
+        g = getattr(fn, "__self__", None)
+        calls.append(("graph" if g is not None else "eager", rep))
+        return graph_ms[g.name] if g is not None else eager_ms[fn.__name__]
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(dispatch, "_graph_replay", lambda fn: Graph(fn.__name__))
+    monkeypatch.setattr(dispatch, "_sustained", lambda graphs: long)
+    eager, graph = dispatch.measure_route("test_sustained", ("k", long), {"a": a, "b": b}, graph=True)
+    if long:
+        assert (eager, graph) == ("b", "b")
+        assert calls == [("graph", dispatch.SUSTAINED_REP_MS)] * 6
+    else:
+        assert (eager, graph) == ("a", "b")
+        assert sorted(set(calls)) == [("eager", 20), ("graph", 20)] and len(calls) == 12
+
+
+@pytest.mark.cuda
+def test_sustained_measures_a_replay_cuda():
+    """_sustained on real graphs: a replay of a few ms is long, one elementwise op is not, no graph is not."""
+    if not torch.cuda.is_available():
+        pytest.skip("CUDA")
+    a = torch.randn(4096, 4096, device="cuda")
+
+    def heavy():  # 137 GFLOP per fp32 matmul: milliseconds on any GPU
+        return a @ a @ a @ a
+
+    assert dispatch._sustained({"x": None, "heavy": dispatch._graph_replay(heavy)})
+    assert not dispatch._sustained({"light": dispatch._graph_replay(lambda: a + 1)})
+    assert not dispatch._sustained({"x": None})
