@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-sixth"): `routeab` first; then `sixteenth1`'s chain timing again (a candidate with the
+# usage: bash .ci/h200_next.sh sustain|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-seventh"): `sustain` first; then `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
-# `w8a16eager`. Done in the twenty-sixth: fullfloor (cut at M=128), testsx1 (cut at 86%), testsx2.
+# `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
+# fullA, fullB, fullC, and the GPT block with every baseline (`python -m fused bench --blocks gpt`, one call).
+# Done in the twenty-sixth: fullfloor (cut at M=128), testsx1 (cut at 86%), testsx2.
 # Done in the twenty-fifth: evict,
 # evict2, evict3, evictfinal (fineship and ncufine are superseded: the M=1 picks were retuned under the policy).
 # Each fits one 600 s call.
@@ -40,6 +42,16 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  sustain)  # prepared in the twenty-seventh session (CPU-tested, not yet run): routes over 1 ms timed sustained
+            # (dispatch.LONG_ROUTE_US: 1 s warm-up, 100 ms windows, eager pick = graph pick). (1) its cuda tests; (2) the
+            # W8A16 / W8A8 rows at M=8192, both blocks. Prediction: plain calls within ~2% of their graph time (GPT
+            # int8 W8A16 plain 3978 -> ~3600, Llama 4580 -> ~4480); graph cells unchanged within the spread
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py 2>&1 | filt \
+      | tail -3
+    timeout 420 python3 -m fused bench --blocks llama,gpt --m 8192 --no-baselines --configs \
+      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" --out "$OUT/sustain" 2>&1 | filt \
+      > "$OUT/sustain.log"
+    grep "^llama\|^gpt" "$OUT/sustain.log" | cut -c1-110 ;;
   spread)  # twenty-seventh session: the fp8 W8A8 block at M=8192 took 2671 µs (graph) / 2476 (plain) in one process and
            # 2436 / 2425 in the next with the same routes; route_ab's Triton first layer drifted 2547 -> 2684 over three
            # rounds while cuBLAS held 2434. Fresh graph captures at shifted addresses, each timed and profiled per
