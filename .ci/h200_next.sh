@@ -43,7 +43,7 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 }
 case "${1:-}" in
   sustain)  # prepared in the twenty-seventh session (CPU-tested, not yet run): routes over 1 ms timed sustained
-            # (dispatch.LONG_ROUTE_US: 1 s warm-up, 100 ms windows, eager pick = graph pick). (1) its cuda tests; (2) the
+            # (dispatch.LONG_ROUTE_US: 1 s warm-up, 250 ms windows, eager pick = graph pick). (1) its cuda tests; (2) the
             # W8A16 / W8A8 rows at M=8192, both blocks. Prediction: plain calls within ~2% of their graph time (GPT
             # int8 W8A16 plain 3978 -> ~3600, Llama 4580 -> ~4480); graph cells unchanged within the spread
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py 2>&1 | filt \

@@ -1450,15 +1450,16 @@ def _graph_replay(fn, pool=None):
 
 
 # Routes whose graph replay takes longer than LONG_ROUTE_US (GPU time) are timed sustained: the GPU first runs the
-# first candidate for SUSTAIN_WARM_MS, then each do_bench window is SUSTAINED_REP_MS, and the eager pick is the graph
-# pick (at over a millisecond per call host time does not decide). Why: on the H200 the 8-bit blocks at M=8192 run at
-# the 700 W power cap (twenty-seventh session, `bash .ci/h200_next.sh spread`: SM clock 1380-1620 MHz instead of 1980
-# within a second of sustained GEMMs), and 20 ms windows catch whichever clock the controller is at: the same two
-# W8A16 routes of the GPT block's first layer timed Triton 1758 / cuBLAS 1917 µs eagerly and 1962 / 1857 replayed in
-# the same round (gpt_bench.json), so eager calls took Triton and ran 350-400 µs slower per block than the graphs.
-# Prepared on the CPU in that session (no device time left); not yet measured.
+# first candidate for SUSTAIN_WARM_MS, then each do_bench window is ROUTE_REP_MS, and the eager pick is the graph pick
+# (from a millisecond of GPU time per call, host time overlaps it: cuSPARSELt's 0.3-0.9 ms per call is the largest).
+# Why: on the H200 the 8-bit blocks at M=8192 run at the 700 W power cap (twenty-seventh session, `bash
+# .ci/h200_next.sh spread`: SM clock 1380-1620 MHz instead of 1980 within a second of sustained GEMMs; five captures
+# of one block timed 2462-2776 µs in 100 ms windows, 2462-2494 in 1 s ones), and 20 ms windows catch whichever clock
+# the controller is at: the GPT block's first-layer W8A16 routes timed Triton 1758 / cuBLAS 1917 µs eagerly and
+# 1962 / 1857 replayed in the same rounds (gpt_bench.json), so eager calls took Triton and ran 350-400 µs slower per
+# block than the graphs. Prepared on the CPU in that session (no device time left); not yet measured.
 LONG_ROUTE_US = int(os.environ.get("FUSED_LONG_ROUTE_US", "1000"))
-SUSTAIN_WARM_MS, SUSTAINED_REP_MS = 1000, 100
+SUSTAIN_WARM_MS, ROUTE_REP_MS = 1000, 250
 
 
 def _sustained(graphs: dict) -> bool:
@@ -1512,7 +1513,7 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, 
         best = dict.fromkeys(names, float("inf"))
         gbest = dict.fromkeys(names, float("inf"))
         long = _sustained(graphs)
-        rep = SUSTAINED_REP_MS if long else 20
+        rep = ROUTE_REP_MS if long else 20
         for _ in range(3):
             for n, fn in candidates.items():
                 if graphs.get(n) is not None:

@@ -279,7 +279,7 @@ def test_block_first_layer_route_cuda(fmt, monkeypatch):
 
 @pytest.mark.parametrize("long", [False, True])
 def test_measure_route_sustained_times_graphs_only_and_shares_the_pick(long, monkeypatch):
-    """Long routes (graph replay over LONG_ROUTE_US): every window SUSTAINED_REP_MS, no eager timing of a
+    """Long routes (graph replay over LONG_ROUTE_US): every window ROUTE_REP_MS, no eager timing of a
     capturable candidate, and the eager pick is the graph pick; short ones as before (eager and graph apart)."""
     import triton.testing
 
@@ -315,7 +315,7 @@ def test_measure_route_sustained_times_graphs_only_and_shares_the_pick(long, mon
     eager, graph = dispatch.measure_route("test_sustained", ("k", long), {"a": a, "b": b}, graph=True)
     if long:
         assert (eager, graph) == ("b", "b")
-        assert calls == [("graph", dispatch.SUSTAINED_REP_MS)] * 6
+        assert calls == [("graph", dispatch.ROUTE_REP_MS)] * 6
     else:
         assert (eager, graph) == ("a", "b")
         assert sorted(set(calls)) == [("eager", 20), ("graph", 20)] and len(calls) == 12
