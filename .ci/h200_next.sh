@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh sustain|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-seventh"): `sustain` first; then `sixteenth1`'s chain timing again (a candidate with the
+# usage: bash .ci/h200_next.sh sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-seventh"): `sustain` first, `wovs`; then `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
 # fullA, fullB, fullC, and the GPT block with every baseline (`python -m fused bench --blocks gpt`, one call).
@@ -52,6 +52,11 @@ case "${1:-}" in
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" --out "$OUT/sustain" 2>&1 | filt \
       > "$OUT/sustain.log"
     grep "^llama\|^gpt" "$OUT/sustain.log" | cut -c1-110 ;;
+  wovs)  # prepared in the twenty-seventh session: where torchao's fp8 weight-only + compile gains on our W8A16 at M=1024
+         # (Llama 691.7 vs 699.5 / 702.5, GPT 526.4 vs 550.7): per-kernel GPU µs of both in CUDA graphs, both blocks
+    timeout 200 python3 .ci/wo_vs_torchao.py 1024 llama 2>&1 | filt > "$OUT/wovs_llama.txt"
+    timeout 200 python3 .ci/wo_vs_torchao.py 1024 gpt 2>&1 | filt > "$OUT/wovs_gpt.txt"
+    grep -A8 "graph" "$OUT"/wovs_*.txt | cut -c1-150 ;;
   spread)  # twenty-seventh session: the fp8 W8A8 block at M=8192 took 2671 µs (graph) / 2476 (plain) in one process and
            # 2436 / 2425 in the next with the same routes; route_ab's Triton first layer drifted 2547 -> 2684 over three
            # rounds while cuBLAS held 2434. Fresh graph captures at shifted addresses, each timed and profiled per
