@@ -44,14 +44,20 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 case "${1:-}" in
   sustain)  # prepared in the twenty-seventh session (CPU-tested, not yet run): routes over 1 ms timed sustained
             # (dispatch.LONG_ROUTE_US: 1 s warm-up, 250 ms windows, eager pick = graph pick). (1) its cuda tests; (2) the
-            # W8A16 / W8A8 rows at M=8192, both blocks. Prediction: plain calls within ~2% of their graph time (GPT
-            # int8 W8A16 plain 3978 -> ~3600, Llama 4580 -> ~4480); graph cells unchanged within the spread
+            # W8A16 / W8A8 rows at M=8192, both blocks; (3) W8A16 at M=1024 with split activations as a third route
+            # candidate (dispatch.SPLIT_ROUTE_MAX_M). Prediction: plain calls within ~2% of their graph time at 8192
+            # (GPT int8 W8A16 plain 3978 -> ~3600, Llama 4580 -> ~4480); graph cells unchanged within the spread; at
+            # 1024 split picked where it is faster, Llama W8A16 699.5 / 702.5 -> 650-700 (no worse: a timed route)
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_dispatch.py 2>&1 | filt \
       | tail -3
-    timeout 420 python3 -m fused bench --blocks llama,gpt --m 8192 --no-baselines --configs \
+    timeout 420 python3 -m fused bench --blocks llama,gpt --m 1024,8192 --no-baselines --configs \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" --out "$OUT/sustain" 2>&1 | filt \
       > "$OUT/sustain.log"
-    grep "^llama\|^gpt" "$OUT/sustain.log" | cut -c1-110 ;;
+    grep "^llama\|^gpt" "$OUT/sustain.log" | cut -c1-110
+    python3 -c "
+import json; d = json.load(open('$OUT/sustain/bench.json'))
+for k, v in d['timings'].items():
+    if 'w8a16_route' in k and ', 1024,' in k: print(k[:100], v)" ;;
   wovs)  # prepared in the twenty-seventh session: where torchao's fp8 weight-only + compile gains on our W8A16 at M=1024
          # (Llama 691.7 vs 699.5 / 702.5, GPT 526.4 vs 550.7): per-kernel GPU µs of both in CUDA graphs, both blocks
     timeout 200 python3 .ci/wo_vs_torchao.py 1024 llama 2>&1 | filt > "$OUT/wovs_llama.txt"

@@ -608,13 +608,41 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
     return scale_epilogue(torch.mm(x2, w.t()), None, wscale, bias, act, gated, x2.dtype)
 
 
+# W8A16 at WIDEN_MIN_M <= M <= SPLIT_ROUTE_MAX_M: split activations (the path below WIDEN_MIN_M: act_split, then
+# two int8 / e4m3 dots per weight tile, no widened copy) as a third candidate of the route above, timed per shape
+# beside the widened weight on Triton and on cuBLAS. Why: the widening costs the Llama block ~130 µs of memory
+# traffic at M=1024 (H200, twenty-seventh session: int8 W8A16 699.5 µs vs bf16 eager 584.1, fp8 702.5), while
+# split doubles the MMA work on 8-bit operands (2x bf16's rate): M=512 took 364.9 (int8) / 335.2 (fp8) through split
+# (first sessions), so ~650-730 at 1024 is a near tie that only a timing can settle; at M=8192 split's doubled
+# work loses (2x the W8A8 block's ~2500 µs against ~4470 widened). Prepared after the last device call of the
+# twenty-seventh session, not yet measured (`bash .ci/h200_next.sh sustain` shows the picks at 1024 in
+# bench.json). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
+SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
+
+
+def _split_applies(wdtype, xdtype) -> bool:
+    """Whether split activations serve this weight and activation dtype (see SPLIT_MAX_M and FP8_SPLIT)."""
+    if wdtype == torch.int8:
+        return xdtype != torch.float32
+    return FP8_SPLIT and wdtype == torch.float8_e4m3fn and xdtype == torch.bfloat16
+
+
 def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (Triton) or CUBLAS_W8A16_PATH for this W8A16 shape (_graph_pick: eager and graph picks)."""
-    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
+    """``path`` (Triton), CUBLAS_W8A16_PATH or (to SPLIT_ROUTE_MAX_M) SPLIT_PATH for this W8A16 shape (_graph_pick:
+    eager and graph picks)."""
+    M = x2.shape[0]
+    key = (op, m_bucket(M), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
     gated = op == "gated"
+    others = {}
+    if (key[1] <= SPLIT_ROUTE_MAX_M and key not in _dense_routes  # by M bucket, as the key; offered once per key
+            and _split_applies(qweight.dtype, x2.dtype) and os.environ.get("FUSED_TUNE") != "0"  # else untimed
+            and not (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+        split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
+        _offer(others, "split", split, split, op, "split-activation W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
-                       lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True)
-    return CUBLAS_W8A16_PATH if pick == "cublas" else path
+                       lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
+                       others=others or None)
+    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH}.get(pick, path)
 
 
 # W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path

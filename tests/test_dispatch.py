@@ -334,3 +334,53 @@ def test_sustained_measures_a_replay_cuda():
     assert dispatch._sustained({"x": None, "heavy": dispatch._graph_replay(heavy)})
     assert not dispatch._sustained({"light": dispatch._graph_replay(lambda: a + 1)})
     assert not dispatch._sustained({"x": None})
+
+
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+def test_w8a16_route_offers_split_up_to_its_bound(fmt, monkeypatch):
+    """SPLIT_ROUTE_MAX_M: the W8A16 route from WIDEN_MIN_M offers split activations as a third candidate up to the
+    bound (by M bucket; not for fp32 x), maps its pick to SPLIT_PATH, and offers nothing more when it is 0."""
+    offered = []
+
+    def fake_pick(key, triton, cublas, op, w8a16=False, others=None):
+        assert w8a16
+        offered.append(sorted(others or {}))
+        return "split" if others else "cublas"
+
+    monkeypatch.setattr(dispatch, "_graph_pick", fake_pick)
+    monkeypatch.setattr(dispatch, "_triton_dense", lambda path, *a: torch.zeros(1))  # the offer's trial run
+    monkeypatch.setenv("FUSED_TUNE", "1")  # with FUSED_TUNE=0 nothing is timed, and nothing more is offered
+    q, s = quantize_weight(torch.randn(48, 40), fmt)  # N, K not multiples of 16
+    for M, dtype, want in ((1024, torch.bfloat16, dispatch.SPLIT_PATH), (2048, torch.bfloat16, dispatch.SPLIT_PATH),
+                           (2049, torch.bfloat16, dispatch.CUBLAS_W8A16_PATH),
+                           (1024, torch.float32, dispatch.CUBLAS_W8A16_PATH)):
+        x = torch.randn(M, 40, dtype=dtype)
+        assert dispatch._cublas_w8a16_route("linear", x, q, s, None, "none", "triton:w") == want, (M, dtype)
+    x = torch.randn(1024, 40, dtype=torch.bfloat16)
+    monkeypatch.setenv("FUSED_TUNE", "0")
+    assert dispatch._cublas_w8a16_route("linear", x, q, s, None, "none", "triton:w") == dispatch.CUBLAS_W8A16_PATH
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    monkeypatch.setattr(dispatch, "SPLIT_ROUTE_MAX_M", 0)
+    assert dispatch._cublas_w8a16_route("linear", x, q, s, None, "none", "triton:w") == dispatch.CUBLAS_W8A16_PATH
+    assert offered == [["split"], ["split"], [], [], [], []]
+
+
+@pytest.mark.parametrize("fmt", ["int8", "float8_e4m3"])
+def test_w8a16_split_candidate_matches_reference(fmt, monkeypatch):
+    """The split candidate at M = WIDEN_MIN_M against the W8A16 reference (fresh x, poisoned output)."""
+    from fused.reference import linear_ref
+    from lowbit.metrics import sqnr
+
+    got = {}
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    monkeypatch.setattr(dispatch, "_graph_pick",
+                        lambda key, triton, cublas, op, w8a16=False, others=None: got.update(others) or "split")
+    torch.manual_seed(0)
+    q, s = quantize_weight(torch.randn(48, 40), fmt)
+    b = torch.randn(48)
+    x = torch.randn(dispatch.WIDEN_MIN_M, 40, dtype=torch.bfloat16)
+    assert dispatch._cublas_w8a16_route("linear", x, q, s, b, "gelu", "triton:w") == dispatch.SPLIT_PATH
+    out = torch.full((x.shape[0], 48), float("nan"), dtype=torch.bfloat16)
+    out.copy_(got["split"]())
+    ref = linear_ref(x, q, s, b, "gelu", dynamic=False)
+    assert sqnr(ref.float(), out.float()) > (40 if fmt == "int8" else 30)
