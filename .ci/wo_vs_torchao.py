@@ -12,6 +12,7 @@ from triton.testing import do_bench
 
 sys.path.insert(0, os.getcwd())
 import fused  # noqa: E402
+from fused import dispatch  # noqa: E402
 from fused.bench import make_block  # noqa: E402
 
 M = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
@@ -37,14 +38,7 @@ with torch.no_grad():
     for name, model in models.items():
         model(x)
         model(x)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            model(x)
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            model(x)
+        g = dispatch._graph_replay(lambda: model(x))
         t = do_bench(g.replay, warmup=25, rep=1000, return_mode="median") * 1e3
         torch.cuda.synchronize()
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
