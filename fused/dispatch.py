@@ -547,8 +547,8 @@ def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
     {(M bucket, x dtype, bias None, act, tag): "triton" or "cublas" ("split" or "gemv" for tag "gemv")} (what
     `explain` lists; W8A8 eager calls run Triton below CUBLAS_EAGER_MIN_M). tag: "" for a plain W8A8 call, "h out" /
     "h in" for a block's layers passing h quantized (QuantizedAct; "h out" from BLOCK_ROUTE_MIN_M timed as whole
-    blocks), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv"
-    for the weight-only split-or-GEMV route at small M."""
+    blocks), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv" for the weight-only split-or-GEMV route at
+    small M."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 
@@ -630,8 +630,7 @@ def _split_applies(wdtype, xdtype) -> bool:
 def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (Triton), CUBLAS_W8A16_PATH or (to SPLIT_ROUTE_MAX_M) SPLIT_PATH for this W8A16 shape (_graph_pick:
     eager and graph picks)."""
-    M = x2.shape[0]
-    key = (op, m_bucket(M), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
     gated = op == "gated"
     others = {}
     if (key[1] <= SPLIT_ROUTE_MAX_M and key not in _dense_routes  # by M bucket, as the key; offered once per key
