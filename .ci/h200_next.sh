@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "twenty-seventh"): `sustain` first, `wovs`; then `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
@@ -42,6 +42,18 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  halves)  # twenty-eighth session: a gated layer's cuBLAS product as two GEMMs of H columns into [2, M, H]
+            # (dispatch.CUBLAS_HALVES). Prediction: raw bf16 gate|up at M=1024 ~340 -> ~315-328 µs (the tile bf16 eager and
+            # torchao get for N=14336); Llama int8 W8A16 M=1024 block ~690 -> ~665-675; fp8 / int8 W8A8 where cuBLAS takes
+            # gate/up: a few % at most; 8192 unknown (the probe tells). (1) the raw GEMMs, (2) cuda tests, (3) block A/B
+    timeout 150 python3 .ci/halves_probe.py 128,1024,8192 2>&1 | filt | tee "$OUT/halves_probe.txt"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_handoff.py \
+      tests/test_kernels_w8.py -k "cublas or handoff or epilogue" 2>&1 | filt | tail -3
+    for H in 0 1; do
+      FUSED_CUBLAS_HALVES=$H timeout 150 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines --configs \
+        "ours int8 W8A16,ours fp8 W8A8" --out "$OUT/halves$H" 2>&1 | filt > "$OUT/halves$H.log"
+      grep "^llama" "$OUT/halves$H.log" | cut -c1-90 | sed "s/^/halves=$H /"
+    done ;;
   sustain)  # prepared in the twenty-seventh session (CPU-tested, not yet run): routes over 1 ms timed sustained
             # (dispatch.LONG_ROUTE_US: 1 s warm-up, 250 ms windows, eager pick = graph pick). (1) its cuda tests; (2) the
             # W8A16 / W8A8 rows at M=8192, both blocks; (3) W8A16 at M=1024 with split activations as a third route

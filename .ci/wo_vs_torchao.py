@@ -31,7 +31,7 @@ def torchao_fp8_wo():
 
 models = {"bf16 eager": base,
           "ours int8 W8A16": fused.quantize(copy.deepcopy(base), fused.FusedInt8MLP(), blocks=True),
-          "ours fp8 W8A16": fused.quantize(copy.deepcopy(base), fused.FusedFloat8MLP(), blocks=True),
+          "ours fp8 W8A16": fused.quantize(copy.deepcopy(base), fused.FusedFloat8MLP(weight_only=True), blocks=True),
           "torchao fp8 wo + compile": torchao_fp8_wo()}
 x = torch.randn(M, d, device="cuda", dtype=torch.bfloat16)
 with torch.no_grad():
