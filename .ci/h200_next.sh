@@ -42,7 +42,8 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  halves)  # twenty-eighth session: a gated layer's cuBLAS product as two GEMMs of H columns into [2, M, H]
+  halves)  # twenty-eighth session (measured, not kept: the code was reverted, so (2) and (3) now run the stacked
+            # product twice): a gated layer's cuBLAS product as two GEMMs of H columns into [2, M, H]
             # (dispatch.CUBLAS_HALVES). Prediction: raw bf16 gate|up at M=1024 ~340 -> ~315-328 µs (the tile bf16 eager and
             # torchao get for N=14336); Llama int8 W8A16 M=1024 block ~690 -> ~665-675; fp8 / int8 W8A8 where cuBLAS takes
             # gate/up: a few % at most; 8192 unknown (the probe tells). (1) the raw GEMMs, (2) cuda tests, (3) block A/B

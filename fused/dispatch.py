@@ -505,26 +505,6 @@ def _library_rows(m: int, fp8: bool) -> int:
     return max(-(-m // 16) * 16, 16 if fp8 else 32)
 
 
-# A gated layer's product on cuBLAS as two GEMMs of H columns each (gate, then up) into one [2, M, H] buffer, which
-# scale_epilogue / epilogue_quant read as it is, instead of one GEMM over the stacked [2H, K] weight. Why: cuBLAS's
-# heuristic picks another tile for N = 2H. H200, twenty-eighth session, Llama block at M=1024 (`.ci/wo_vs_torchao.py`,
-# per kernel): our stacked bf16 gate|up GEMM took 339.9 µs (nvjet 256x128 coopA) where bf16 eager's and torchao's
-# two N=14336 GEMMs took 328.5 / 314.1 together (176x128). FUSED_CUBLAS_HALVES=0: one stacked GEMM.
-CUBLAS_HALVES = os.environ.get("FUSED_CUBLAS_HALVES", "1") == "1"
-
-
-def _library_product(mm, x, w, gated, out_dtype, wscale=None):
-    """mm(x, wᵀ) as one GEMM, or (gated, CUBLAS_HALVES) as two into a [2, M, H] buffer; ``mm(a, b, out, ws)`` takes
-    the weight scales of its half (``wscale``: [2H] or None)."""
-    if not (gated and CUBLAS_HALVES):
-        return mm(x, w.t(), None, wscale)
-    H = w.shape[0] // 2
-    y = torch.empty((2, x.shape[0], H), device=x.device, dtype=out_dtype)
-    for i in (0, 1):
-        mm(x, w[i * H:(i + 1) * H].t(), y[i], None if wscale is None else wscale[i * H:(i + 1) * H])
-    return y
-
-
 def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
     """x quantized per token (act_quant; rows padded with zeros to a multiple of 16, and past 16 for
     _int_mm), y = x_q · W_qᵀ on cuBLAS (fp8: bf16 out; int8: int32 out), then scale_epilogue. ``q_in``: x
@@ -543,10 +523,8 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
         # it is bf16): one launch, no epilogue pass
         done = (q_rows is None and not gated and act == "none" and dtype == torch.bfloat16
                 and (bias is None or bias.dtype == torch.bfloat16))
-        fast = CUBLAS_FP8 == "rowwise_fast"
-        y = _library_product(lambda a, b, out, ws: torch._scaled_mm(
-            a, b, xs[:, None], ws[None, :], bias=bias if done else None, out_dtype=torch.bfloat16, use_fast_accum=fast,
-            out=out), xq, qweight, gated, torch.bfloat16, wscale)
+        y = torch._scaled_mm(xq, qweight.t(), xs[:, None], wscale[None, :], bias=bias if done else None,
+                             out_dtype=torch.bfloat16, use_fast_accum=CUBLAS_FP8 == "rowwise_fast")
         if done:
             return y
         xs = wscale = None  # applied
@@ -554,11 +532,9 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
         one = _unit_scales.get(xq.device)
         if one is None:
             one = _unit_scales[xq.device] = torch.ones((), device=xq.device)
-        y = _library_product(lambda a, b, out, ws: torch._scaled_mm(a, b, one, one, out_dtype=torch.bfloat16, out=out),
-                             xq, qweight, gated, torch.bfloat16)
+        y = torch._scaled_mm(xq, qweight.t(), one, one, out_dtype=torch.bfloat16)
     else:
-        y = _library_product(lambda a, b, out, ws: torch._int_mm(a, b, out=out) if out is not None
-                             else torch._int_mm(a, b), xq, qweight, gated, torch.int32)
+        y = torch._int_mm(xq, qweight.t())
     if q_rows is not None:
         from fused.kernels.epilogue_quant import epilogue_quant
 
@@ -629,8 +605,7 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
     from fused.kernels.scale_epilogue import scale_epilogue
 
     w = _triton_kernels().widen(qweight, x2.dtype)
-    y = _library_product(lambda a, b, out, ws: torch.mm(a, b, out=out), x2, w, gated, x2.dtype)
-    return scale_epilogue(y, None, wscale, bias, act, gated, x2.dtype)
+    return scale_epilogue(torch.mm(x2, w.t()), None, wscale, bias, act, gated, x2.dtype)
 
 
 # W8A16 at WIDEN_MIN_M <= M <= SPLIT_ROUTE_MAX_M: split activations (the path below WIDEN_MIN_M: act_split, then
