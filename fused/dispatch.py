@@ -373,10 +373,12 @@ def _triton_kernels():
         from fused.kernels.split_gemm import quant_gemm, split_gemm
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
+        from fused.kernels.w8a16_swap import w8a16_swap
         from fused.kernels.widen import widen
 
         _kernels = SimpleNamespace(act_quant=act_quant, act_split=act_split, decode_block=decode_block, w8_gemm=w8_gemm,
-                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm, quant_gemm=quant_gemm)
+                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm, quant_gemm=quant_gemm,
+                                   w8a16_swap=w8a16_swap)
     return _kernels
 
 
@@ -427,6 +429,8 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype, x_split=True)
+    elif path == SWAP_PATH:
+        y = k.w8a16_swap(x2, qweight, wscale, bias, act, gated)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
     elif path.endswith("_qx"):
@@ -620,6 +624,18 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
 
 
+# W8A16 at M >= WIDEN_MIN_M: the transposed product (fused.kernels.w8a16_swap: yᵀ = W·xᵀ, the widened weight tile as
+# wgmma's register operand, no widened copy in memory) as a fourth candidate of the route above. Why: the widening
+# costs ~130 µs per Llama block at M=1024 (twenty-eighth session, per kernel: widen 131.7 of int8 W8A16's 689.7 µs),
+# and w8_gemm's mixed form waits for every wgmma before widening the next tile (see w8a16_swap's docstring).
+# Prepared in the twenty-eighth session on the CPU (sm_90 compiles: A in registers, no spills), not yet measured:
+# off until `bash .ci/h200_next.sh swap` shows it. Prediction: layers at M=1024 within ~5% of Triton's bf16 GEMM on
+# the widened copy minus the widening (Llama down ~175-190 vs ~205 µs, gate/up ~360-380 vs ~424), block int8 W8A16
+# M=1024 ~690 -> ~580-620; at 8192 cuBLAS keeps the route. FUSED_W8A16_SWAP=1: offered.
+W8A16_SWAP = os.environ.get("FUSED_W8A16_SWAP", "0") == "1"
+SWAP_PATH = "triton:w8a16_swap"
+
+
 def _split_applies(wdtype, xdtype) -> bool:
     """Whether split activations serve this weight and activation dtype (see SPLIT_MAX_M and FP8_SPLIT)."""
     if wdtype == torch.int8:
@@ -638,10 +654,14 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
             and not (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
+    if (W8A16_SWAP and key not in _dense_routes and x2.dtype in (torch.bfloat16, torch.float16)
+            and os.environ.get("FUSED_TUNE") != "0" and not (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+        swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
+        _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
                        others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "swap": SWAP_PATH}.get(pick, path)
 
 
 # W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path

@@ -2,7 +2,8 @@
 torch 2.13 has 3.9), and none of them reduces over non-adjacent lanes (Triton 3.6 sums those wrong:
 .ci/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
 argument, which 3.9 accepts, left every M=16 2:4 decode tile failing to compile on the H200, and a 16-row "quad"
-tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion.
+tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion, and
+w8a16_swap with its widened weight as wgmma's register operand.
 
 FUSED_TRITON36 names a directory holding triton 3.6 (`pip install --target DIR triton==3.6.0`; .ci/run makes one);
 skipped without it. Compiles need no GPU (ptxas comes with the wheel)."""
@@ -59,6 +60,20 @@ for label, (mmas, converts, loads) in mma_facts().items():  # sparse24_mma: its 
 for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
     if mmas < 4 or converts:
         out.append(f'{label}: {mmas} mma.sync, {converts} layout conversions')
+import re
+from fused.kernels import w8a16_swap as ws
+for fp8 in (False, True):  # the transposed W8A16 product: the widened weight must be wgmma's register operand
+    for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
+        c, w = ws._candidates(gated)[0], '*fp8e4nv' if fp8 else '*i8'
+        k = compile_sm90(ws._w8a16_swap_kernel, dict(x_ptr='*bf16', w_ptr=w, ws_ptr='*fp32', b_ptr='*fp32', wu_ptr=w,
+                         su_ptr='*fp32', bu_ptr='*fp32', y_ptr='*bf16'), dict(M=1024, N=N, K=K, u_row0=N if gated else 0,
+                         stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N,
+                         stride_yn=1), dict(GATED=gated, HAS_BIAS=True, ACT='silu', DOT='native', FP8_AS_U8=False,
+                         EVEN_K=True, BLOCK_N=c['BLOCK_N'], BLOCK_M=c['BLOCK_M'], BLOCK_K=c['BLOCK_K'],
+                         GROUP_N=c['GROUP_N']), c['num_warps'], c['num_stages'])
+        if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k['ptx']):
+            out.append(f'w8a16_swap fp8={fp8} gated={gated}: the widened weight is not a register operand of wgmma')
+        audit(f'w8a16_swap fp8={fp8} gated={gated}', k['kernel'].asm['ttgir'])
 print(out)
 """
 

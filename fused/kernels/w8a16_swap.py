@@ -1,0 +1,152 @@
+"""W8A16 GEMM for large M with the product transposed: yᵀ = W · xᵀ, so the 8-bit weight tile, widened in registers,
+is the tensor cores' register operand and the bf16/fp16 activations stream through shared memory untouched.
+
+y = epilogue(x · Wᵀ) as in fused.kernels.w8_gemm (per-channel scale, bias, activation; gated: act(gate) ⊙ up, the up
+rows at ``u_row0`` of the stacked weight or in tensors of their own), for x [M, K] bf16/fp16 and W [R, K] int8 or
+float8 e4m3. Reference: fused.reference.linear_ref / gated_ref (weight-only).
+
+Why: Hopper's wgmma reads operand A from registers or shared memory but B only from shared memory. w8_gemm's mixed
+form (x · Wᵀ) makes the widened weight B, so every K step stores the widened tile to shared memory and waits for the
+previous step's wgmmas to finish before it may overwrite it (sm_90 PTX with triton 3.6: `wgmma.wait_group 0` in the
+loop, plus STS / BAR): the tensor cores idle while the next tile widens. That form runs at about half of a 16-bit
+GEMM's rate, which is why W8A16 at M >= dispatch.WIDEN_MIN_M widens the whole weight first (~130 µs of memory traffic
+per Llama block at M=1024). Here the widened tile goes from registers into wgmma directly (A in registers, checked in
+the PTX: no shared-memory store of it, `wgmma.wait_group 3`: wgmmas stay in flight while the next tile widens; sm_90
+loop ~220 instructions per thread and K step against ~1000 cycles of MMA work). A swapped form was tried in the first
+session inside w8_gemm (same candidates as the unswapped tiles, small-M tiles) and lost; this kernel is sized for the
+large-M tiles (up to 256 tokens per tile) and is timed per shape against the widening routes (dispatch.W8A16_SWAP).
+
+Tiles: each program owns BLOCK_N weight rows × BLOCK_M tokens, in grouped order over the weight tiles (GROUP_N weight
+tiles walk the token tiles together, so a weight tile is read from memory about once while x stays in L2).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from fused.kernels import INTERPRET, cdiv, check_out, up_operands
+from fused.kernels.epilogue import activation
+from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.tuning import m_bucket, pick
+from fused.kernels.w8_gemm import grouped_tile
+
+
+@triton.jit
+def _widened(w, x, FP8_AS_U8: tl.constexpr, DOT: tl.constexpr):
+    """The weight tile in the dot's operand dtype (exact: every int8 and e4m3 value is a bf16 and an fp16 value)."""
+    if FP8_AS_U8:  # interpreter only: fp8 loaded as uint8
+        w = w.to(tl.float8e4nv, bitcast=True)
+    if DOT == "fp32":  # the interpreter (through fp32: it casts int8 -> bf16 wrongly)
+        return w.to(tl.float32)
+    return w.to(x.dtype)
+
+
+@triton.jit
+def _w8a16_swap_kernel(
+    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, M, N, K, u_row0,
+    stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
+    EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr,
+):
+    pid_n, pid_m = grouped_tile(tl.program_id(0), N, M, BLOCK_N, BLOCK_M, GROUP_N)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows: the accumulator's rows
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # tokens: its columns
+    rk = tl.arange(0, BLOCK_K)
+    n_ok = offs_n < N
+    m_ok = offs_m < M
+    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + rk[None, :] * stride_wk
+    u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + rk[None, :] * stride_uk
+    xt_ptrs = x_ptr + offs_m[None, :] * stride_xm + rk[:, None] * stride_xk  # xᵀ tile [BLOCK_K, BLOCK_M]
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            w_mask = n_ok[:, None]
+            x_mask = m_ok[None, :]
+        else:
+            k_ok = rk < K - k * BLOCK_K
+            w_mask = n_ok[:, None] & k_ok[None, :]
+            x_mask = m_ok[None, :] & k_ok[:, None]
+        xt = tl.load(xt_ptrs, mask=x_mask, other=0.0)
+        w = tl.load(w_ptrs, mask=w_mask, other=0.0)  # a float other: int 0 cannot be cast to fp8 on triton 3.6
+        if DOT == "fp32":
+            acc = tl.dot(_widened(w, xt, FP8_AS_U8, DOT), xt.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(_widened(w, xt, FP8_AS_U8, DOT), xt, acc)
+        if GATED:
+            wu = tl.load(u_ptrs, mask=w_mask, other=0.0)
+            if DOT == "fp32":
+                acc_u = tl.dot(_widened(wu, xt, FP8_AS_U8, DOT), xt.to(tl.float32), acc_u, input_precision="ieee")
+            else:
+                acc_u = tl.dot(_widened(wu, xt, FP8_AS_U8, DOT), xt, acc_u)
+            u_ptrs += BLOCK_K * stride_uk
+        w_ptrs += BLOCK_K * stride_wk
+        xt_ptrs += BLOCK_K * stride_xk
+
+    # the epilogue in the transposed layout (per-row channel scale and bias), in w8_gemm.tile_epilogue's order of
+    # operations; only the finished tile, in the output dtype, is transposed for the store
+    y = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
+    if HAS_BIAS:
+        y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+    y = activation(y, ACT)
+    if GATED:
+        u = acc_u * tl.load(su_ptr + u_row0 + offs_n, mask=n_ok, other=0.0)[:, None]
+        if HAS_BIAS:
+            u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        y = y * u
+    out = tl.trans(y.to(y_ptr.dtype.element_ty))  # [BLOCK_M, BLOCK_N]
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, out,
+             mask=m_ok[:, None] & n_ok[None, :])
+
+
+def _candidates(gated: bool) -> list[dict]:
+    """Large-M tiles: the accumulators take BLOCK_N·BLOCK_M·(2 if gated) fp32 values over the program's threads
+    (<= 128 registers a thread); 8 warps are two warpgroups, each owning 64 or 128 weight rows."""
+    tiles = ([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (64, 256, 64, 3, 8),
+              (128, 128, 128, 3, 8)] if gated else
+             [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
+              (128, 256, 128, 3, 8), (64, 256, 64, 4, 4)])
+    return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, num_stages=st, num_warps=wp)
+            for bn, bm, bk, st, wp in tiles]
+
+
+def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
+               act: str = "none", gated: bool = False, config: dict | None = None, out: torch.Tensor | None = None,
+               up: tuple | None = None) -> torch.Tensor:
+    """2-D x [M, K] bf16/fp16 (any strides), W [R, K] int8 / float8_e4m3fn -> y [M, N] in x's dtype (gated: N = R/2,
+    or ``up`` = (qweight, scale, bias) of the up projection, see fused.kernels.up_operands)."""
+    if x.dim() != 2 or qweight.dim() != 2 or qweight.shape[1] != x.shape[1]:
+        raise ValueError(f"w8a16_swap: x [M, K] and W [R, K] expected, got {tuple(x.shape)} and {tuple(qweight.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"w8a16_swap: bf16 or fp16 activations expected (the 16-bit tensor cores), got {x.dtype}")
+    if qweight.dtype not in (torch.int8, torch.float8_e4m3fn):
+        raise TypeError(f"w8a16_swap: int8 or float8_e4m3fn weights expected, got {qweight.dtype}")
+    M, K = x.shape
+    N, wu, su, bu, u_row0 = up_operands(qweight, wscale, bias, gated, up)
+    y = check_out(out, (M, N), x.dtype, x.device) if out is not None else empty((M, N), device=x.device,
+                                                                                dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    as_u8 = qweight.dtype == torch.float8_e4m3fn and INTERPRET  # masked fp8 loads fail in the interpreter
+    w = qweight.view(torch.uint8) if as_u8 else qweight
+    wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
+
+    def launch(cfg):
+        bn, bm, bk = cfg["BLOCK_N"], cfg["BLOCK_M"], cfg["BLOCK_K"]
+        launch_kernel(_w8a16_swap_kernel, (cdiv(N, bn) * cdiv(M, bm),),
+                      x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y,
+                      M, N, K, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1),
+                      y.stride(0), y.stride(1), GATED=gated, HAS_BIAS=bias is not None, ACT=act,
+                      DOT="fp32" if INTERPRET else "native", FP8_AS_U8=as_u8, EVEN_K=K % bk == 0,
+                      BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"],
+                      num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
+
+    if config is None:
+        if INTERPRET:
+            cands = lambda: [dict(BLOCK_N=16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4)]  # noqa
+        else:
+            cands = lambda: _candidates(gated)  # noqa: E731
+        config = pick("w8a16_swap", (m_bucket(M), N, K, gated, qweight.dtype, x.dtype), cands, launch)
+    launch(config)
+    return y

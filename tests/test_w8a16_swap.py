@@ -1,0 +1,107 @@
+"""fused.kernels.w8a16_swap (yᵀ = W·xᵀ, the widened weight as the tensor cores' register operand) against the
+weight-only reference: in Triton's interpreter on odd shapes on the CPU, with the H200 shapes on CUDA."""
+import pytest
+import torch
+
+from fused.kernels import w8a16_swap as ws
+from fused.reference import gated_ref, linear_ref
+from lowbit import quantize_weight, sqnr
+from test_kernels_w8 import ACTS, FMTS, _case, _min_db, _poison_empty
+
+
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_swap_interpreted(fmt, gated, monkeypatch):
+    """Odd M / N / K (K not a multiple of the tile: the K tail), bias or not, every activation, strided and
+    transposed x, fp16 and bf16, over a poisoned output."""
+    _poison_empty(monkeypatch, ws)
+    cases = [(1, 37, 50, True, torch.bfloat16, "plain"), (3, 20, 70, False, torch.float16, "transposed"),
+             (17, 9, 64, True, torch.bfloat16, "3d_offset"), (40, 33, 45, True, torch.float16, "plain")]
+    for i, (M, N, K, bias, dtype, view) in enumerate(cases):
+        torch.manual_seed(i)
+        act = ACTS[i % len(ACTS)] if not gated else ["silu", "gelu_tanh", "relu", "none"][i]
+        x, q, s, b = _case(M, N, K, fmt, gated, bias, dtype, "cpu", view)
+        y = ws.w8a16_swap(x, q, s, b, act, gated)
+        ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
+        assert y.shape == ref.shape and y.dtype == dtype
+        assert sqnr(ref, y) > _min_db(dtype), (M, N, K, dtype, view, act)
+
+
+def test_swap_separate_up_and_out(monkeypatch):
+    """The up projection in tensors of its own (``up=``), and a caller's strided output."""
+    torch.manual_seed(3)
+    M, N, K = 19, 24, 40
+    x = torch.randn(M, K, dtype=torch.bfloat16)
+    qg, sg = quantize_weight(torch.randn(N, K), "int8")
+    qu, su = quantize_weight(torch.randn(N, K), "int8")
+    bg, bu = torch.randn(N), torch.randn(N)
+    out = torch.full((M, N + 5), float("nan"), dtype=torch.bfloat16)[:, 2:N + 2]
+    y = ws.w8a16_swap(x, qg, sg, bg, "silu", True, up=(qu, su, bu), out=out)
+    ref = gated_ref(x, torch.cat([qg, qu]), torch.cat([sg, su]), torch.cat([bg, bu]), "silu")
+    assert y.data_ptr() == out.data_ptr() and sqnr(ref, y) > 40
+
+
+def test_swap_bad_inputs():
+    q, s = quantize_weight(torch.randn(8, 16), "int8")
+    with pytest.raises(TypeError, match="bf16 or fp16"):
+        ws.w8a16_swap(torch.randn(4, 16), q, s)
+    with pytest.raises(ValueError, match=r"\[M, K\]"):
+        ws.w8a16_swap(torch.randn(4, 12, dtype=torch.bfloat16), q, s)
+    with pytest.raises(TypeError, match="int8 or float8"):
+        ws.w8a16_swap(torch.randn(4, 16, dtype=torch.bfloat16), q.float(), s)
+    assert ws.w8a16_swap(torch.randn(0, 16, dtype=torch.bfloat16), q, s).shape == (0, 8)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("gated", [False, True])
+def test_swap_cuda(fmt, gated, monkeypatch):
+    """Every large-M candidate (the tuner's list) on a Llama-like shape with odd M, and a strided x."""
+    _poison_empty(monkeypatch, ws)
+    torch.manual_seed(0)
+    M, N, K = 1029, 1024 + 8, 2048
+    x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cuda", "3d_offset")
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+    for cfg in ws._candidates(gated):
+        y = ws.w8a16_swap(x, q, s, b, "silu", gated, config=cfg)
+        assert sqnr(ref.float(), y.float()) > 40, cfg
+
+
+@pytest.mark.parametrize("gated", [False, True])
+def test_swap_path_in_dispatch(gated):
+    """dispatch.SWAP_PATH runs the kernel (interpreter here) on 2-D x."""
+    from fused import dispatch
+
+    torch.manual_seed(4)
+    x, q, s, b = _case(21, 19, 40, "int8", gated, True, torch.bfloat16, "cpu", "plain")
+    y = dispatch._triton_dense(dispatch.SWAP_PATH, x, q, s, b, "gelu", gated, False)
+    assert sqnr((gated_ref if gated else linear_ref)(x, q, s, b, "gelu"), y) > 40
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("gated", [False, True])
+def test_swap_route_cuda(gated, monkeypatch):
+    """With FUSED_W8A16_SWAP the route of a W8A16 shape at M >= WIDEN_MIN_M offers the transposed product; picked,
+    it runs in eager calls and under CUDA-graph capture, against the reference."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "W8A16_SWAP", True)
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    monkeypatch.setattr(dispatch, "_dense_routes", {})
+    offered = []
+    monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
+                        offered.extend(cands) or ("swap", "swap"))
+    dispatch.stats.clear()
+    op, name = (dispatch.gated, "gated") if gated else (dispatch.linear, "linear")
+    torch.manual_seed(0)
+    x, q, s, b = _case(1100, 256, 512, "int8", gated, True, torch.bfloat16, "cuda", "plain")
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+    got = op(x, q, s, b, "silu")
+    assert "swap" in offered and dispatch.stats[(name, dispatch.SWAP_PATH)] == 1
+    assert sqnr(ref.float(), got.float()) > 40
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = op(x, q, s, b, "silu")
+    g.replay()
+    torch.cuda.synchronize()
+    assert dispatch.stats[(name, dispatch.SWAP_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
