@@ -1069,6 +1069,9 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=wg.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(xq, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up)
+    elif M >= WIDEN_MIN_M and x2.dtype != torch.float32:  # as _triton_dense (see WIDEN_MIN_M); before the
+        # twenty-eighth session this pair ran the mixed-input GEMM here, at about half the rate, under its widen label
+        y = k.w8_gemm(x2, k.widen(wg, x2.dtype), sg, bg, act, True, up=(k.widen(wu, x2.dtype), su, bu))
     else:
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])

@@ -682,6 +682,16 @@ def test_w8a16_large_m_widens(monkeypatch):
     assert dispatch.stats[("gated", "triton:w8_gemm_w8a16")] == 1
     assert sqnr(gated_ref(x, q, s, b, "silu"), y) > _min_db(torch.bfloat16)
     assert sqnr(gated_ref(x[:19], q, s, b, "silu"), y_small) > _min_db(torch.bfloat16)
+    # the gate / up pair in tensors of their own (what torch.compile's pass makes of two Linears) widens both too
+    k = dispatch._triton_kernels()
+    widened = []
+    monkeypatch.setattr(k, "widen", lambda w, dtype, _real=k.widen: widened.append(w.shape) or _real(w, dtype))
+    H = q.shape[0] // 2
+    with dispatch.force_path("triton"):
+        y_pair = dispatch.gated_pair(x, q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], "silu")
+        dispatch.gated_pair(x[:19], q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], "silu")
+    assert widened == [(H, 40), (H, 40)] and dispatch.stats[("gated_pair", "triton:widen+w8_gemm_bf16")] == 1
+    assert sqnr(gated_ref(x, q, s, b, "silu"), y_pair) > _min_db(torch.bfloat16)
 
 
 @pytest.mark.parametrize("fmt", FMTS)
