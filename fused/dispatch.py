@@ -1041,6 +1041,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     M = x2.shape[0]
     if x.is_cuda and _forced is None:
         path = _cuda_path(op, M, dynamic, wg.dtype, x.dtype)
+        if CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(wg):
+            path = _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -1051,8 +1053,50 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")
         return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
+    if path == CUBLAS_W8A16_PATH:
+        y = _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act)
+    else:
+        y = _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic)
+    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+def _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act):
+    """_cublas_w8a16 for a gate / up pair in tensors of their own (gated_pair): each weight widened, two cuBLAS GEMMs
+    into one [2, M, H] buffer (no stacked copy of the weights), scale_epilogue reading gate and up apart."""
+    from fused.kernels.scale_epilogue import scale_epilogue
+
+    k = _triton_kernels()
+    y = torch.empty((2, x2.shape[0], wg.shape[0]), device=x2.device, dtype=x2.dtype)
+    torch.mm(x2, k.widen(wg, x2.dtype).t(), out=y[0])
+    torch.mm(x2, k.widen(wu, x2.dtype).t(), out=y[1])
+    return scale_epilogue(y, None, torch.cat([sg, su]), None if bg is None else torch.cat([bg, bu]), act, True,
+                          x2.dtype)
+
+
+def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
+    """_cublas_w8a16_route for gated_pair: ``path`` (Triton on the widened pair), CUBLAS_W8A16_PATH or (W8A16_SWAP)
+    SWAP_PATH, timed per shape on its first eager call. Why: torch.compile's pass turns a per-Linear Llama block's gate
+    and up into this op, which otherwise had only the Triton route where the stacked op takes cuBLAS's faster GEMM
+    (twenty-eighth session, Llama gate/up at M=1024: 424 vs 444 µs; at 8192 3065 vs 3267). Two GEMMs of H columns
+    instead of one of 2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Prepared on the CPU, not yet timed."""
+    key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
+    others = {}
+    if (W8A16_SWAP and key not in _dense_routes and os.environ.get("FUSED_TUNE") != "0"
+            and not torch.cuda.is_current_stream_capturing()):
+        swap = lambda: _triton_kernels().w8a16_swap(x2, wg, sg, bg, act, True, up=(wu, su, bu))  # noqa: E731
+        _offer(others, "swap", swap, swap, "gated_pair", "transposed-product W8A16")
+    pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),
+                       lambda: _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act), "gated_pair", w8a16=True,
+                       others=others or None)
+    return {"cublas": CUBLAS_W8A16_PATH, "swap": SWAP_PATH}.get(pick, path)
+
+
+def _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic):
+    """The Triton launches of gated_pair's CUDA path on 2-D x (as _triton_dense for the stacked op)."""
     k = _triton_kernels()
     up = (wu, su, bu)
+    if path == SWAP_PATH:
+        return k.w8a16_swap(x2, wg, sg, bg, act, True, up=up)
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
     elif path == SPLIT_ONE_PATH:
@@ -1061,20 +1105,20 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = k.quant_gemm(x2, wg, sg, bg, act, True, up=up)
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=wg.dtype == torch.float8_e4m3fn)
-        y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up, x_split=True)
+        y = k.w8_gemm(planes, wg, sg, bg, act, True, x_scale=xs, out_dtype=x2.dtype, up=up, x_split=True)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, wg, sg, bg, act, True, up=up)
     elif path.endswith("_qx"):
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True)
     elif dynamic:
         xq, xs = k.act_quant(x2, fp8=wg.dtype == torch.float8_e4m3fn)
-        y = k.w8_gemm(xq, wg, sg, bg, act, True, x_scale=xs, out_dtype=x.dtype, up=up)
-    elif M >= WIDEN_MIN_M and x2.dtype != torch.float32:  # as _triton_dense (see WIDEN_MIN_M); before the
+        y = k.w8_gemm(xq, wg, sg, bg, act, True, x_scale=xs, out_dtype=x2.dtype, up=up)
+    elif x2.shape[0] >= WIDEN_MIN_M and x2.dtype != torch.float32:  # as _triton_dense (see WIDEN_MIN_M); before the
         # twenty-eighth session this pair ran the mixed-input GEMM here, at about half the rate, under its widen label
         y = k.w8_gemm(x2, k.widen(wg, x2.dtype), sg, bg, act, True, up=(k.widen(wu, x2.dtype), su, bu))
     else:
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up)
-    return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
+    return y
 
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24

@@ -85,7 +85,9 @@ def gated_pair_ref(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
 def scale_epilogue_ref(y, x_scale, w_scale, bias, act, gated, out_dtype, m=None, planes=None):
     """Reference of fused.kernels.scale_epilogue: act(z·s_x·s_w + b) (gated: ⊙ the up half, likewise scaled)
     over y's first m rows, z = y, or with planes (lo_row, hi_w, lo_w) hi_w·y[:m] + lo_w·y[lo_row:lo_row + m];
-    x_scale / w_scale None: 1."""
+    x_scale / w_scale None: 1; a gated y may also be [2, R, H] (gate and up products apart)."""
+    if y.dim() == 3:
+        y = torch.cat([y[0], y[1]], 1)
     N = y.shape[1] // 2 if gated else y.shape[1]
     m = y.shape[0] if m is None else m
     z = y[:m].float()

@@ -60,6 +60,38 @@ def test_epilogue_quant_is_scale_epilogue_then_act_quant(fp8, gated, act, bias, 
         assert torch.all(_bits(q[M:]) == 0)  # padding rows over a poisoned buffer
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True)])
+def test_epilogues_read_gate_and_up_apart(fp8, act, bias, monkeypatch):
+    """A gated product as [2, R, H] (two GEMMs of H columns: the cuBLAS route of a gate / up pair in tensors of their
+    own; here a strided view) gives scale_epilogue and epilogue_quant the same bits as the stacked [R, 2H] one."""
+    _poison_empty(monkeypatch, eq)
+    torch.manual_seed(1)
+    M, R, N = 5, 16, 37
+    y = (torch.randn(R, 2 * N) * 50).bfloat16()
+    y3 = torch.full((2, R, N + 3), float("nan"), dtype=torch.bfloat16)[:, :, :N]  # row stride N + 3
+    y3[0], y3[1] = y[:, :N], y[:, N:]
+    xs, ws = torch.rand(M) + 0.1, torch.rand(2 * N) * 0.02
+    b = torch.randn(2 * N) if bias else None
+    h = scale_epilogue(y, xs, ws, b, act, True, torch.bfloat16, m=M)
+    assert torch.equal(scale_epilogue(y3, xs, ws, b, act, True, torch.bfloat16, m=M), h)
+    assert torch.equal(scale_epilogue(y3[:, :M], xs, ws, b, act, True, torch.bfloat16), h)  # m from y3's rows
+    assert torch.equal(reference.scale_epilogue_ref(y3, xs, ws, b, act, True, torch.bfloat16, m=M),
+                       reference.scale_epilogue_ref(y, xs, ws, b, act, True, torch.bfloat16, m=M))
+    for cfg in (None, dict(UNFUSED=True)):
+        q, s = eq.epilogue_quant(y, xs, ws, b, act, True, torch.bfloat16, fp8, M, rows=16, config=cfg)
+        q3, s3 = eq.epilogue_quant(y3, xs, ws, b, act, True, torch.bfloat16, fp8, M, rows=16, config=cfg)
+        assert torch.equal(_bits(q3), _bits(q)) and torch.equal(s3, s)
+    with pytest.raises(ValueError, match="3-D"):
+        scale_epilogue(y3, xs, ws, b, act, False, torch.bfloat16, m=M)  # not gated
+    with pytest.raises(ValueError, match="3-D"):
+        scale_epilogue(y3[:1], xs, ws, b, act, True, torch.bfloat16, m=M)
+    with pytest.raises(ValueError, match="3-D"):
+        eq.epilogue_quant(y3, xs, ws, b, act, True, torch.bfloat16, fp8, M, planes=(8, 256.0, 1.0))
+    with pytest.raises(ValueError, match="w_scale"):
+        scale_epilogue(y3, xs, ws[:N], b, act, True, torch.bfloat16, m=M)
+
+
 def test_epilogue_quant_bad_arguments():
     y = torch.randn(4, 10).bfloat16()
     with pytest.raises(ValueError, match="below"):

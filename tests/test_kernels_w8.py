@@ -1308,6 +1308,46 @@ def test_cublas_w8a16_cuda(fmt, gated, monkeypatch):
                                                      small.float()) > 40
 
 
+@pytest.mark.parametrize("fmt", FMTS)
+def test_cublas_w8a16_pair_steps(fmt):
+    """gated_pair's W8A16 cuBLAS route (each weight widened, two GEMMs into [2, M, H], the epilogue reading gate and
+    up apart) against the reference; on the CPU torch.mm stands in for cuBLAS, the Triton steps interpreted."""
+    from fused import dispatch
+
+    torch.manual_seed(5)
+    x, q, s, b = _case(37, 24, 48, fmt, True, True, torch.bfloat16, "cpu", "3d_offset")
+    H = q.shape[0] // 2
+    y = dispatch._cublas_w8a16_pair(x, q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], "silu")
+    assert y.shape == (37, H) and sqnr(gated_ref(x, q, s, b, "silu"), y) > 40
+    y = dispatch._cublas_w8a16_pair(x, q[:H], s[:H], None, q[H:], s[H:], None, "gelu_tanh")
+    assert sqnr(gated_ref(x, q, s, None, "gelu_tanh"), y) > 40
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+def test_cublas_w8a16_pair_route_cuda(fmt, monkeypatch):
+    """gated_pair from WIDEN_MIN_M offers its cuBLAS route to the route timing; picked, eager calls and a capture
+    take it, against the reference."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    q, s = quantize_weight(torch.randn(512, 512, device="cuda"), fmt)
+    b = torch.randn(512, device="cuda")
+    x = torch.randn(1100, 512, device="cuda", dtype=torch.bfloat16)
+    args = (q[:256], s[:256], b[:256], q[256:], s[256:], b[256:], "silu")
+    ref = gated_ref(x, q, s, b, "silu")
+    offered, _, _ = _cublas_picked(monkeypatch, True)
+    got = dispatch.gated_pair(x, *args)
+    assert offered == ["triton", "cublas"] and dispatch.stats[("gated_pair", dispatch.CUBLAS_W8A16_PATH)] == 1
+    assert sqnr(ref.float(), got.float()) > 40
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = dispatch.gated_pair(x, *args)
+    g.replay()
+    torch.cuda.synchronize()
+    assert dispatch.stats[("gated_pair", dispatch.CUBLAS_W8A16_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("gated", [False, True])

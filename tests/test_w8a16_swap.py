@@ -79,7 +79,7 @@ def test_swap_path_in_dispatch(gated):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("gated", [False, True])
+@pytest.mark.parametrize("gated", [False, True, "pair"])
 def test_swap_route_cuda(gated, monkeypatch):
     """With FUSED_W8A16_SWAP the route of a W8A16 shape at M >= WIDEN_MIN_M offers the transposed product; picked,
     it runs in eager calls and under CUDA-graph capture, against the reference."""
@@ -92,10 +92,14 @@ def test_swap_route_cuda(gated, monkeypatch):
     monkeypatch.setattr(dispatch, "measure_route", lambda kind, key, cands, untimed=None, graph=False:
                         offered.extend(cands) or ("swap", "swap"))
     dispatch.stats.clear()
-    op, name = (dispatch.gated, "gated") if gated else (dispatch.linear, "linear")
     torch.manual_seed(0)
-    x, q, s, b = _case(1100, 256, 512, "int8", gated, True, torch.bfloat16, "cuda", "plain")
+    x, q, s, b = _case(1100, 256, 512, "int8", bool(gated), True, torch.bfloat16, "cuda", "plain")
     ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+    if gated == "pair":  # gate and up in tensors of their own (torch.compile's pass)
+        name, H = "gated_pair", q.shape[0] // 2
+        op = lambda x, q, s, b, act: dispatch.gated_pair(x, q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], act)  # noqa
+    else:
+        op, name = (dispatch.gated, "gated") if gated else (dispatch.linear, "linear")
     got = op(x, q, s, b, "silu")
     assert "swap" in offered and dispatch.stats[(name, dispatch.SWAP_PATH)] == 1
     assert sqnr(ref.float(), got.float()) > 40

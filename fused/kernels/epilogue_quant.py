@@ -23,13 +23,13 @@ import triton.language as tl
 from fused.kernels import INTERPRET, next_pow2
 from fused.kernels.act_quant import MAX_ONE_PASS, _quantize, act_quant, reciprocal
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.scale_epilogue import check_epilogue_args, epilogue_tile, scale_epilogue
+from fused.kernels.scale_epilogue import check_epilogue_args, epilogue_tile, scale_epilogue, y_strides
 from fused.kernels.tuning import m_bucket, pick
 from lowbit.quant import MIN_SCALE
 
 
 @triton.jit
-def _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, HAS_XS: tl.constexpr,
+def _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, up_off, HAS_XS: tl.constexpr,
              HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr,
              PLANES: tl.constexpr, HI_W: tl.constexpr, LO_W: tl.constexpr, H_DTYPE: tl.constexpr,
              BLOCK_N: tl.constexpr):
@@ -37,14 +37,15 @@ def _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn,
     cols = n0 + tl.arange(0, BLOCK_N)
     ok = (cols < N)[None, :]
     yp = y_ptr + row * stride_ym + cols[None, :] * stride_yn
-    h = epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, cols, N, stride_yn, HAS_XS, HAS_WS, HAS_BIAS, GATED, ACT,
+    h = epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, cols, N, up_off, HAS_XS, HAS_WS, HAS_BIAS, GATED, ACT,
                       PLANES, HI_W, LO_W)
     return tl.where(ok, h.to(H_DTYPE).to(tl.float32), 0.0)
 
 
 @triton.jit
-def _epilogue_quant_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, q_ptr, s_ptr, M, N, lo_off, stride_ym, stride_yn, stride_qm,
-                           HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr, GATED: tl.constexpr,
+def _epilogue_quant_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, q_ptr, s_ptr, M, N, lo_off, stride_ym, stride_yn, up_off,
+                           stride_qm, HAS_XS: tl.constexpr, HAS_WS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                           GATED: tl.constexpr,
                            ACT: tl.constexpr, PLANES: tl.constexpr, HI_W: tl.constexpr, LO_W: tl.constexpr,
                            H_DTYPE: tl.constexpr, QMAX: tl.constexpr, MIN_S: tl.constexpr, FP8: tl.constexpr,
                            HAND_ROUND: tl.constexpr, BLOCK_N: tl.constexpr, ONE_PASS: tl.constexpr):
@@ -57,7 +58,7 @@ def _epilogue_quant_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, q_ptr, s_ptr, M, N, lo_
     else:
         xs = tl.load(xs_ptr + row + tl.zeros((1, 1), dtype=tl.int32)) if HAS_XS else None
         if ONE_PASS:
-            h = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, 0, N, lo_off, stride_ym, stride_yn, HAS_XS, HAS_WS,
+            h = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, 0, N, lo_off, stride_ym, stride_yn, up_off, HAS_XS, HAS_WS,
                          HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W, H_DTYPE, BLOCK_N)
             amax = tl.max(tl.abs(h))
             bad = tl.sum(tl.where(h == h, 0.0, 1.0)) > 0
@@ -65,8 +66,8 @@ def _epilogue_quant_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, q_ptr, s_ptr, M, N, lo_
             amax_v = tl.zeros((1, BLOCK_N), dtype=tl.float32)
             nans = tl.zeros((1, BLOCK_N), dtype=tl.float32)
             for n0 in range(0, N, BLOCK_N):
-                hk = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, HAS_XS, HAS_WS,
-                              HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W, H_DTYPE, BLOCK_N)
+                hk = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, up_off, HAS_XS,
+                              HAS_WS, HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W, H_DTYPE, BLOCK_N)
                 amax_v = tl.maximum(amax_v, tl.abs(hk))
                 nans += tl.where(hk == hk, 0.0, 1.0)
             amax = tl.max(amax_v)
@@ -79,8 +80,8 @@ def _epilogue_quant_kernel(y_ptr, xs_ptr, ws_ptr, b_ptr, q_ptr, s_ptr, M, N, lo_
             tl.store(q_row + offs[None, :], _quantize(h, inv, QMAX, FP8, HAND_ROUND), mask=(offs < N)[None, :])
         else:
             for n0 in range(0, N, BLOCK_N):
-                hk = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, HAS_XS, HAS_WS,
-                              HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W, H_DTYPE, BLOCK_N)
+                hk = _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn, up_off, HAS_XS,
+                              HAS_WS, HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W, H_DTYPE, BLOCK_N)
                 tl.store(q_row + n0 + offs[None, :], _quantize(hk, inv, QMAX, FP8, HAND_ROUND),
                          mask=(n0 + offs < N)[None, :])
 
@@ -115,7 +116,7 @@ def epilogue_quant(y: torch.Tensor, x_scale: torch.Tensor | None, w_scale: torch
         launch_kernel(_epilogue_quant_kernel, (rows,),
                       y, x_scale if x_scale is not None else y, w_scale if w_scale is not None else y,
                       bias if bias is not None else y, qv, s, m, N, planes[0] * y.stride(0) if planes else 0,
-                      y.stride(0), y.stride(1), qv.stride(0),
+                      *y_strides(y, N), qv.stride(0),
                       HAS_XS=x_scale is not None, HAS_WS=w_scale is not None, HAS_BIAS=bias is not None, GATED=gated,
                       ACT=act, PLANES=planes is not None, HI_W=float(planes[1]) if planes else 1.0,
                       LO_W=float(planes[2]) if planes else 1.0, H_DTYPE=_TL[h_dtype],
