@@ -1,7 +1,7 @@
 """torch.compile's gate / up pair (gated_pair) at large M against the block conversion: the Llama block converted per
 Linear and compiled (fullgraph, dynamic), beside the block conversion, int8 and fp8 W8A16; CUDA-graph µs (1 s windows)
 and GPU µs per kernel, plus which path each dense op took (dispatch.stats). Twenty-eighth session: before it the pair
-ran the mixed-input GEMM at M >= 1024 (about half rate) and had no cuBLAS route. usage: python .ci/pair_probe.py [M,..]"""
+ran the mixed-input GEMM at M >= 1024 (about half rate) and had no cuBLAS route (W8A16 or W8A8). usage: python .ci/pair_probe.py [M,..]"""
 import copy
 import os
 import sys
@@ -18,7 +18,8 @@ from fused.bench import make_block  # noqa: E402
 Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,8192").split(",")]
 base = make_block("llama", 4096, 14336, "cuda")
 models = {}
-for label, cfg in (("int8 W8A16", fused.FusedInt8MLP()), ("fp8 W8A16", fused.FusedFloat8MLP(weight_only=True))):
+for label, cfg in (("int8 W8A16", fused.FusedInt8MLP()), ("fp8 W8A16", fused.FusedFloat8MLP(weight_only=True)),
+                   ("fp8 W8A8", fused.FusedFloat8MLP())):
     models[f"{label} block"] = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
     models[f"{label} per-Linear + compile"] = torch.compile(fused.quantize(copy.deepcopy(base), cfg, blocks=False),
                                                             fullgraph=True, dynamic=True)

@@ -1043,6 +1043,11 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         path = _cuda_path(op, M, dynamic, wg.dtype, x.dtype)
         if CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(wg):
             path = _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path)
+        elif CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(wg):
+            key = ("gated_pair", m_bucket(M), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act)
+            pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, True),
+                               lambda: _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act), op)
+            path = CUBLAS_PATH if pick == "cublas" else path
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -1055,6 +1060,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         return reference.gated_pair_ref(x, wg, sg, bg, wu, su, bu, act, dynamic)
     if path == CUBLAS_W8A16_PATH:
         y = _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act)
+    elif path == CUBLAS_PATH:
+        y = _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act)
     else:
         y = _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
@@ -1071,6 +1078,34 @@ def _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act):
     torch.mm(x2, k.widen(wu, x2.dtype).t(), out=y[1])
     return scale_epilogue(y, None, torch.cat([sg, su]), None if bg is None else torch.cat([bg, bu]), act, True,
                           x2.dtype)
+
+
+def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
+    """_cublas_w8a8 for a gate / up pair in tensors of their own (gated_pair; the W8A8 route of torch.compile's pass,
+    as the stacked op has since the seventh session): x quantized once, two cuBLAS GEMMs into one [2, rows, H]
+    buffer, scale_epilogue reading gate and up apart."""
+    from fused.kernels.scale_epilogue import scale_epilogue
+
+    fp8 = wg.dtype == torch.float8_e4m3fn
+    M, dtype, H = x2.shape[0], x2.dtype, wg.shape[0]
+    xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
+    y = torch.empty((2, xq.shape[0], H), device=x2.device, dtype=torch.bfloat16 if fp8 else torch.int32)
+    ws = torch.cat([sg, su])
+    if fp8 and CUBLAS_FP8 != "unit" and M >= CUBLAS_FP8_MIN_M and xq.shape[0] == M:  # scales inside (CUBLAS_FP8)
+        for i, (w, s) in enumerate(((wg, sg), (wu, su))):
+            torch._scaled_mm(xq, w.t(), xs[:, None], s[None, :], out_dtype=torch.bfloat16,
+                             use_fast_accum=CUBLAS_FP8 == "rowwise_fast", out=y[i])
+        xs = ws = None  # applied
+    elif fp8:
+        one = _unit_scales.get(xq.device)
+        if one is None:
+            one = _unit_scales[xq.device] = torch.ones((), device=xq.device)
+        for i, w in enumerate((wg, wu)):
+            torch._scaled_mm(xq, w.t(), one, one, out_dtype=torch.bfloat16, out=y[i])
+    else:
+        for i, w in enumerate((wg, wu)):
+            torch._int_mm(xq, w.t(), out=y[i])
+    return scale_epilogue(y, xs, ws, None if bg is None else torch.cat([bg, bu]), act, True, dtype, m=M)
 
 
 def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:

@@ -1116,13 +1116,16 @@ def test_dispatch_fp8_split_awkward_inputs_interpreted(monkeypatch):
 def _fake_cublas(monkeypatch):
     """torch._scaled_mm / torch._int_mm emulated on the CPU with the semantics the route relies on (the real
     ones run in test_cublas_w8a8_cuda): [M, K] · [K, N] with a column-major second operand, unit scales."""
-    def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, **kw):
-        assert b.stride(0) == 1 and float(scale_a) == 1.0 and float(scale_b) == 1.0
-        return (a.float() @ b.float()).to(out_dtype)
+    def result(y, out):  # out= as the real ops take it (gated_pair's route writes each product into a buffer)
+        return y if out is None else out.copy_(y)
 
-    def int_mm(a, b):
+    def scaled_mm(a, b, scale_a, scale_b, out_dtype=None, out=None, **kw):
+        assert b.stride(0) == 1 and float(scale_a) == 1.0 and float(scale_b) == 1.0
+        return result((a.float() @ b.float()).to(out_dtype), out)
+
+    def int_mm(a, b, out=None):
         assert a.dtype == b.dtype == torch.int8 and a.shape[0] > 16 and b.stride(0) == 1
-        return (a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32)
+        return result((a.to(torch.int64) @ b.to(torch.int64)).to(torch.int32), out)
     monkeypatch.setattr(torch, "_scaled_mm", scaled_mm)
     monkeypatch.setattr(torch, "_int_mm", int_mm)
 
@@ -1145,6 +1148,13 @@ def test_cublas_w8a8_glue_emulated(fmt, gated, monkeypatch):
         got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
         assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 35, (M, fmt)
     assert dispatch._cublas_ok(q) and not dispatch._cublas_ok(q[:, :40]) and not dispatch._cublas_ok(q[:40])
+    if gated:  # the same for a gate / up pair in tensors of their own (gated_pair's route)
+        H = N // 2
+        for M in (1, 17, 40):
+            x = torch.randn(M, 128, dtype=torch.bfloat16)[:, ::2]
+            ref = gated_ref(x, q, s, b, "silu", dynamic=True)
+            got = dispatch._cublas_w8a8_pair(x, q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], "silu")
+            assert got.shape == ref.shape and sqnr(ref.float(), got.float()) > 35, (M, fmt)
 
 
 @pytest.mark.parametrize("mode", ["rowwise", "rowwise_fast"])
@@ -1169,6 +1179,10 @@ def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
         monkeypatch.setattr(dispatch, "CUBLAS_FP8", mode)
         got = dispatch._cublas_w8a8(x, q, s, b, "silu", gated)
         got_q = dispatch._cublas_w8a8(x, q, s, b, "silu", gated, q_rows=32)
+        if gated:  # gated_pair's route: the same forms with gate and up in tensors of their own
+            H = N // 2
+            pair = dispatch._cublas_w8a8_pair(x, q[:H], s[:H], b[:H], q[H:], s[H:], b[H:], "silu")
+            assert sqnr(got.float(), pair.float()) > 60, M
         monkeypatch.setattr(dispatch, "CUBLAS_FP8", "unit")
         assert sqnr(ref.float(), got.float()) > 35, M
         assert got_q.q.shape == (32, N // (2 if gated else 1)) and got_q.m == M
@@ -1346,6 +1360,33 @@ def test_cublas_w8a16_pair_route_cuda(fmt, monkeypatch):
     g.replay()
     torch.cuda.synchronize()
     assert dispatch.stats[("gated_pair", dispatch.CUBLAS_W8A16_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("fmt", FMTS)
+@pytest.mark.parametrize("M", [300, 2100])
+def test_cublas_w8a8_pair_route_cuda(fmt, M, monkeypatch):
+    """gated_pair W8A8 above the GEMV range offers its cuBLAS route; picked, a capture takes it (and eager calls
+    from CUBLAS_EAGER_MIN_M; rowwise scales inside the fp8 GEMM there), against the reference."""
+    from fused import dispatch
+
+    torch.manual_seed(0)
+    q, s = quantize_weight(torch.randn(512, 512, device="cuda"), fmt)
+    b = torch.randn(512, device="cuda")
+    x = torch.randn(M, 512, device="cuda", dtype=torch.bfloat16)
+    args = (q[:256], s[:256], b[:256], q[256:], s[256:], b[256:], "silu")
+    ref = gated_ref(x, q, s, b, "silu", dynamic=True)
+    offered, _, _ = _cublas_picked(monkeypatch, True)
+    got = dispatch.gated_pair(x, *args, dynamic=True)
+    eager = dispatch.stats[("gated_pair", dispatch.CUBLAS_PATH)]
+    assert offered == ["triton", "cublas"] and eager == (M >= dispatch.CUBLAS_EAGER_MIN_M)
+    assert sqnr(ref.float(), got.float()) > 35
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = dispatch.gated_pair(x, *args, dynamic=True)
+    g.replay()
+    torch.cuda.synchronize()
+    assert dispatch.stats[("gated_pair", dispatch.CUBLAS_PATH)] == eager + 1 and sqnr(ref.float(), out.float()) > 35
 
 
 @pytest.mark.cuda
