@@ -1,27 +1,17 @@
 """fused.kernels.w8a16_swap compiled for sm_90 without a GPU (run without TRITON_INTERPRET; with the H200's triton:
 PYTHONPATH=/tmp/fused_triton36 python .ci/swap_sass.py): per candidate, the wgmma form, whether its A operand (the
-widened weight) comes from registers, the wgmma waits in the PTX, registers and spills (cuobjdump), shared memory."""
+widened weight) comes from registers, the wgmma waits in the PTX, registers (cuobjdump), shared memory."""
 import os
 import re
-import subprocess
 import sys
-import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tests"), os.path.join(ROOT, ".ci")]
 import triton  # noqa: E402
 
 from sm90_compile import compile_sm90  # noqa: E402
 from fused.kernels import w8a16_swap as ws  # noqa: E402
-
-
-def res_usage(kernel) -> str:
-    f = tempfile.NamedTemporaryFile(suffix=".cubin", delete=False)
-    f.write(kernel.asm["cubin"])
-    f.close()
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-    return " ".join(re.findall(r"REG:\d+|STACK:\d+|LOCAL:\d+", out)[:3])
+from w8_gemm_sass import regs  # noqa: E402  (registers, from cuobjdump)
 
 
 print(f"triton {triton.__version__}")
@@ -49,4 +39,4 @@ for fp8 in (False, True):
             waits = sorted(set(re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx)))
             sts = len(re.findall(r"st\.shared", ptx))
             print(f"{label}: wgmma {forms} A-in-registers {a_regs}, waits {waits}, st.shared {sts}, "
-                  f"{res_usage(k)}, shared {k.metadata.shared // 1024} KB", flush=True)
+                  f"{regs(k)}, shared {k.metadata.shared // 1024} KB", flush=True)
