@@ -46,9 +46,11 @@ case "${1:-}" in
          # transposed-product W8A16 kernel (fused/kernels/w8a16_swap.py) per layer against the widening routes.
          # Prediction: within ~5% of widen+Triton minus the widening at M=1024-2048 (Llama down ~175-190 vs ~205 µs,
          # gate/up ~360-380 vs ~424-444); at 8192 behind cuBLAS. If it wins: `swapbench`, then FUSED_W8A16_SWAP on
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
+    timeout 140 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
       | tail -3
-    timeout 420 python3 .ci/swap_probe.py 1024,2048,8192 int8,float8_e4m3 2>&1 | filt | tee "$OUT/swap_probe.txt" ;;
+    # ~46 swap compiles for the tuner (4 layers x 2 formats x 5-6 tiles) and the widened routes' tuning: M=2048 left
+    # for a second call if 1024 / 8192 are close
+    timeout 430 python3 .ci/swap_probe.py 1024,8192 int8,float8_e4m3 2>&1 | filt | tee "$OUT/swap_probe.txt" ;;
   pair)  # twenty-eighth session, CPU-tested: gated_pair (torch.compile's gate/up pair of a per-Linear block) at M >= 1024
          # widens its weights (it ran the half-rate mixed-input GEMM) and has the cuBLAS routes (W8A16, W8A8). Prediction:
          # per-Linear + compile within ~3% of the block conversion at M=1024 / 8192 (Llama int8 W8A16 ~690 / ~4600 µs;
