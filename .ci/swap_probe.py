@@ -1,7 +1,8 @@
 """The transposed-product W8A16 kernel (fused.kernels.w8a16_swap) against the two widening routes of W8A16 at large M
-(dispatch: widen + cuBLAS + scale_epilogue; widen + Triton's 16-bit w8_gemm), per layer of the Llama and GPT blocks,
-int8 and fp8 weights: CUDA-graph µs, three rounds alternating the routes in one process, each output checked against
-the cuBLAS route's (SQNR), and the swap tuner's candidate times. usage: python .ci/swap_probe.py [M,...] [fmt,...]"""
+(dispatch: widen + cuBLAS + scale_epilogue; widen + Triton's 16-bit w8_gemm) and against split activations below
+dispatch.WIDEN_MIN_M, per layer of the Llama and GPT blocks, int8 and fp8 weights: CUDA-graph µs, three rounds
+alternating the routes in one process, the swap output's SQNR against the reference, and the swap tuner's candidate
+times. usage: python .ci/swap_probe.py [M,...] [fmt,...]"""
 import os
 import sys
 
@@ -12,6 +13,7 @@ sys.path.insert(0, os.getcwd())
 from fused import dispatch  # noqa: E402
 from fused.kernels import tuning  # noqa: E402
 from fused.kernels.w8a16_swap import w8a16_swap  # noqa: E402
+from fused.reference import gated_ref, linear_ref  # noqa: E402
 from lowbit import quantize_weight, sqnr  # noqa: E402
 
 Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,2048,8192").split(",")]
@@ -27,10 +29,15 @@ for fmt in fmts:
         b = torch.randn(R, device="cuda") if has_bias else None
         for M in Ms:
             x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-            routes = {"widen+cublas": lambda: dispatch._cublas_w8a16(x, q, s, b, act, gated),
-                      "widen+triton": lambda: dispatch._triton_dense("triton:w8_gemm", x, q, s, b, act, gated, False),
-                      "swap": lambda: w8a16_swap(x, q, s, b, act, gated)}
-            ref = routes["widen+cublas"]().float()
+            if M >= dispatch.WIDEN_MIN_M:
+                routes = {"widen+cublas": lambda: dispatch._cublas_w8a16(x, q, s, b, act, gated),
+                          "widen+triton": lambda: dispatch._triton_dense("triton:w8_gemm", x, q, s, b, act, gated,
+                                                                         False)}
+            else:  # the default path there: split activations (act_split + the split GEMM)
+                split = dispatch._cuda_path("gated" if gated else "linear", M, False, q.dtype, x.dtype)
+                routes = {"split": lambda: dispatch._triton_dense(split, x, q, s, b, act, gated, False)}
+            routes["swap"] = lambda: w8a16_swap(x, q, s, b, act, gated)
+            ref = (gated_ref if gated else linear_ref)(x, q, s, b, act).float()
             db = sqnr(ref, routes["swap"]().float())  # the first call tunes the swap tiles (FUSED_TUNE unset)
             gs = {k: dispatch._graph_replay(f) for k, f in routes.items()}
             rep = 1000 if M >= 4096 else 200

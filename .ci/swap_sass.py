@@ -1,5 +1,5 @@
 """fused.kernels.w8a16_swap compiled for sm_90 without a GPU (run without TRITON_INTERPRET; with the H200's triton:
-PYTHONPATH=/tmp/fused_triton36 python .ci/swap_sass.py): per candidate, the wgmma form, whether its A operand (the
+PYTHONPATH=/tmp/fused_triton36 python .ci/swap_sass.py [M]): per candidate, the wgmma form, whether its A operand (the
 widened weight) comes from registers, the wgmma waits in the PTX, registers (cuobjdump), shared memory."""
 import os
 import re
@@ -15,19 +15,20 @@ from w8_gemm_sass import regs  # noqa: E402  (registers, from cuobjdump)
 
 
 print(f"triton {triton.__version__}")
+M = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
 for fp8 in (False, True):
     for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
-        for cfg in ws._candidates(gated):
+        for cfg in ws._candidates(M, N, K, gated):
             w = "*fp8e4nv" if fp8 else "*i8"
             pointers = dict(x_ptr="*bf16", w_ptr=w, ws_ptr="*fp32", b_ptr="*fp32", wu_ptr=w, su_ptr="*fp32",
-                            bu_ptr="*fp32", y_ptr="*bf16")
-            ints = dict(M=1024, N=N, K=K, u_row0=N if gated else 0, stride_xm=K, stride_xk=1, stride_wn=K,
-                        stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
+                            bu_ptr="*fp32", y_ptr="*bf16", part_ptr="*fp32", count_ptr="*i32")
+            ints = dict(M=M, N=N, K=K, K_PER_SPLIT=-(-K // cfg["SPLIT_K"]), u_row0=N if gated else 0, stride_xm=K,
+                        stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
             consts = dict(GATED=gated, HAS_BIAS=False, ACT="silu" if gated else "none", DOT="native",
-                          FP8_AS_U8=False, EVEN_K=True, BLOCK_N=cfg["BLOCK_N"], BLOCK_M=cfg["BLOCK_M"],
-                          BLOCK_K=cfg["BLOCK_K"], GROUP_N=cfg["GROUP_N"])
+                          FP8_AS_U8=False, EVEN_K=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_N=cfg["BLOCK_N"],
+                          BLOCK_M=cfg["BLOCK_M"], BLOCK_K=cfg["BLOCK_K"], GROUP_N=cfg["GROUP_N"])
             label = (f"{'fp8 ' if fp8 else 'int8'} {'gated' if gated else 'down '} {cfg['BLOCK_N']}x{cfg['BLOCK_M']}"
-                     f"x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']}")
+                     f"x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']} split {cfg['SPLIT_K']}")
             try:
                 r = compile_sm90(ws._w8a16_swap_kernel, pointers, ints, consts, cfg["num_warps"], cfg["num_stages"])
             except Exception as e:  # noqa: BLE001

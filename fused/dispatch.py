@@ -396,6 +396,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
         elif M <= GEMV_ROUTE_MAX_M and path in (SPLIT_PATH, SPLIT_ONE_PATH):
             path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
+        elif W8A16_SWAP and path in (SPLIT_PATH, SPLIT_ONE_PATH):
+            path = _swap_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -631,9 +633,29 @@ SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
 # Prepared in the twenty-eighth session on the CPU (sm_90 compiles: A in registers, no spills), not yet measured:
 # off until `bash .ci/h200_next.sh swap` shows it. Prediction: layers at M=1024 within ~5% of Triton's bf16 GEMM on
 # the widened copy minus the widening (Llama down ~175-190 vs ~205 µs, gate/up ~360-380 vs ~424), block int8 W8A16
-# M=1024 ~690 -> ~580-620; at 8192 cuBLAS keeps the route. FUSED_W8A16_SWAP=1: offered.
+# M=1024 ~690 -> ~580-620; at 8192 cuBLAS keeps the route. Also offered against split activations at
+# GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (_swap_route; split-K tiles there). FUSED_W8A16_SWAP=1: offered.
 W8A16_SWAP = os.environ.get("FUSED_W8A16_SWAP", "0") == "1"
 SWAP_PATH = "triton:w8a16_swap"
+
+
+def _swap_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (split activations) or SWAP_PATH for a W8A16 shape at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (W8A16_SWAP),
+    timed per shape on its first eager call (untimed: the split path). Why: split activations double the 8-bit MMA
+    work (Llama int8 W8A16 at M=128: 114 µs, issue 3's target 75), the transposed product does the bf16 MMA work once
+    with no act_split launch; prepared in the twenty-eighth session with split-K tiles for these M, not yet timed."""
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "swap")
+    if key not in _dense_routes and (os.environ.get("FUSED_TUNE") == "0"
+                                     or (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+        return path
+    gated = op == "gated"
+    others = {}
+    if key not in _dense_routes:
+        swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
+        _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
+    pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
+                       w8a16=True, others=others or None)
+    return SWAP_PATH if pick == "swap" else path
 
 
 def _split_applies(wdtype, xdtype) -> bool:

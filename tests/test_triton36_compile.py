@@ -63,17 +63,20 @@ for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
 import re
 from fused.kernels import w8a16_swap as ws
 for fp8 in (False, True):  # the transposed W8A16 product: the widened weight must be wgmma's register operand
-    for gated, N, K in ((True, 14336, 4096), (False, 4096, 14336)):
-        c, w = ws._candidates(gated)[0], '*fp8e4nv' if fp8 else '*i8'
+    for M, gated, N, K in ((1024, True, 14336, 4096), (1024, False, 4096, 14336), (128, False, 4096, 14336)):
+        c = max(ws._candidates(M, N, K, gated), key=lambda c: c['SPLIT_K'])  # split-K ones at M=128
+        w = '*fp8e4nv' if fp8 else '*i8'
         k = compile_sm90(ws._w8a16_swap_kernel, dict(x_ptr='*bf16', w_ptr=w, ws_ptr='*fp32', b_ptr='*fp32', wu_ptr=w,
-                         su_ptr='*fp32', bu_ptr='*fp32', y_ptr='*bf16'), dict(M=1024, N=N, K=K, u_row0=N if gated else 0,
-                         stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N,
-                         stride_yn=1), dict(GATED=gated, HAS_BIAS=True, ACT='silu', DOT='native', FP8_AS_U8=False,
-                         EVEN_K=True, BLOCK_N=c['BLOCK_N'], BLOCK_M=c['BLOCK_M'], BLOCK_K=c['BLOCK_K'],
-                         GROUP_N=c['GROUP_N']), c['num_warps'], c['num_stages'])
+                         su_ptr='*fp32', bu_ptr='*fp32', y_ptr='*bf16', part_ptr='*fp32', count_ptr='*i32'),
+                         dict(M=M, N=N, K=K, u_row0=N if gated else 0, K_PER_SPLIT=-(-K // c['SPLIT_K']),
+                              stride_xm=K, stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N,
+                              stride_yn=1),
+                         dict(GATED=gated, HAS_BIAS=True, ACT='silu', DOT='native', FP8_AS_U8=False, EVEN_K=True,
+                              SPLIT_K=c['SPLIT_K'], BLOCK_N=c['BLOCK_N'], BLOCK_M=c['BLOCK_M'], BLOCK_K=c['BLOCK_K'],
+                              GROUP_N=c['GROUP_N']), c['num_warps'], c['num_stages'])
         if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k['ptx']):
-            out.append(f'w8a16_swap fp8={fp8} gated={gated}: the widened weight is not a register operand of wgmma')
-        audit(f'w8a16_swap fp8={fp8} gated={gated}', k['kernel'].asm['ttgir'])
+            out.append(f'w8a16_swap M={M} fp8={fp8} gated={gated}: the widened weight is no register operand')
+        audit(f'w8a16_swap M={M} fp8={fp8} gated={gated} {c}', k['kernel'].asm['ttgir'])
 print(out)
 """
 

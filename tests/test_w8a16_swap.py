@@ -52,17 +52,39 @@ def test_swap_bad_inputs():
     assert ws.w8a16_swap(torch.randn(0, 16, dtype=torch.bfloat16), q, s).shape == (0, 8)
 
 
+@pytest.mark.parametrize("gated", [False, True])
+def test_swap_split_k_interpreted(gated, monkeypatch):
+    """Split-K (the partials summed in a fixed order by the program that finishes the tile), with a K tail in the
+    last split, against the unsplit kernel and the reference; the counters are left at zero for the next call."""
+    from fused.kernels import splitk
+
+    _poison_empty(monkeypatch, ws)
+    monkeypatch.setattr(splitk, "_workspace", {})
+    torch.manual_seed(6)
+    x, q, s, b = _case(19, 21, 200, "int8", gated, True, torch.bfloat16, "cpu", "plain")
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
+    base = dict(BLOCK_N=16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4)
+    want = ws.w8a16_swap(x, q, s, b, "silu", gated, config=dict(base, SPLIT_K=1))
+    for split in (2, 3):
+        got = ws.w8a16_swap(x, q, s, b, "silu", gated, config=dict(base, SPLIT_K=split))
+        assert sqnr(ref, got) > 40 and sqnr(want.float(), got.float()) > 50, split
+        assert not splitk._workspace[x.device][1].any()
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 @pytest.mark.parametrize("gated", [False, True])
-def test_swap_cuda(fmt, gated, monkeypatch):
-    """Every large-M candidate (the tuner's list) on a Llama-like shape with odd M, and a strided x."""
+@pytest.mark.parametrize("M", [1029, 129])
+def test_swap_cuda(fmt, gated, M, monkeypatch):
+    """Candidates of the tuner's list for M (the first two, and up to two split-K ones below 1024) on a Llama-like
+    shape with odd M, and a strided x."""
     _poison_empty(monkeypatch, ws)
     torch.manual_seed(0)
-    M, N, K = 1029, 1024 + 8, 2048
+    N, K = 1024 + 8, 2048
     x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cuda", "3d_offset")
     ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
-    for cfg in ws._candidates(gated):
+    cands = ws._candidates(M, N, K, gated)
+    for cfg in cands[:2] + [c for c in cands if c["SPLIT_K"] > 1][:2]:
         y = ws.w8a16_swap(x, q, s, b, "silu", gated, config=cfg)
         assert sqnr(ref.float(), y.float()) > 40, cfg
 
@@ -79,10 +101,11 @@ def test_swap_path_in_dispatch(gated):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("gated", [False, True, "pair"])
-def test_swap_route_cuda(gated, monkeypatch):
-    """With FUSED_W8A16_SWAP the route of a W8A16 shape at M >= WIDEN_MIN_M offers the transposed product; picked,
-    it runs in eager calls and under CUDA-graph capture, against the reference."""
+@pytest.mark.parametrize("gated,M", [(False, 1100), (True, 1100), ("pair", 1100), (False, 300), (True, 300)])
+def test_swap_route_cuda(gated, M, monkeypatch):
+    """With FUSED_W8A16_SWAP the route of a W8A16 shape offers the transposed product, at M >= WIDEN_MIN_M (against
+    the widening routes) and below (against split activations); picked, it runs in eager calls and under CUDA-graph
+    capture, against the reference."""
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "W8A16_SWAP", True)
@@ -93,7 +116,7 @@ def test_swap_route_cuda(gated, monkeypatch):
                         offered.extend(cands) or ("swap", "swap"))
     dispatch.stats.clear()
     torch.manual_seed(0)
-    x, q, s, b = _case(1100, 256, 512, "int8", bool(gated), True, torch.bfloat16, "cuda", "plain")
+    x, q, s, b = _case(M, 256, 512, "int8", bool(gated), True, torch.bfloat16, "cuda", "plain")
     ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
     if gated == "pair":  # gate and up in tensors of their own (torch.compile's pass)
         name, H = "gated_pair", q.shape[0] // 2

@@ -28,6 +28,7 @@ import triton.language as tl
 from fused.kernels import INTERPRET, cdiv, check_out, up_operands
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
+from fused.kernels.splitk import buffers, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8_gemm import grouped_tile
 
@@ -44,15 +45,19 @@ def _widened(w, x, FP8_AS_U8: tl.constexpr, DOT: tl.constexpr):
 
 @triton.jit
 def _w8a16_swap_kernel(
-    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, M, N, K, u_row0,
+    x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0,
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
-    EVEN_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr,
 ):
-    pid_n, pid_m = grouped_tile(tl.program_id(0), N, M, BLOCK_N, BLOCK_M, GROUP_N)
+    tile_id = tl.program_id(0)
+    pid_k = tl.program_id(1)  # K split (SPLIT_K > 1 where the tiles alone leave SMs idle: small M, long K)
+    pid_n, pid_m = grouped_tile(tile_id, N, M, BLOCK_N, BLOCK_M, GROUP_N)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows: the accumulator's rows
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # tokens: its columns
-    rk = tl.arange(0, BLOCK_K)
+    k_lo = pid_k * K_PER_SPLIT  # a multiple of BLOCK_K
+    rk = k_lo + tl.arange(0, BLOCK_K)
     n_ok = offs_n < N
     m_ok = offs_m < M
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + rk[None, :] * stride_wk
@@ -60,7 +65,7 @@ def _w8a16_swap_kernel(
     xt_ptrs = x_ptr + offs_m[None, :] * stride_xm + rk[:, None] * stride_xk  # xᵀ tile [BLOCK_K, BLOCK_M]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for k in range(0, tl.cdiv(tl.minimum(K_PER_SPLIT, K - k_lo), BLOCK_K)):
         if EVEN_K:
             w_mask = n_ok[:, None]
             x_mask = m_ok[None, :]
@@ -84,6 +89,12 @@ def _w8a16_swap_kernel(
         w_ptrs += BLOCK_K * stride_wk
         xt_ptrs += BLOCK_K * stride_xk
 
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT_K > 1:  # the program that finishes the tile sums the partials in a fixed order (fused.kernels.splitk)
+        acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, tile_id, pid_k, SPLIT_K, GATED, BLOCK_N,
+                                         BLOCK_M)
+        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        out_mask = out_mask & (tile < live)  # only the program that finished the tile stores it
     # the epilogue in the transposed layout (per-row channel scale and bias), in w8_gemm.tile_epilogue's order of
     # operations; only the finished tile, in the output dtype, is transposed for the store
     y = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
@@ -96,19 +107,32 @@ def _w8a16_swap_kernel(
             u += tl.load(bu_ptr + u_row0 + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
         y = y * u
     out = tl.trans(y.to(y_ptr.dtype.element_ty))  # [BLOCK_M, BLOCK_N]
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, out,
-             mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :] * stride_yn, out, mask=out_mask)
 
 
-def _candidates(gated: bool) -> list[dict]:
-    """Large-M tiles: the accumulators take BLOCK_N·BLOCK_M·(2 if gated) fp32 values over the program's threads
-    (<= 128 registers a thread); 8 warps are two warpgroups, each owning 64 or 128 weight rows."""
-    tiles = ([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (64, 256, 64, 3, 8),
-              (128, 128, 128, 3, 8)] if gated else
-             [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
-              (128, 256, 128, 3, 8), (64, 256, 64, 4, 4)])
-    return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, num_stages=st, num_warps=wp)
-            for bn, bm, bk, st, wp in tiles]
+def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
+    """Large M: big tiles, no split. Below dispatch.WIDEN_MIN_M: tiles of 64 or 128 tokens and weight rows, with
+    split-K where the tiles alone would leave most of the 132 SMs idle (the down projection at M=128: 32-64 tiles).
+    The accumulators take BLOCK_N·BLOCK_M·(2 if gated) fp32 values over the program's threads (<= 128 registers a
+    thread); 8 warps are two warpgroups, each owning 64 weight rows of the tile or half its tokens."""
+    if M >= 1024:
+        tiles = ([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (64, 256, 64, 3, 8),
+                  (128, 128, 128, 3, 8)] if gated else
+                 [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
+                  (128, 256, 128, 3, 8), (64, 256, 64, 4, 4)])
+        return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=1, num_stages=st, num_warps=wp)
+                for bn, bm, bk, st, wp in tiles]
+    out = []
+    for bn, bm, bk, st, wp in [(64, 64, 128, 4, 4), (64, 128, 128, 3, 4), (128, 64, 128, 3, 8), (128, 128, 64, 3, 8),
+                               (64, 128, 64, 4, 4)]:
+        if bm > max(64, M) or (gated and bn * bm > 64 * 128):  # no tile wider than M; gated: two accumulators
+            continue
+        tiles = -(-N // bn) * -(-M // bm)
+        for split in sorted({1, min(8, max(1, 132 // tiles)), min(16, max(1, 264 // tiles))}):
+            if split == 1 or K // split >= 4 * bk:
+                out.append(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=split, num_stages=st,
+                                num_warps=wp))
+    return out
 
 
 def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
@@ -134,19 +158,26 @@ def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
 
     def launch(cfg):
         bn, bm, bk = cfg["BLOCK_N"], cfg["BLOCK_M"], cfg["BLOCK_K"]
-        launch_kernel(_w8a16_swap_kernel, (cdiv(N, bn) * cdiv(M, bm),),
+        tiles = cdiv(N, bn) * cdiv(M, bm)
+        k_per = cdiv(cdiv(K, cfg.get("SPLIT_K", 1)), bk) * bk
+        split = cdiv(K, k_per)  # no empty splits
+        if split > 1:
+            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bn * bm, tiles)
+        else:
+            part = count = y  # unused
+        launch_kernel(_w8a16_swap_kernel, (tiles, split),
                       x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y,
-                      M, N, K, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1),
-                      y.stride(0), y.stride(1), GATED=gated, HAS_BIAS=bias is not None, ACT=act,
-                      DOT="fp32" if INTERPRET else "native", FP8_AS_U8=as_u8, EVEN_K=K % bk == 0,
-                      BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"],
+                      part, count, M, N, K, k_per, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
+                      wu.stride(0), wu.stride(1), y.stride(0), y.stride(1), GATED=gated, HAS_BIAS=bias is not None,
+                      ACT=act, DOT="fp32" if INTERPRET else "native", FP8_AS_U8=as_u8, EVEN_K=K % bk == 0,
+                      SPLIT_K=split, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"],
                       num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
 
     if config is None:
         if INTERPRET:
             cands = lambda: [dict(BLOCK_N=16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4)]  # noqa
         else:
-            cands = lambda: _candidates(gated)  # noqa: E731
+            cands = lambda: _candidates(M, N, K, gated)  # noqa: E731
         config = pick("w8a16_swap", (m_bucket(M), N, K, gated, qweight.dtype, x.dtype), cands, launch)
     launch(config)
     return y
