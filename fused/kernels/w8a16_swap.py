@@ -17,7 +17,10 @@ session inside w8_gemm (same candidates as the unswapped tiles, small-M tiles) a
 large-M tiles (up to 256 tokens per tile) and is timed per shape against the widening routes (dispatch.W8A16_SWAP).
 
 Tiles: each program owns BLOCK_N weight rows × BLOCK_M tokens, in grouped order over the weight tiles (GROUP_N weight
-tiles walk the token tiles together, so a weight tile is read from memory about once while x stays in L2).
+tiles walk the token tiles together, so a weight tile is read from memory about once while x stays in L2). Below
+M=1024 the candidates add split-K (fused.kernels.splitk: partials summed in a fixed order by the program that finishes
+the tile), since a few token tiles leave most SMs idle on a long K (the down projection at M=128: 32-64 tiles);
+there the kernel competes with split activations (dispatch._swap_route).
 """
 from __future__ import annotations
 
