@@ -230,6 +230,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
                             "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
+                if W8A16_SWAP:
+                    why += ("; the transposed product (w8a16_swap: the widened weight tile as the tensor cores' "
+                            "register operand, no widened copy) is timed against those routes per shape (W8A16_SWAP)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")

@@ -132,3 +132,13 @@ def test_swap_route_cuda(gated, M, monkeypatch):
     g.replay()
     torch.cuda.synchronize()
     assert dispatch.stats[(name, dispatch.SWAP_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
+
+
+def test_swap_in_explain(monkeypatch):
+    """`explain`'s text says when the transposed product is offered (W8A16_SWAP), and not otherwise."""
+    from fused import dispatch
+
+    for on in (False, True):
+        monkeypatch.setattr(dispatch, "W8A16_SWAP", on)
+        _, why = dispatch.plan("gated", "int8", False, "cuda")
+        assert ("transposed product" in why) == on, why
