@@ -38,6 +38,18 @@ def buffers(device, part_numel: int, tiles: int):
     return ws
 
 
+def plan_split(device, K: int, split: int, block_k: int, tiles: int, tile_numel: int, gated: bool, unused):
+    """(K per split, splits, partials, counters) of a split-K launch: K cut into ``split`` runs of whole BLOCK_K
+    steps (no empty splits), the workspace sized for ``tiles`` tiles of ``tile_numel`` accumulators (two when
+    gated); ``unused`` stands in for both buffers when there is one split."""
+    k_per = -(-(-(-K // split)) // block_k) * block_k
+    split = -(-K // k_per)
+    if split == 1:
+        return k_per, 1, unused, unused
+    part, count = buffers(device, tiles * split * (2 if gated else 1) * tile_numel, tiles)
+    return k_per, split, part, count
+
+
 @triton.jit
 def _store_part(ptrs, acc):
     if acc.dtype == tl.int32:  # exact: int32 sums are carried as their bits

@@ -26,7 +26,7 @@ from fused.kernels.act_quant import _quantize, reciprocal
 from fused.kernels.act_split import FP8_LO, split_planes
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.splitk import buffers, splitk_reduce
+from fused.kernels.splitk import plan_split, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
@@ -388,13 +388,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             raise ValueError(f"w8_gemm: a STACK config needs act_split's planes (x_split, not quantize_x): {cfg}")
         out_m = bm // 2 if stack else bm  # output rows per tile
         tiles = cdiv(M, out_m) * cdiv(N, bn)
-        split = cfg.get("SPLIT_K", 1)
-        k_per = cdiv(cdiv(K, split), bk) * bk
-        split = cdiv(K, k_per)  # no empty splits
-        if split > 1:
-            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * out_m * bn, tiles)
-        else:
-            part = count = y  # unused
+        k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, out_m * bn, gated, y)
         launch_kernel(_w8_gemm_kernel, (tiles, split),
             xk, x_scale if x_scale is not None else wscale, w, wscale, bias if bias is not None else wscale,
             wu, su, bu if bu is not None else su, y, part, count,

@@ -31,7 +31,7 @@ import triton.language as tl
 from fused.kernels import INTERPRET, cdiv, check_out, up_operands
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
-from fused.kernels.splitk import buffers, splitk_reduce
+from fused.kernels.splitk import plan_split, splitk_reduce
 from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8_gemm import grouped_tile
 
@@ -162,12 +162,7 @@ def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     def launch(cfg):
         bn, bm, bk = cfg["BLOCK_N"], cfg["BLOCK_M"], cfg["BLOCK_K"]
         tiles = cdiv(N, bn) * cdiv(M, bm)
-        k_per = cdiv(cdiv(K, cfg.get("SPLIT_K", 1)), bk) * bk
-        split = cdiv(K, k_per)  # no empty splits
-        if split > 1:
-            part, count = buffers(x.device, tiles * split * (2 if gated else 1) * bn * bm, tiles)
-        else:
-            part = count = y  # unused
+        k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, bn * bm, gated, y)
         launch_kernel(_w8a16_swap_kernel, (tiles, split),
                       x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y,
                       part, count, M, N, K, k_per, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
