@@ -508,6 +508,14 @@ def _cublas_ok(qweight) -> bool:
     return qweight.is_contiguous() and qweight.shape[0] % 16 == 0 and qweight.shape[1] % 16 == 0
 
 
+def _unit_scale(device) -> torch.Tensor:
+    """A cached fp32 1 on ``device`` (the unit scales of torch._scaled_mm's tensorwise form)."""
+    one = _unit_scales.get(device)
+    if one is None:
+        one = _unit_scales[device] = torch.ones((), device=device)
+    return one
+
+
 def _library_rows(m: int, fp8: bool) -> int:
     """Rows the cuBLAS / cuSPARSELt 8-bit products want of their dense operand: a multiple of 16, and more
     than 16 for int8 (zero rows, written by act_quant / act_split, sliced off after)."""
@@ -538,9 +546,7 @@ def _cublas_w8a8(x2, qweight, wscale, bias, act, gated, q_in=None, q_rows=None):
             return y
         xs = wscale = None  # applied
     elif fp8:
-        one = _unit_scales.get(xq.device)
-        if one is None:
-            one = _unit_scales[xq.device] = torch.ones((), device=xq.device)
+        one = _unit_scale(xq.device)
         y = torch._scaled_mm(xq, qweight.t(), one, one, out_dtype=torch.bfloat16)
     else:
         y = torch._int_mm(xq, qweight.t())
@@ -623,9 +629,10 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 # traffic at M=1024 (H200, twenty-seventh session: int8 W8A16 699.5 µs vs bf16 eager 584.1, fp8 702.5), while
 # split doubles the MMA work on 8-bit operands (2x bf16's rate): M=512 took 364.9 (int8) / 335.2 (fp8) through split
 # (first sessions), so ~650-730 at 1024 is a near tie that only a timing can settle; at M=8192 split's doubled
-# work loses (2x the W8A8 block's ~2500 µs against ~4470 widened). Prepared after the last device call of the
-# twenty-seventh session, not yet measured (`bash .ci/h200_next.sh sustain` shows the picks at 1024 in
-# bench.json). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
+# work loses (2x the W8A8 block's ~2500 µs against ~4470 widened). Measured (H200, twenty-eighth session, `bash
+# .ci/h200_next.sh sustain`, graph µs at M=1024): split won only the GPT fp8 first layer (233.5 vs 254.3 Triton /
+# 259.2 cuBLAS; GPT fp8 W8A16 block 550.7 -> 501.3); elsewhere the widened copy stays (Llama int8 gate/up: split 475
+# vs 424 cuBLAS). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
 SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
 
 
@@ -642,18 +649,25 @@ W8A16_SWAP = os.environ.get("FUSED_W8A16_SWAP", "0") == "1"
 SWAP_PATH = "triton:w8a16_swap"
 
 
+def _may_time(key, x2) -> bool:
+    """Whether this call may time the routes of ``key``, not measured yet: routes are timed unless FUSED_TUNE=0, and
+    never under CUDA-graph capture."""
+    return (key not in _dense_routes and os.environ.get("FUSED_TUNE") != "0"
+            and not (x2.is_cuda and torch.cuda.is_current_stream_capturing()))
+
+
 def _swap_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (split activations) or SWAP_PATH for a W8A16 shape at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (W8A16_SWAP),
     timed per shape on its first eager call (untimed: the split path). Why: split activations double the 8-bit MMA
     work (Llama int8 W8A16 at M=128: 114 µs, issue 3's target 75), the transposed product does the bf16 MMA work once
     with no act_split launch; prepared in the twenty-eighth session with split-K tiles for these M, not yet timed."""
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "swap")
-    if key not in _dense_routes and (os.environ.get("FUSED_TUNE") == "0"
-                                     or (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+    timing = _may_time(key, x2)
+    if key not in _dense_routes and not timing:
         return path
     gated = op == "gated"
     others = {}
-    if key not in _dense_routes:
+    if timing:
         swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
@@ -674,13 +688,11 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "w8a16")
     gated = op == "gated"
     others = {}
-    if (key[1] <= SPLIT_ROUTE_MAX_M and key not in _dense_routes  # by M bucket, as the key; offered once per key
-            and _split_applies(qweight.dtype, x2.dtype) and os.environ.get("FUSED_TUNE") != "0"  # else untimed
-            and not (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+    timing = _may_time(key, x2)  # candidates offered once per key (an M bucket)
+    if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if (W8A16_SWAP and key not in _dense_routes and x2.dtype in (torch.bfloat16, torch.float16)
-            and os.environ.get("FUSED_TUNE") != "0" and not (x2.is_cuda and torch.cuda.is_current_stream_capturing())):
+    if timing and W8A16_SWAP and x2.dtype in (torch.bfloat16, torch.float16):
         swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
@@ -1115,21 +1127,19 @@ def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
     M, dtype, H = x2.shape[0], x2.dtype, wg.shape[0]
     xq, xs = _triton_kernels().act_quant(x2, fp8=fp8, rows=_library_rows(M, fp8))
     y = torch.empty((2, xq.shape[0], H), device=x2.device, dtype=torch.bfloat16 if fp8 else torch.int32)
-    ws = torch.cat([sg, su])
     if fp8 and CUBLAS_FP8 != "unit" and M >= CUBLAS_FP8_MIN_M and xq.shape[0] == M:  # scales inside (CUBLAS_FP8)
         for i, (w, s) in enumerate(((wg, sg), (wu, su))):
             torch._scaled_mm(xq, w.t(), xs[:, None], s[None, :], out_dtype=torch.bfloat16,
                              use_fast_accum=CUBLAS_FP8 == "rowwise_fast", out=y[i])
         xs = ws = None  # applied
-    elif fp8:
-        one = _unit_scales.get(xq.device)
-        if one is None:
-            one = _unit_scales[xq.device] = torch.ones((), device=xq.device)
-        for i, w in enumerate((wg, wu)):
-            torch._scaled_mm(xq, w.t(), one, one, out_dtype=torch.bfloat16, out=y[i])
     else:
+        ws = torch.cat([sg, su])
         for i, w in enumerate((wg, wu)):
-            torch._int_mm(xq, w.t(), out=y[i])
+            if fp8:
+                torch._scaled_mm(xq, w.t(), _unit_scale(xq.device), _unit_scale(xq.device), out_dtype=torch.bfloat16,
+                                 out=y[i])
+            else:
+                torch._int_mm(xq, w.t(), out=y[i])
     return scale_epilogue(y, xs, ws, None if bg is None else torch.cat([bg, bu]), act, True, dtype, m=M)
 
 
@@ -1141,8 +1151,7 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     instead of one of 2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Prepared on the CPU, not yet timed."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
-    if (W8A16_SWAP and key not in _dense_routes and os.environ.get("FUSED_TUNE") != "0"
-            and not torch.cuda.is_current_stream_capturing()):
+    if W8A16_SWAP and _may_time(key, x2):
         swap = lambda: _triton_kernels().w8a16_swap(x2, wg, sg, bg, act, True, up=(wu, su, bu))  # noqa: E731
         _offer(others, "swap", swap, swap, "gated_pair", "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),

@@ -1238,6 +1238,16 @@ def test_cublas_fp8_rowwise_cuda(mode, monkeypatch):
                 assert torch.equal(got, unit)
 
 
+def _replayed(fn):
+    """fn()'s output from a CUDA graph of it, captured and replayed once (what a capture of the call runs)."""
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        out = fn()
+    g.replay()
+    torch.cuda.synchronize()
+    return out
+
+
 def _cublas_picked(monkeypatch, gated):
     """Route timings replaced by "cuBLAS wins, eager and graph", recording the candidates offered; stats cleared.
     Returns (offered, the dispatch op, its stats name)."""
@@ -1272,11 +1282,7 @@ def test_cublas_w8a8_cuda(fmt, gated, monkeypatch):
     got = op(x, q, s, b, "silu", dynamic=True)  # eager: timed, but the (replayable) Triton path runs
     assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 0
     assert sqnr(ref.float(), got.float()) > 35
-    g = torch.cuda.CUDAGraph()  # a capture takes the graph pick
-    with torch.cuda.graph(g):
-        out = op(x, q, s, b, "silu", dynamic=True)
-    g.replay()
-    torch.cuda.synchronize()
+    out = _replayed(lambda: op(x, q, s, b, "silu", dynamic=True))  # a capture takes the graph pick
     assert dispatch.stats[(name, dispatch.CUBLAS_PATH)] == 1 and offered == ["triton", "cublas"]
     assert sqnr(ref.float(), out.float()) > 35
     # from CUBLAS_EAGER_MIN_M eager calls take the eager pick too (cuBLAS here)
@@ -1310,11 +1316,7 @@ def test_cublas_w8a16_cuda(fmt, gated, monkeypatch):
     got = op(x, q, s, b, "silu")
     assert offered == ["triton", "cublas"] and dispatch.stats[(name, dispatch.CUBLAS_W8A16_PATH)] == 1
     assert sqnr(ref.float(), got.float()) > 40
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = op(x, q, s, b, "silu")
-    g.replay()
-    torch.cuda.synchronize()
+    out = _replayed(lambda: op(x, q, s, b, "silu"))
     assert dispatch.stats[(name, dispatch.CUBLAS_W8A16_PATH)] == 2 and offered == ["triton", "cublas"]
     assert sqnr(ref.float(), out.float()) > 40
     small = op(x[:300], q, s, b, "silu")  # below WIDEN_MIN_M: not offered
@@ -1354,11 +1356,7 @@ def test_cublas_w8a16_pair_route_cuda(fmt, monkeypatch):
     got = dispatch.gated_pair(x, *args)
     assert offered == ["triton", "cublas"] and dispatch.stats[("gated_pair", dispatch.CUBLAS_W8A16_PATH)] == 1
     assert sqnr(ref.float(), got.float()) > 40
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = dispatch.gated_pair(x, *args)
-    g.replay()
-    torch.cuda.synchronize()
+    out = _replayed(lambda: dispatch.gated_pair(x, *args))
     assert dispatch.stats[("gated_pair", dispatch.CUBLAS_W8A16_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
 
 
@@ -1381,11 +1379,7 @@ def test_cublas_w8a8_pair_route_cuda(fmt, M, monkeypatch):
     eager = dispatch.stats[("gated_pair", dispatch.CUBLAS_PATH)]
     assert offered == ["triton", "cublas"] and eager == (M >= dispatch.CUBLAS_EAGER_MIN_M)
     assert sqnr(ref.float(), got.float()) > 35
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = dispatch.gated_pair(x, *args, dynamic=True)
-    g.replay()
-    torch.cuda.synchronize()
+    out = _replayed(lambda: dispatch.gated_pair(x, *args, dynamic=True))
     assert dispatch.stats[("gated_pair", dispatch.CUBLAS_PATH)] == eager + 1 and sqnr(ref.float(), out.float()) > 35
 
 
@@ -1417,11 +1411,7 @@ def test_gemv_route_cuda(fmt, gated, monkeypatch):
             assert sqnr(ref_of(x).float(), got.float()) > 40, (real, M)
             if not real:
                 assert offered[-2:] == ["split", "gemv"] and dispatch.stats[(name, dispatch.GEMV_PATH)] == 1
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g):
-                    out = op(x, q, s, b, "silu")
-                g.replay()
-                torch.cuda.synchronize()
+                out = _replayed(lambda: op(x, q, s, b, "silu"))
                 assert dispatch.stats[(name, dispatch.GEMV_PATH)] == 2 and torch.equal(out, got)
     assert offered == ["split", "gemv"]  # one timing per M bucket: 17 and 32 share bucket 32
     x = torch.randn(33, 500, device="cuda", dtype=torch.bfloat16)

@@ -6,7 +6,7 @@ import torch
 from fused.kernels import w8a16_swap as ws
 from fused.reference import gated_ref, linear_ref
 from lowbit import quantize_weight, sqnr
-from test_kernels_w8 import ACTS, FMTS, _case, _min_db, _poison_empty
+from test_kernels_w8 import ACTS, FMTS, _case, _min_db, _poison_empty, _replayed
 
 
 @pytest.mark.parametrize("fmt", FMTS)
@@ -126,11 +126,7 @@ def test_swap_route_cuda(gated, M, monkeypatch):
     got = op(x, q, s, b, "silu")
     assert "swap" in offered and dispatch.stats[(name, dispatch.SWAP_PATH)] == 1
     assert sqnr(ref.float(), got.float()) > 40
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        out = op(x, q, s, b, "silu")
-    g.replay()
-    torch.cuda.synchronize()
+    out = _replayed(lambda: op(x, q, s, b, "silu"))
     assert dispatch.stats[(name, dispatch.SWAP_PATH)] == 2 and sqnr(ref.float(), out.float()) > 40
 
 

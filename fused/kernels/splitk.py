@@ -11,6 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
+from fused.kernels import cdiv
 from fused.kernels.launch import persistent
 
 _workspace: dict = {}
@@ -42,8 +43,8 @@ def plan_split(device, K: int, split: int, block_k: int, tiles: int, tile_numel:
     """(K per split, splits, partials, counters) of a split-K launch: K cut into ``split`` runs of whole BLOCK_K
     steps (no empty splits), the workspace sized for ``tiles`` tiles of ``tile_numel`` accumulators (two when
     gated); ``unused`` stands in for both buffers when there is one split."""
-    k_per = -(-(-(-K // split)) // block_k) * block_k
-    split = -(-K // k_per)
+    k_per = cdiv(cdiv(K, split), block_k) * block_k
+    split = cdiv(K, k_per)
     if split == 1:
         return k_per, 1, unused, unused
     part, count = buffers(device, tiles * split * (2 if gated else 1) * tile_numel, tiles)
