@@ -54,5 +54,6 @@ for fmt in fmts:
                 best = sorted(tuning.timings[key], key=lambda r: r[0])[:3]
                 print("    swap tiles (tuner, L2 flushed): " + "; ".join(
                     f"{t} µs {c['BLOCK_N']}x{c['BLOCK_M']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}"
+                    f"{' split ' + str(c['SPLIT_K']) if c['SPLIT_K'] > 1 else ''}{' IL' if c.get('IL') else ''}"
                     for t, c in best), flush=True)
             del gs

@@ -40,7 +40,8 @@ def regs(kernel) -> str:
     f.close()
     tool = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
     out = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
-    return (re.findall(r"REG:\d+", out) or ["REG:?"])[0]
+    found = re.findall(r"(?:REG|STACK|LOCAL):\d+", out)
+    return " ".join(dict.fromkeys(found)) or "REG:?"  # STACK / LOCAL > 0: spills
 
 
 def compile_variant(v, kernel=None, extra_pointers=None, extra_ints=None, extra_consts=None):

@@ -63,8 +63,9 @@ for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
 import re
 from fused.kernels import w8a16_swap as ws
 for fp8 in (False, True):  # the transposed W8A16 product: the widened weight must be wgmma's register operand
-    for M, gated, N, K in ((1024, True, 14336, 4096), (1024, False, 4096, 14336), (128, False, 4096, 14336)):
-        c = max(ws._candidates(M, N, K, gated), key=lambda c: c['SPLIT_K'])  # split-K ones at M=128
+    for M, gated, N, K in ((1024, True, 14336, 4096), (1024, False, 4096, 14336), (128, False, 4096, 14336),
+                           (128, True, 14336, 4096)):
+        c = max(ws._candidates(M, N, K, gated), key=lambda c: c['SPLIT_K'])  # split-K ones at M=128; gated: IL first
         w = '*fp8e4nv' if fp8 else '*i8'
         k = compile_sm90(ws._w8a16_swap_kernel, dict(x_ptr='*bf16', w_ptr=w, ws_ptr='*fp32', b_ptr='*fp32', wu_ptr=w,
                          su_ptr='*fp32', bu_ptr='*fp32', y_ptr='*bf16', part_ptr='*fp32', count_ptr='*i32'),
@@ -73,7 +74,7 @@ for fp8 in (False, True):  # the transposed W8A16 product: the widened weight mu
                               stride_yn=1),
                          dict(GATED=gated, HAS_BIAS=True, ACT='silu', DOT='native', FP8_AS_U8=False, EVEN_K=True,
                               SPLIT_K=c['SPLIT_K'], BLOCK_N=c['BLOCK_N'], BLOCK_M=c['BLOCK_M'], BLOCK_K=c['BLOCK_K'],
-                              GROUP_N=c['GROUP_N']), c['num_warps'], c['num_stages'])
+                              GROUP_N=c['GROUP_N'], IL=c['IL']), c['num_warps'], c['num_stages'])
         if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k['ptx']):
             out.append(f'w8a16_swap M={M} fp8={fp8} gated={gated}: the widened weight is no register operand')
         audit(f'w8a16_swap M={M} fp8={fp8} gated={gated} {c}', k['kernel'].asm['ttgir'])

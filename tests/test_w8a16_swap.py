@@ -10,25 +10,28 @@ from test_kernels_w8 import ACTS, FMTS, _case, _min_db, _poison_empty, _replayed
 
 
 @pytest.mark.parametrize("fmt", FMTS)
-@pytest.mark.parametrize("gated", [False, True])
-def test_swap_interpreted(fmt, gated, monkeypatch):
+@pytest.mark.parametrize("gated,il", [(False, False), (True, False), (True, True)])
+def test_swap_interpreted(fmt, gated, il, monkeypatch):
     """Odd M / N / K (K not a multiple of the tile: the K tail), bias or not, every activation, strided and
-    transposed x, fp16 and bf16, over a poisoned output."""
+    transposed x, fp16 and bf16, over a poisoned output; gated with two accumulators or one interleaved (IL)."""
     _poison_empty(monkeypatch, ws)
+    cfg = dict(BLOCK_N=32 if il else 16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4, IL=il)
     cases = [(1, 37, 50, True, torch.bfloat16, "plain"), (3, 20, 70, False, torch.float16, "transposed"),
              (17, 9, 64, True, torch.bfloat16, "3d_offset"), (300, 33, 45, True, torch.float16, "plain")]
     for i, (M, N, K, bias, dtype, view) in enumerate(cases):
         torch.manual_seed(i)
         act = ACTS[i % len(ACTS)] if not gated else ["silu", "gelu_tanh", "relu", "none"][i]
         x, q, s, b = _case(M, N, K, fmt, gated, bias, dtype, "cpu", view)
-        y = ws.w8a16_swap(x, q, s, b, act, gated)
+        y = ws.w8a16_swap(x, q, s, b, act, gated, config=cfg)
         ref = (gated_ref if gated else linear_ref)(x, q, s, b, act)
         assert y.shape == ref.shape and y.dtype == dtype
         assert sqnr(ref, y) > _min_db(dtype), (M, N, K, dtype, view, act)
 
 
-def test_swap_separate_up_and_out(monkeypatch):
-    """The up projection in tensors of its own (``up=``), and a caller's strided output."""
+@pytest.mark.parametrize("il", [False, True])
+def test_swap_separate_up_and_out(il):
+    """The up projection in tensors of its own (``up=``), and a caller's strided output; IL tiles refused where
+    gate and up have different K strides."""
     torch.manual_seed(3)
     M, N, K = 19, 24, 40
     x = torch.randn(M, K, dtype=torch.bfloat16)
@@ -36,9 +39,13 @@ def test_swap_separate_up_and_out(monkeypatch):
     qu, su = quantize_weight(torch.randn(N, K), "int8")
     bg, bu = torch.randn(N), torch.randn(N)
     out = torch.full((M, N + 5), float("nan"), dtype=torch.bfloat16)[:, 2:N + 2]
-    y = ws.w8a16_swap(x, qg, sg, bg, "silu", True, up=(qu, su, bu), out=out)
+    cfg = dict(BLOCK_N=32 if il else 16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4, IL=il)
+    y = ws.w8a16_swap(x, qg, sg, bg, "silu", True, up=(qu, su, bu), out=out, config=cfg)
     ref = gated_ref(x, torch.cat([qg, qu]), torch.cat([sg, su]), torch.cat([bg, bu]), "silu")
     assert y.data_ptr() == out.data_ptr() and sqnr(ref, y) > 40
+    if il:
+        with pytest.raises(ValueError, match="K stride"):
+            ws.w8a16_swap(x, qg, sg, bg, "silu", True, up=(qu.t().contiguous().t(), su, bu), config=cfg)
 
 
 def test_swap_bad_inputs():
@@ -52,8 +59,8 @@ def test_swap_bad_inputs():
     assert ws.w8a16_swap(torch.randn(0, 16, dtype=torch.bfloat16), q, s).shape == (0, 8)
 
 
-@pytest.mark.parametrize("gated", [False, True])
-def test_swap_split_k_interpreted(gated, monkeypatch):
+@pytest.mark.parametrize("gated,il", [(False, False), (True, False), (True, True)])
+def test_swap_split_k_interpreted(gated, il, monkeypatch):
     """Split-K (the partials summed in a fixed order by the program that finishes the tile), with a K tail in the
     last split, against the unsplit kernel and the reference; the counters are left at zero for the next call."""
     from fused.kernels import splitk
@@ -63,7 +70,7 @@ def test_swap_split_k_interpreted(gated, monkeypatch):
     torch.manual_seed(6)
     x, q, s, b = _case(19, 21, 200, "int8", gated, True, torch.bfloat16, "cpu", "plain")
     ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
-    base = dict(BLOCK_N=16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4)
+    base = dict(BLOCK_N=32 if il else 16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4, IL=il)
     want = ws.w8a16_swap(x, q, s, b, "silu", gated, config=dict(base, SPLIT_K=1))
     for split in (2, 3):
         got = ws.w8a16_swap(x, q, s, b, "silu", gated, config=dict(base, SPLIT_K=split))

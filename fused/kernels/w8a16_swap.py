@@ -52,22 +52,34 @@ def _w8a16_swap_kernel(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr, IL: tl.constexpr,
 ):
     tile_id = tl.program_id(0)
     pid_k = tl.program_id(1)  # K split (SPLIT_K > 1 where the tiles alone leave SMs idle: small M, long K)
-    pid_n, pid_m = grouped_tile(tile_id, N, M, BLOCK_N, BLOCK_M, GROUP_N)
-    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows: the accumulator's rows
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # tokens: its columns
+    # IL (gated): one accumulator whose rows interleave gate and up, 8 gate rows then the same outputs' 8 up rows in
+    # every 16 (a wgmma thread holds rows g and g+8 of each 16: a gate value and its up value); BLOCK_N rows give
+    # BLOCK_N / 2 outputs
+    OUT_N: tl.constexpr = BLOCK_N // 2 if IL else BLOCK_N
+    pid_n, pid_m = grouped_tile(tile_id, N, M, OUT_N, BLOCK_M, GROUP_N)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # tokens: the accumulator's columns
     k_lo = pid_k * K_PER_SPLIT  # a multiple of BLOCK_K
     rk = k_lo + tl.arange(0, BLOCK_K)
-    n_ok = offs_n < N
     m_ok = offs_m < M
-    w_ptrs = w_ptr + offs_n[:, None] * stride_wn + rk[None, :] * stride_wk
+    if IL:
+        r = tl.arange(0, BLOCK_N)
+        is_up = (r // 8) % 2 == 1
+        offs_n = pid_n * OUT_N + (r // 16) * 8 + r % 8  # each accumulator row's output
+        n_ok = offs_n < N
+        rows = tl.where(is_up, wu_ptr + (u_row0 + offs_n) * stride_un, w_ptr + offs_n * stride_wn)
+        w_ptrs = rows[:, None] + rk[None, :] * stride_wk  # the launcher checks both strides along K agree
+    else:
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows: the accumulator's rows
+        n_ok = offs_n < N
+        w_ptrs = w_ptr + offs_n[:, None] * stride_wn + rk[None, :] * stride_wk
     u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + rk[None, :] * stride_uk
     xt_ptrs = x_ptr + offs_m[None, :] * stride_xm + rk[:, None] * stride_xk  # xᵀ tile [BLOCK_K, BLOCK_M]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-    acc_u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc_u = tl.zeros((BLOCK_N, BLOCK_M) if GATED and not IL else (1, 1), dtype=tl.float32)
     for k in range(0, tl.cdiv(tl.minimum(K_PER_SPLIT, K - k_lo), BLOCK_K)):
         if EVEN_K:
             w_mask = n_ok[:, None]
@@ -82,7 +94,7 @@ def _w8a16_swap_kernel(
             acc = tl.dot(_widened(w, xt, FP8_AS_U8, DOT), xt.to(tl.float32), acc, input_precision="ieee")
         else:
             acc = tl.dot(_widened(w, xt, FP8_AS_U8, DOT), xt, acc)
-        if GATED:
+        if GATED and not IL:
             wu = tl.load(u_ptrs, mask=w_mask, other=0.0)
             if DOT == "fp32":
                 acc_u = tl.dot(_widened(wu, xt, FP8_AS_U8, DOT), xt.to(tl.float32), acc_u, input_precision="ieee")
@@ -92,14 +104,28 @@ def _w8a16_swap_kernel(
         w_ptrs += BLOCK_K * stride_wk
         xt_ptrs += BLOCK_K * stride_xk
 
-    out_mask = m_ok[:, None] & n_ok[None, :]
+    live = 1
     if SPLIT_K > 1:  # the program that finishes the tile sums the partials in a fixed order (fused.kernels.splitk)
-        acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, tile_id, pid_k, SPLIT_K, GATED, BLOCK_N,
-                                         BLOCK_M)
-        tile = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
-        out_mask = out_mask & (tile < live)  # only the program that finished the tile stores it
+        acc, acc_u, live = splitk_reduce(acc, acc_u, part_ptr, count_ptr, tile_id, pid_k, SPLIT_K, GATED and not IL,
+                                         BLOCK_N, BLOCK_M)  # live: 0 but for the program that finished the tile
+    if IL:
+        # the epilogue in the transposed layout (per-row channel scale and bias), in w8_gemm.tile_epilogue's order of
+        # operations; then each output's gate and up rows paired (registers of one thread) and the product stored
+        s_row = tl.where(is_up, su_ptr + u_row0 + offs_n, ws_ptr + offs_n)
+        y = acc * tl.load(s_row, mask=n_ok, other=0.0)[:, None]
+        if HAS_BIAS:
+            b_row = tl.where(is_up, bu_ptr + u_row0 + offs_n, b_ptr + offs_n)
+            y += tl.load(b_row, mask=n_ok, other=0.0).to(tl.float32)[:, None]
+        g, u = tl.split(tl.permute(tl.reshape(y, (BLOCK_N // 16, 2, 8, BLOCK_M)), (0, 2, 3, 1)))
+        h = tl.reshape(activation(g, ACT) * u, (OUT_N, BLOCK_M))
+        offs_o = pid_n * OUT_N + tl.arange(0, OUT_N)
+        out = tl.trans(h.to(y_ptr.dtype.element_ty))  # [BLOCK_M, OUT_N]
+        tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_o[None, :] * stride_yn, out,
+                 mask=m_ok[:, None] & (offs_o < N)[None, :] & (tl.zeros((BLOCK_M, OUT_N), tl.int32) < live))
+        return
     # the epilogue in the transposed layout (per-row channel scale and bias), in w8_gemm.tile_epilogue's order of
     # operations; only the finished tile, in the output dtype, is transposed for the store
+    out_mask = m_ok[:, None] & n_ok[None, :] & (tl.zeros((BLOCK_M, BLOCK_N), tl.int32) < live)
     y = acc * tl.load(ws_ptr + offs_n, mask=n_ok, other=0.0)[:, None]
     if HAS_BIAS:
         y += tl.load(b_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[:, None]
@@ -119,22 +145,27 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     The accumulators take BLOCK_N·BLOCK_M·(2 if gated) fp32 values over the program's threads (<= 128 registers a
     thread); 8 warps are two warpgroups, each owning 64 weight rows of the tile or half its tokens."""
     if M >= 1024:
-        tiles = ([(128, 128, 64, 3, 8), (128, 128, 64, 4, 8), (64, 128, 64, 4, 4), (64, 256, 64, 3, 8),
-                  (128, 128, 128, 3, 8)] if gated else
-                 [(128, 256, 64, 3, 8), (128, 256, 64, 4, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8),
-                  (128, 256, 128, 3, 8), (64, 256, 64, 4, 4)])
-        return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=1, num_stages=st, num_warps=wp)
-                for bn, bm, bk, st, wp in tiles]
+        # gated: IL tiles (one accumulator, the down's tiles; measured first) before two-accumulator ones, which
+        # lost by ~50% at M=1024 / 8192 on the H200 (register-bound to 64-128 token tiles)
+        tiles = ([(128, 256, 64, 3, 8, True), (128, 256, 64, 4, 8, True), (256, 128, 64, 3, 8, True),
+                  (128, 128, 64, 4, 8, True), (128, 128, 64, 3, 8, False)] if gated else
+                 [(128, 256, 64, 3, 8, False), (128, 256, 64, 4, 8, False), (128, 128, 64, 4, 8, False),
+                  (256, 128, 64, 3, 8, False), (128, 256, 128, 3, 8, False), (64, 256, 64, 4, 4, False)])
+        return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=1, num_stages=st, num_warps=wp, IL=il)
+                for bn, bm, bk, st, wp, il in tiles]
     out = []
     for bn, bm, bk, st, wp in [(64, 64, 128, 4, 4), (64, 128, 128, 3, 4), (128, 64, 128, 3, 8), (128, 128, 64, 3, 8),
                                (64, 128, 64, 4, 4)]:
-        if bm > max(64, M) or (gated and bn * bm > 64 * 128):  # no tile wider than M; gated: two accumulators
+        if bm > max(64, M):  # no tile wider than M
             continue
-        tiles = -(-N // bn) * -(-M // bm)
-        for split in sorted({1, min(8, max(1, 132 // tiles)), min(16, max(1, 264 // tiles))}):
-            if split == 1 or K // split >= 4 * bk:
-                out.append(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=split, num_stages=st,
-                                num_warps=wp))
+        for il in ([True, False] if gated else [False]):
+            if not il and gated and bn * bm > 64 * 128:  # two accumulators
+                continue
+            tiles = -(-N // (bn // 2 if il else bn)) * -(-M // bm)
+            for split in sorted({1, min(8, max(1, 132 // tiles)), min(16, max(1, 264 // tiles))}):
+                if split == 1 or K // split >= 4 * bk:
+                    out.append(dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=split, num_stages=st,
+                                    num_warps=wp, IL=il))
     return out
 
 
@@ -159,23 +190,29 @@ def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
     w = qweight.view(torch.uint8) if as_u8 else qweight
     wu = w if up is None else (wu.view(torch.uint8) if as_u8 else wu)
 
+    il_ok = gated and wu.stride(1) == w.stride(1)  # IL tiles read gate and up rows with one K stride
+
     def launch(cfg):
         bn, bm, bk = cfg["BLOCK_N"], cfg["BLOCK_M"], cfg["BLOCK_K"]
-        tiles = cdiv(N, bn) * cdiv(M, bm)
-        k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, bn * bm, gated, y)
+        il = cfg.get("IL", False)
+        if il and not il_ok:
+            raise ValueError("w8a16_swap: IL tiles need a gated launch whose gate and up weights share a K stride")
+        tiles = cdiv(N, bn // 2 if il else bn) * cdiv(M, bm)
+        k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, bn * bm,
+                                               gated and not il, y)
         launch_kernel(_w8a16_swap_kernel, (tiles, split),
                       x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y,
                       part, count, M, N, K, k_per, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                       wu.stride(0), wu.stride(1), y.stride(0), y.stride(1), GATED=gated, HAS_BIAS=bias is not None,
                       ACT=act, DOT="fp32" if INTERPRET else "native", FP8_AS_U8=as_u8, EVEN_K=K % bk == 0,
-                      SPLIT_K=split, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"],
+                      SPLIT_K=split, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"], IL=il,
                       num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
 
     if config is None:
         if INTERPRET:
             cands = lambda: [dict(BLOCK_N=16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4)]  # noqa
         else:
-            cands = lambda: _candidates(M, N, K, gated)  # noqa: E731
+            cands = lambda: [c for c in _candidates(M, N, K, gated) if il_ok or not c.get("IL")]  # noqa: E731
         config = pick("w8a16_swap", (m_bucket(M), N, K, gated, qweight.dtype, x.dtype), cands, launch)
     launch(config)
     return y
