@@ -28,7 +28,8 @@ for fp8 in (False, True):
                           FP8_AS_U8=False, EVEN_K=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_N=cfg["BLOCK_N"],
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_K=cfg["BLOCK_K"], GROUP_N=cfg["GROUP_N"], IL=cfg["IL"])
             label = (f"{'fp8 ' if fp8 else 'int8'} {'gated' if gated else 'down '} {cfg['BLOCK_N']}x{cfg['BLOCK_M']}"
-                     f"x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']} split {cfg['SPLIT_K']}{' IL' * cfg['IL']}")
+                     f"x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']} split {cfg['SPLIT_K']}"
+                     f"{' IL' * cfg['IL']}")
             try:
                 r = compile_sm90(ws._w8a16_swap_kernel, pointers, ints, consts, cfg["num_warps"], cfg["num_stages"])
             except Exception as e:  # noqa: BLE001
