@@ -1,7 +1,8 @@
 """torch.compile's gate / up pair (gated_pair) at large M against the block conversion: the Llama block converted per
 Linear and compiled (fullgraph, dynamic), beside the block conversion, int8 and fp8 W8A16; CUDA-graph µs (1 s windows)
 and GPU µs per kernel, plus which path each dense op took (dispatch.stats). Twenty-eighth session: before it the pair
-ran the mixed-input GEMM at M >= 1024 (about half rate) and had no cuBLAS route (W8A16 or W8A8). usage: python .ci/pair_probe.py [M,..]"""
+ran the mixed-input GEMM at M >= 1024 (about half rate) and had no cuBLAS route (W8A16 or W8A8). usage: python .ci/pair_probe.py [M,..]
+(twenty-ninth: also kernel launches per forward, memsets and copies left out)"""
 import copy
 import os
 import sys
@@ -41,11 +42,13 @@ with torch.no_grad():
                     g.replay()
                 torch.cuda.synchronize()
             per = defaultdict(float)
+            launches = 0
             for e in prof.events():
                 if e.device_type == torch.autograd.DeviceType.CUDA:
                     per[e.name[:60]] += e.device_time / 3
-            print(f"M={M} {name}: graph {t:.1f} µs, SQNR vs bf16 {-10 * torch.log10(err).item():.1f} dB; paths {paths}",
-                  flush=True)
+                    launches += "Memset" not in e.name and "Memcpy" not in e.name
+            print(f"M={M} {name}: graph {t:.1f} µs, {launches / 3:.0f} kernels per forward, SQNR vs bf16 "
+                  f"{-10 * torch.log10(err).item():.1f} dB; paths {paths}", flush=True)
             print("    " + "; ".join(f"{v:.1f} {k}" for k, v in sorted(per.items(), key=lambda kv: -kv[1])[:6]),
                   flush=True)
             del g

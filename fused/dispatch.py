@@ -1113,8 +1113,7 @@ def _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act):
     y = torch.empty((2, x2.shape[0], wg.shape[0]), device=x2.device, dtype=x2.dtype)
     torch.mm(x2, k.widen(wg, x2.dtype).t(), out=y[0])
     torch.mm(x2, k.widen(wu, x2.dtype).t(), out=y[1])
-    return scale_epilogue(y, None, torch.cat([sg, su]), None if bg is None else torch.cat([bg, bu]), act, True,
-                          x2.dtype)
+    return scale_epilogue(y, None, sg, bg, act, True, x2.dtype, up=(su, bu))
 
 
 def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
@@ -1131,16 +1130,15 @@ def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
         for i, (w, s) in enumerate(((wg, sg), (wu, su))):
             torch._scaled_mm(xq, w.t(), xs[:, None], s[None, :], out_dtype=torch.bfloat16,
                              use_fast_accum=CUBLAS_FP8 == "rowwise_fast", out=y[i])
-        xs = ws = None  # applied
+        xs = sg = su = None  # applied
     else:
-        ws = torch.cat([sg, su])
         for i, w in enumerate((wg, wu)):
             if fp8:
                 torch._scaled_mm(xq, w.t(), _unit_scale(xq.device), _unit_scale(xq.device), out_dtype=torch.bfloat16,
                                  out=y[i])
             else:
                 torch._int_mm(xq, w.t(), out=y[i])
-    return scale_epilogue(y, xs, ws, None if bg is None else torch.cat([bg, bu]), act, True, dtype, m=M)
+    return scale_epilogue(y, xs, sg, bg, act, True, dtype, m=M, up=(su, bu))
 
 
 def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:

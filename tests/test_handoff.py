@@ -90,6 +90,17 @@ def test_epilogues_read_gate_and_up_apart(fp8, act, bias, monkeypatch):
         eq.epilogue_quant(y3, xs, ws, b, act, True, torch.bfloat16, fp8, M, planes=(8, 256.0, 1.0))
     with pytest.raises(ValueError, match="w_scale"):
         scale_epilogue(y3, xs, ws[:N], b, act, True, torch.bfloat16, m=M)
+    # the up projection's scale and bias in tensors of their own (gated_pair: no concatenated copy per call)
+    gb, ub = (b[:N].clone(), b[N:].clone()) if bias else (None, None)
+    up = (ws[N:].clone(), ub)
+    assert torch.equal(scale_epilogue(y3, xs, ws[:N].clone(), gb, act, True, torch.bfloat16, m=M, up=up), h)
+    assert torch.equal(scale_epilogue(y, xs, ws[:N].clone(), gb, act, True, torch.bfloat16, m=M, up=up), h)
+    with pytest.raises(ValueError, match="up="):
+        scale_epilogue(y3, xs, ws, gb, act, True, torch.bfloat16, m=M, up=up)  # the stacked scales with up=
+    with pytest.raises(ValueError, match="both given"):
+        scale_epilogue(y3, xs, ws[:N], gb, act, True, torch.bfloat16, m=M, up=(None, ub))
+    with pytest.raises(ValueError, match="gated"):
+        scale_epilogue(y[:, :N], xs, ws[:N], gb, act, False, torch.bfloat16, m=M, up=up)
 
 
 def test_epilogue_quant_bad_arguments():

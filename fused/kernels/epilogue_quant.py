@@ -37,8 +37,8 @@ def _h_chunk(y_ptr, xs, ws_ptr, b_ptr, row, n0, N, lo_off, stride_ym, stride_yn,
     cols = n0 + tl.arange(0, BLOCK_N)
     ok = (cols < N)[None, :]
     yp = y_ptr + row * stride_ym + cols[None, :] * stride_yn
-    h = epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, cols, N, up_off, HAS_XS, HAS_WS, HAS_BIAS, GATED, ACT,
-                      PLANES, HI_W, LO_W)
+    h = epilogue_tile(yp, lo_off, ok, xs, ws_ptr, b_ptr, ws_ptr + N, b_ptr + N, cols, N, up_off, HAS_XS, HAS_WS,
+                      HAS_BIAS, GATED, ACT, PLANES, HI_W, LO_W)
     return tl.where(ok, h.to(H_DTYPE).to(tl.float32), 0.0)
 
 
