@@ -20,7 +20,13 @@ Tiles: each program owns BLOCK_N weight rows × BLOCK_M tokens, in grouped order
 tiles walk the token tiles together, so a weight tile is read from memory about once while x stays in L2). Below
 M=1024 the candidates add split-K (fused.kernels.splitk: partials summed in a fixed order by the program that finishes
 the tile), since a few token tiles leave most SMs idle on a long K (the down projection at M=128: 32-64 tiles);
-there the kernel competes with split activations (dispatch._swap_route).
+there the kernel competes with split activations (dispatch._swap_route). Gated: two accumulators, or IL tiles (one
+accumulator whose rows interleave gate and up by 8, so the gated layer runs the down's tile sizes).
+
+Measured (H200, twenty-ninth session, `.ci/swap_probe.py`, graph µs, int8; fp8 within 2%): right everywhere, slower
+than the shipped routes everywhere, so the route is off. Llama down M=1024 212.8 vs widen+cuBLAS 204.8-211.6 (8192:
+1801 vs 1453); gate/up M=1024 two accumulators 661 / IL 533-542 vs 440-467 (ncu: the IL grid idles at CTA barriers,
+tensor pipe 48% against the down's 66%); M=128 against split activations gate/up 91.3 vs 74.6, down 51.0 vs 46.4.
 """
 from __future__ import annotations
 
