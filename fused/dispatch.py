@@ -640,11 +640,10 @@ SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
 # wgmma's register operand, no widened copy in memory) as a fourth candidate of the route above. Why: the widening
 # costs ~130 µs per Llama block at M=1024 (twenty-eighth session, per kernel: widen 131.7 of int8 W8A16's 689.7 µs),
 # and w8_gemm's mixed form waits for every wgmma before widening the next tile (see w8a16_swap's docstring).
-# Prepared in the twenty-eighth session on the CPU (sm_90 compiles: A in registers, no spills), not yet measured:
-# off until `bash .ci/h200_next.sh swap` shows it. Prediction: layers at M=1024 within ~5% of Triton's bf16 GEMM on
-# the widened copy minus the widening (Llama down ~175-190 vs ~205 µs, gate/up ~360-380 vs ~424), block int8 W8A16
-# M=1024 ~690 -> ~580-620; at 8192 cuBLAS keeps the route. Also offered against split activations at
-# GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (_swap_route; split-K tiles there). FUSED_W8A16_SWAP=1: offered.
+# Also offered against split activations at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (_swap_route; split-K tiles there).
+# Measured on the H200 (twenty-ninth session): slower than the shipped routes at every M (Llama down M=1024 212.8 vs
+# 204.8-211.6 µs, gate/up 533 vs 440-467 with IL tiles; M=128 91.3 / 51.0 vs split's 74.6 / 46.4), so off;
+# FUSED_W8A16_SWAP=1 offers it (the prediction had been ~690 -> 580-620 µs for the int8 W8A16 block at M=1024).
 W8A16_SWAP = os.environ.get("FUSED_W8A16_SWAP", "0") == "1"
 SWAP_PATH = "triton:w8a16_swap"
 
