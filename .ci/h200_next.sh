@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh swap|swapmid|swapbench|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-eighth"): `swap` first (then `swapbench` if it wins), `pair`; then `sixteenth1`'s chain timing again (a candidate with the
+# usage: bash .ci/h200_next.sh swappersist|swap|swapmid|swapbench|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "twenty-ninth"): `swappersist` (done in the twenty-ninth: swap, swapmid, pair). Before: `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
 # fullA, fullB, fullC, and the GPT block with every baseline (`python -m fused bench --blocks gpt`, one call).
@@ -42,6 +42,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  swappersist)  # twenty-ninth session, CPU-tested (sm_90 compiles, no spills; the tile loop flattened with the K loop):
+                # w8a16_swap's persistent grids (PERSIST candidates). ncu had the IL gate/up at M=1024 idling at CTA
+                # barriers over 896 one-CTA-per-SM tiles (tensor pipe 48% vs the one-wave down's 66%). Prediction: IL
+                # gate/up 533 -> ~450-480 µs (widen+cuBLAS 440-467), down unchanged (~212, one wave); if the gate/up
+                # wins, `swapbench`, else the route stays off for good
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
+      | tail -3
+    timeout 400 python3 .ci/swap_probe.py 1024,2048 int8 2>&1 | filt | tee "$OUT/swappersist_probe.txt" ;;
   swap)  # twenty-eighth session, prepared on the CPU (sm_90 compiles with triton 3.6: A in registers, no spills): the
          # transposed-product W8A16 kernel (fused/kernels/w8a16_swap.py) per layer against the widening routes.
          # Prediction: within ~5% of widen+Triton minus the widening at M=1024-2048 (Llama down ~175-190 vs ~205 µs,

@@ -55,5 +55,6 @@ for fmt in fmts:
                 print("    swap tiles (tuner, L2 flushed): " + "; ".join(
                     f"{t} µs {c['BLOCK_N']}x{c['BLOCK_M']}x{c['BLOCK_K']} s{c['num_stages']} w{c['num_warps']}"
                     f"{' split ' + str(c['SPLIT_K']) if c['SPLIT_K'] > 1 else ''}{' IL' if c.get('IL') else ''}"
+                    f"{' PERSIST' if c.get('PERSIST') else ''}"
                     for t, c in best), flush=True)
             del gs

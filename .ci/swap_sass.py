@@ -26,10 +26,11 @@ for fp8 in (False, True):
                         stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
             consts = dict(GATED=gated, HAS_BIAS=False, ACT="silu" if gated else "none", DOT="native",
                           FP8_AS_U8=False, EVEN_K=True, SPLIT_K=cfg["SPLIT_K"], BLOCK_N=cfg["BLOCK_N"],
-                          BLOCK_M=cfg["BLOCK_M"], BLOCK_K=cfg["BLOCK_K"], GROUP_N=cfg["GROUP_N"], IL=cfg["IL"])
+                          BLOCK_M=cfg["BLOCK_M"], BLOCK_K=cfg["BLOCK_K"], GROUP_N=cfg["GROUP_N"], IL=cfg["IL"],
+                          NUM_PROGS=132 if cfg.get("PERSIST") else 0)
             label = (f"{'fp8 ' if fp8 else 'int8'} {'gated' if gated else 'down '} {cfg['BLOCK_N']}x{cfg['BLOCK_M']}"
                      f"x{cfg['BLOCK_K']} s{cfg['num_stages']} w{cfg['num_warps']} split {cfg['SPLIT_K']}"
-                     f"{' IL' * cfg['IL']}")
+                     f"{' IL' * cfg['IL']}{' PERSIST' * cfg.get('PERSIST', False)}")
             try:
                 r = compile_sm90(ws._w8a16_swap_kernel, pointers, ints, consts, cfg["num_warps"], cfg["num_stages"])
             except Exception as e:  # noqa: BLE001

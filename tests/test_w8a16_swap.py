@@ -59,6 +59,21 @@ def test_swap_bad_inputs():
     assert ws.w8a16_swap(torch.randn(0, 16, dtype=torch.bfloat16), q, s).shape == (0, 8)
 
 
+@pytest.mark.parametrize("gated,il", [(False, False), (True, True)])
+def test_swap_persistent_interpreted(gated, il, monkeypatch):
+    """The persistent grid (two programs striding over 4 x 3 tiles here) gives the one-program-per-tile kernel's
+    output; a split-K config with PERSIST runs unsplit-persistent only when its split is 1."""
+    _poison_empty(monkeypatch, ws)
+    torch.manual_seed(8)
+    x, q, s, b = _case(45, 37, 70, "int8", gated, True, torch.bfloat16, "cpu", "transposed")
+    ref = (gated_ref if gated else linear_ref)(x, q, s, b, "gelu_tanh")
+    base = dict(BLOCK_N=32 if il else 16, BLOCK_M=16, BLOCK_K=32, GROUP_N=2, num_stages=1, num_warps=4, IL=il,
+                SPLIT_K=1)
+    want = ws.w8a16_swap(x, q, s, b, "gelu_tanh", gated, config=base)
+    got = ws.w8a16_swap(x, q, s, b, "gelu_tanh", gated, config=dict(base, PERSIST=True))
+    assert torch.equal(got, want) and sqnr(ref, got) > 40
+
+
 @pytest.mark.parametrize("gated,il", [(False, False), (True, False), (True, True)])
 def test_swap_split_k_interpreted(gated, il, monkeypatch):
     """Split-K (the partials summed in a fixed order by the program that finishes the tile), with a K tail in the
@@ -83,15 +98,17 @@ def test_swap_split_k_interpreted(gated, il, monkeypatch):
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("M", [1029, 129])
 def test_swap_cuda(fmt, gated, M, monkeypatch):
-    """Candidates of the tuner's list for M (the first two, and up to two split-K ones below 1024) on a Llama-like
-    shape with odd M, and a strided x."""
+    """Candidates of the tuner's list for M (the first two, up to two split-K ones below 1024, a persistent grid at
+    1024 and up) on a Llama-like shape with odd M, and a strided x."""
     _poison_empty(monkeypatch, ws)
     torch.manual_seed(0)
     N, K = 1024 + 8, 2048
     x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cuda", "3d_offset")
     ref = (gated_ref if gated else linear_ref)(x, q, s, b, "silu")
     cands = ws._candidates(M, N, K, gated)
-    for cfg in cands[:2] + [c for c in cands if c["SPLIT_K"] > 1][:2]:
+    # a persistent grid with 64-token tiles: more tiles than SMs at M=1029, so programs stride over tiles
+    persist = [dict(c, BLOCK_M=64) for c in cands if c.get("PERSIST")][:1]
+    for cfg in cands[:2] + [c for c in cands if c["SPLIT_K"] > 1][:2] + persist:
         y = ws.w8a16_swap(x, q, s, b, "silu", gated, config=cfg)
         assert sqnr(ref.float(), y.float()) > 40, cfg
 

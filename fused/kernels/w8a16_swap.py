@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fused.kernels import INTERPRET, cdiv, check_out, up_operands
+from fused.kernels import INTERPRET, cdiv, check_out, sm_count, up_operands
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
 from fused.kernels.splitk import plan_split, splitk_reduce
@@ -58,10 +58,37 @@ def _w8a16_swap_kernel(
     stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
     GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
     EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+    BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr, IL: tl.constexpr, NUM_PROGS: tl.constexpr = 0,
+):
+    # NUM_PROGS > 0 (no split-K): a persistent grid, each program looping over tiles with the K loop flattened into
+    # the tile loop (Triton's persistent matmul), so the next tile's loads start under this tile's epilogue. Why:
+    # ncu of the IL gate/up at M=1024 (twenty-ninth session) found its 896 tiles, one CTA per SM, idling at CTA
+    # barriers (tensor pipe 48%) where the down's 128 tiles in one wave reached 66% with the same loop
+    if NUM_PROGS > 0:
+        OUT_N: tl.constexpr = BLOCK_N // 2 if IL else BLOCK_N
+        tiles = tl.cdiv(N, OUT_N) * tl.cdiv(M, BLOCK_M)
+        for tile_id in tl.range(tl.program_id(0), tiles, NUM_PROGS, flatten=True):
+            _swap_tile(tile_id, 0, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr,
+                       M, N, K, K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk, stride_un,
+                       stride_uk, stride_ym, stride_yn, GATED, HAS_BIAS, ACT, DOT, FP8_AS_U8, EVEN_K, 1, BLOCK_N,
+                       BLOCK_M, BLOCK_K, GROUP_N, IL)
+    else:
+        _swap_tile(tl.program_id(0), tl.program_id(1), x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
+                   part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk,
+                   stride_un, stride_uk, stride_ym, stride_yn, GATED, HAS_BIAS, ACT, DOT, FP8_AS_U8, EVEN_K, SPLIT_K,
+                   BLOCK_N, BLOCK_M, BLOCK_K, GROUP_N, IL)
+
+
+@triton.jit
+def _swap_tile(
+    tile_id, pid_k, x_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr, part_ptr, count_ptr, M, N, K,
+    K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk, stride_un, stride_uk, stride_ym, stride_yn,
+    GATED: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr, DOT: tl.constexpr, FP8_AS_U8: tl.constexpr,
+    EVEN_K: tl.constexpr, SPLIT_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
     BLOCK_K: tl.constexpr, GROUP_N: tl.constexpr, IL: tl.constexpr,
 ):
-    tile_id = tl.program_id(0)
-    pid_k = tl.program_id(1)  # K split (SPLIT_K > 1 where the tiles alone leave SMs idle: small M, long K)
+    """One output tile (``tile_id``, grouped order) and K split ``pid_k`` (SPLIT_K > 1 where the tiles alone leave
+    SMs idle: small M, long K)."""
     # IL (gated): one accumulator whose rows interleave gate and up, 8 gate rows then the same outputs' 8 up rows in
     # every 16 (a wgmma thread holds rows g and g+8 of each 16: a gate value and its up value); BLOCK_N rows give
     # BLOCK_N / 2 outputs
@@ -157,8 +184,10 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
                   (128, 128, 64, 4, 8, True), (128, 128, 64, 3, 8, False)] if gated else
                  [(128, 256, 64, 3, 8, False), (128, 256, 64, 4, 8, False), (128, 128, 64, 4, 8, False),
                   (256, 128, 64, 3, 8, False), (128, 256, 128, 3, 8, False), (64, 256, 64, 4, 4, False)])
-        return [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=1, num_stages=st, num_warps=wp, IL=il)
-                for bn, bm, bk, st, wp, il in tiles]
+        out = [dict(BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=8, SPLIT_K=1, num_stages=st, num_warps=wp, IL=il)
+               for bn, bm, bk, st, wp, il in tiles]
+        # the first two again as persistent grids (the tile loop flattened with the K loop; twenty-ninth session)
+        return out + [dict(c, PERSIST=True) for c in out[:2]]
     out = []
     for bn, bm, bk, st, wp in [(64, 64, 128, 4, 4), (64, 128, 128, 3, 4), (128, 64, 128, 3, 8), (128, 128, 64, 3, 8),
                                (64, 128, 64, 4, 4)]:
@@ -206,13 +235,16 @@ def w8a16_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bia
         tiles = cdiv(N, bn // 2 if il else bn) * cdiv(M, bm)
         k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, bn * bm,
                                                gated and not il, y)
-        launch_kernel(_w8a16_swap_kernel, (tiles, split),
+        progs = 0
+        if cfg.get("PERSIST") and split == 1:  # the interpreter: two programs, so tiles are strided
+            progs = max(1, min(tiles, sm_count(x.device) if x.is_cuda else 2))
+        launch_kernel(_w8a16_swap_kernel, (progs or tiles, split),
                       x, w, wscale, bias if bias is not None else wscale, wu, su, bu if bu is not None else su, y,
                       part, count, M, N, K, k_per, u_row0, x.stride(0), x.stride(1), w.stride(0), w.stride(1),
                       wu.stride(0), wu.stride(1), y.stride(0), y.stride(1), GATED=gated, HAS_BIAS=bias is not None,
                       ACT=act, DOT="fp32" if INTERPRET else "native", FP8_AS_U8=as_u8, EVEN_K=K % bk == 0,
                       SPLIT_K=split, BLOCK_N=bn, BLOCK_M=bm, BLOCK_K=bk, GROUP_N=cfg["GROUP_N"], IL=il,
-                      num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
+                      NUM_PROGS=progs, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"])
 
     if config is None:
         if INTERPRET:
