@@ -10,7 +10,8 @@ cannot apply a per-token scale or a SwiGLU-style gate. This kernel finishes the 
   linear:  out[m, n] = act(z[m, n] · s_x[m] · s_w[n] + b[n])
   gated:   out[m, h] = act(z[m, h] · s_x[m] · s_w[h] + b[h]) · (z[m, H + h] · s_x[m] · s_w[H + h] + b[H + h])
 
-(gated: y [M, 2H], or [2, M, H] from two GEMMs of H columns each) with z = y, or with split planes
+(gated: y [M, 2H], or [2, M, H] from two GEMMs of H columns each; s_w[H + h] and b[H + h] from the stacked vectors,
+or from the up projection's own (``up=``)) with z = y, or with split planes
 z = HI_W · y[m] + LO_W · y[lo_row + m] (int8 planes: 256 and 1, e4m3 planes: 1 and 1/16, see
 lowbit.split_activation); s_x = 1 / s_w = 1 when absent.
 fp32 math, output in out's dtype. Reference: fused.reference.scale_epilogue_ref.
