@@ -47,9 +47,17 @@ case "${1:-}" in
                 # barriers over 896 one-CTA-per-SM tiles (tensor pipe 48% vs the one-wave down's 66%). Prediction: IL
                 # gate/up 533 -> ~450-480 µs (widen+cuBLAS 440-467), down unchanged (~212, one wave); if the gate/up
                 # wins, `swapbench`, else the route stays off for good
+    # (1) the cuda tests, (2) the Llama layers per route, (3) the int8 W8A16 block at M=1024 with the route offered
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
       | tail -3
-    timeout 400 python3 .ci/swap_probe.py 1024,2048 int8 2>&1 | filt | tee "$OUT/swappersist_probe.txt" ;;
+    timeout 200 python3 .ci/swap_probe.py 1024,2048 int8 llama 2>&1 | filt | tee "$OUT/swappersist_probe.txt"
+    FUSED_W8A16_SWAP=1 timeout 200 python3 -m fused bench --blocks llama --m 1024 --no-baselines \
+      --configs "ours int8 W8A16" --out "$OUT/swappersist_bench" 2>&1 | filt > "$OUT/swappersist_bench.log"
+    grep "^|" "$OUT/swappersist_bench.log" | grep -v "^|--" | head -8
+    python3 -c "
+import json; d = json.load(open('$OUT/swappersist_bench/bench.json'))
+for k, v in d['timings'].items():
+    if 'w8a16_route_graph' in k: print(k[:100], v)" ;;
   swap)  # twenty-eighth session, prepared on the CPU (sm_90 compiles with triton 3.6: A in registers, no spills): the
          # transposed-product W8A16 kernel (fused/kernels/w8a16_swap.py) per layer against the widening routes.
          # Prediction: within ~5% of widen+Triton minus the widening at M=1024-2048 (Llama down ~175-190 vs ~205 µs,

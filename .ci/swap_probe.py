@@ -2,7 +2,7 @@
 (dispatch: widen + cuBLAS + scale_epilogue; widen + Triton's 16-bit w8_gemm) and against split activations below
 dispatch.WIDEN_MIN_M, per layer of the Llama and GPT blocks, int8 and fp8 weights: CUDA-graph µs, three rounds
 alternating the routes in one process, the swap output's SQNR against the reference, and the swap tuner's candidate
-times. usage: python .ci/swap_probe.py [M,...] [fmt,...]"""
+times. usage: python .ci/swap_probe.py [M,...] [fmt,...] [llama|gpt]"""
 import os
 import sys
 
@@ -20,6 +20,8 @@ Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,2048,8192").s
 fmts = (sys.argv[2] if len(sys.argv) > 2 else "int8,float8_e4m3").split(",")
 LAYERS = [("llama gate/up", 28672, 4096, True, False, "silu"), ("llama down", 4096, 14336, False, False, "none"),
           ("gpt up", 16384, 4096, False, True, "gelu_tanh"), ("gpt down", 4096, 16384, False, True, "none")]
+if len(sys.argv) > 3:  # a model's layers only ("llama" / "gpt")
+    LAYERS = [layer for layer in LAYERS if layer[0].startswith(sys.argv[3])]
 
 
 torch.manual_seed(0)
