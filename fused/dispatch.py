@@ -659,7 +659,8 @@ def _swap_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (split activations) or SWAP_PATH for a W8A16 shape at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (W8A16_SWAP),
     timed per shape on its first eager call (untimed: the split path). Why: split activations double the 8-bit MMA
     work (Llama int8 W8A16 at M=128: 114 µs, issue 3's target 75), the transposed product does the bf16 MMA work once
-    with no act_split launch; prepared in the twenty-eighth session with split-K tiles for these M, not yet timed."""
+    with no act_split launch. Measured slower (twenty-ninth session, M=128: 91.3 / 51.0 vs 74.6 / 46.4 µs per Llama
+    layer), so W8A16_SWAP is off."""
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "swap")
     timing = _may_time(key, x2)
     if key not in _dense_routes and not timing:
@@ -1131,10 +1132,10 @@ def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
                              use_fast_accum=CUBLAS_FP8 == "rowwise_fast", out=y[i])
         xs = sg = su = None  # applied
     else:
+        one = _unit_scale(xq.device)
         for i, w in enumerate((wg, wu)):
             if fp8:
-                torch._scaled_mm(xq, w.t(), _unit_scale(xq.device), _unit_scale(xq.device), out_dtype=torch.bfloat16,
-                                 out=y[i])
+                torch._scaled_mm(xq, w.t(), one, one, out_dtype=torch.bfloat16, out=y[i])
             else:
                 torch._int_mm(xq, w.t(), out=y[i])
     return scale_epilogue(y, xs, sg, bg, act, True, dtype, m=M, up=(su, bu))
@@ -1145,7 +1146,8 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     SWAP_PATH, timed per shape on its first eager call. Why: torch.compile's pass turns a per-Linear Llama block's gate
     and up into this op, which otherwise had only the Triton route where the stacked op takes cuBLAS's faster GEMM
     (twenty-eighth session, Llama gate/up at M=1024: 424 vs 444 µs; at 8192 3065 vs 3267). Two GEMMs of H columns
-    instead of one of 2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Prepared on the CPU, not yet timed."""
+    instead of one of 2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Timed in the twenty-ninth session: the
+    per-Linear compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
     if W8A16_SWAP and _may_time(key, x2):

@@ -109,7 +109,7 @@ def _swap_tile(
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # weight rows: the accumulator's rows
         n_ok = offs_n < N
         w_ptrs = w_ptr + offs_n[:, None] * stride_wn + rk[None, :] * stride_wk
-    u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + rk[None, :] * stride_uk
+        u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + rk[None, :] * stride_uk  # gated, two accumulators
     xt_ptrs = x_ptr + offs_m[None, :] * stride_xm + rk[:, None] * stride_xk  # xᵀ tile [BLOCK_K, BLOCK_M]
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     acc_u = tl.zeros((BLOCK_N, BLOCK_M) if GATED and not IL else (1, 1), dtype=tl.float32)
