@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh swappersist|swap|swapmid|swapbench|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "twenty-ninth"): `swappersist` (done in the twenty-ninth: swap, swapmid, pair). Before: `sixteenth1`'s chain timing again (a candidate with the
+# usage: bash .ci/h200_next.sh pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirtieth"). Done in the thirtieth: swappersist (the swap route then removed). Before:
+# `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
 # fullA, fullB, fullC, and the GPT block with every baseline (`python -m fused bench --blocks gpt`, one call).
@@ -42,49 +43,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  swappersist)  # twenty-ninth session, CPU-tested (sm_90 compiles, no spills; the tile loop flattened with the K loop):
-                # w8a16_swap's persistent grids (PERSIST candidates). ncu had the IL gate/up at M=1024 idling at CTA
-                # barriers over 896 one-CTA-per-SM tiles (tensor pipe 48% vs the one-wave down's 66%). Prediction: IL
-                # gate/up 533 -> ~450-480 µs (widen+cuBLAS 440-467), down unchanged (~212, one wave); if the gate/up
-                # wins, `swapbench`, else the route stays off for good
-    # (1) the cuda tests, (2) the Llama layers per route, (3) the int8 W8A16 block at M=1024 with the route offered
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
-      | tail -3
-    timeout 200 python3 .ci/swap_probe.py 1024,2048 int8 llama 2>&1 | filt | tee "$OUT/swappersist_probe.txt"
-    FUSED_W8A16_SWAP=1 timeout 200 python3 -m fused bench --blocks llama --m 1024 --no-baselines \
-      --configs "ours int8 W8A16" --out "$OUT/swappersist_bench" 2>&1 | filt > "$OUT/swappersist_bench.log"
-    grep "^|" "$OUT/swappersist_bench.log" | grep -v "^|--" | head -8
-    python3 -c "
-import json; d = json.load(open('$OUT/swappersist_bench/bench.json'))
-for k, v in d['timings'].items():
-    if 'w8a16_route_graph' in k: print(k[:100], v)" ;;
-  swap)  # twenty-eighth session, prepared on the CPU (sm_90 compiles with triton 3.6: A in registers, no spills): the
-         # transposed-product W8A16 kernel (fused/kernels/w8a16_swap.py) per layer against the widening routes.
-         # Prediction: within ~5% of widen+Triton minus the widening at M=1024-2048 (Llama down ~175-190 vs ~205 µs,
-         # gate/up ~360-380 vs ~424-444); at 8192 behind cuBLAS. If it wins: `swapbench`, then FUSED_W8A16_SWAP on
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_swap.py 2>&1 | filt \
-      | tail -3
-    # ~46 swap compiles for the tuner (4 layers x 2 formats x 5-6 tiles) and the widened routes' tuning: M=2048 left
-    # for a second call if 1024 / 8192 are close
-    timeout 400 python3 .ci/swap_probe.py 1024,8192 int8,float8_e4m3 2>&1 | filt | tee "$OUT/swap_probe.txt" ;;
-  swapmid)  # the same kernel below WIDEN_MIN_M against split activations (the default there), split-K tiles.
-            # Prediction: Llama gate/up at M=128 ~50-60 µs vs split's ~70, down ~25-30 vs ~46 (W8A16 block 114 -> ~85)
-    timeout 560 python3 .ci/swap_probe.py 128,512 int8,float8_e4m3 2>&1 | filt | tee "$OUT/swapmid_probe.txt" ;;
   pair)  # twenty-eighth session, CPU-tested: gated_pair (torch.compile's gate/up pair of a per-Linear block) at M >= 1024
          # widens its weights (it ran the half-rate mixed-input GEMM) and has the cuBLAS routes (W8A16, W8A8). Prediction:
          # per-Linear + compile within ~3% of the block conversion at M=1024 / 8192 (Llama int8 W8A16 ~690 / ~4600 µs;
          # fp8 W8A8 a few % behind: no quantized hand-off between the compiled layers)
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
-      tests/test_w8a16_swap.py tests/test_compile_passes.py -k "pair or compile" 2>&1 | filt | tail -3
+      tests/test_compile_passes.py -k "pair or compile" 2>&1 | filt | tail -3
     timeout 400 python3 .ci/pair_probe.py 1024,8192 2>&1 | filt | tee "$OUT/pair_probe.txt" ;;
-  swapbench)  # the blocks with the swap route offered (FUSED_W8A16_SWAP=1) beside bf16 eager; the route timings
-    FUSED_W8A16_SWAP=1 timeout 480 python3 -m fused bench --blocks llama --m 128,1024 --no-baselines --configs \
-      "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/swapbench" 2>&1 | filt > "$OUT/swapbench.log"
-    grep "^llama\|^gpt" "$OUT/swapbench.log" | cut -c1-110
-    python3 -c "
-import json; d = json.load(open('$OUT/swapbench/bench.json'))
-for k, v in d['timings'].items():
-    if 'w8a16_route_graph' in k: print(k[:100], v)" ;;
   halves)  # twenty-eighth session (measured, not kept: the code was reverted, so (2) and (3) now run the stacked
             # product twice): a gated layer's cuBLAS product as two GEMMs of H columns into [2, M, H]
             # (dispatch.CUBLAS_HALVES). Prediction: raw bf16 gate|up at M=1024 ~340 -> ~315-328 µs (the tile bf16 eager and

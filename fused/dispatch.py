@@ -230,9 +230,6 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
                             "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
-                if W8A16_SWAP:
-                    why += ("; the transposed product (w8a16_swap: the widened weight tile as the tensor cores' "
-                            "register operand, no widened copy) is timed against those routes per shape (W8A16_SWAP)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -376,12 +373,10 @@ def _triton_kernels():
         from fused.kernels.split_gemm import quant_gemm, split_gemm
         from fused.kernels.w8_gemm import w8_gemm
         from fused.kernels.w8a16_gemv import w8a16_gemv
-        from fused.kernels.w8a16_swap import w8a16_swap
         from fused.kernels.widen import widen
 
         _kernels = SimpleNamespace(act_quant=act_quant, act_split=act_split, decode_block=decode_block, w8_gemm=w8_gemm,
-                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm, quant_gemm=quant_gemm,
-                                   w8a16_swap=w8a16_swap)
+                                   w8a16_gemv=w8a16_gemv, widen=widen, split_gemm=split_gemm, quant_gemm=quant_gemm)
     return _kernels
 
 
@@ -399,8 +394,6 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
         elif M <= GEMV_ROUTE_MAX_M and path in (SPLIT_PATH, SPLIT_ONE_PATH):
             path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
-        elif W8A16_SWAP and path in (SPLIT_PATH, SPLIT_ONE_PATH):
-            path = _swap_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -434,8 +427,6 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
     elif path == "triton:act_split+w8_gemm_split":
         planes, xs = k.act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
         y = k.w8_gemm(planes, qweight, wscale, bias, act, gated, x_scale=xs, out_dtype=x2.dtype, x_split=True)
-    elif path == SWAP_PATH:
-        y = k.w8a16_swap(x2, qweight, wscale, bias, act, gated)
     elif path.endswith("w8a16_gemv"):
         y = k.w8a16_gemv(x2, qweight, wscale, bias, act, gated)
     elif path.endswith("_qx"):
@@ -636,43 +627,11 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
 
 
-# W8A16 at M >= WIDEN_MIN_M: the transposed product (fused.kernels.w8a16_swap: yᵀ = W·xᵀ, the widened weight tile as
-# wgmma's register operand, no widened copy in memory) as a fourth candidate of the route above. Why: the widening
-# costs ~130 µs per Llama block at M=1024 (twenty-eighth session, per kernel: widen 131.7 of int8 W8A16's 689.7 µs),
-# and w8_gemm's mixed form waits for every wgmma before widening the next tile (see w8a16_swap's docstring).
-# Also offered against split activations at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (_swap_route; split-K tiles there).
-# Measured on the H200 (twenty-ninth session): slower than the shipped routes at every M (Llama down M=1024 212.8 vs
-# 204.8-211.6 µs, gate/up 533 vs 440-467 with IL tiles; M=128 91.3 / 51.0 vs split's 74.6 / 46.4), so off;
-# FUSED_W8A16_SWAP=1 offers it (the prediction had been ~690 -> 580-620 µs for the int8 W8A16 block at M=1024).
-W8A16_SWAP = os.environ.get("FUSED_W8A16_SWAP", "0") == "1"
-SWAP_PATH = "triton:w8a16_swap"
-
-
 def _may_time(key, x2) -> bool:
     """Whether this call may time the routes of ``key``, not measured yet: routes are timed unless FUSED_TUNE=0, and
     never under CUDA-graph capture."""
     return (key not in _dense_routes and os.environ.get("FUSED_TUNE") != "0"
             and not (x2.is_cuda and torch.cuda.is_current_stream_capturing()))
-
-
-def _swap_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (split activations) or SWAP_PATH for a W8A16 shape at GEMV_ROUTE_MAX_M < M < WIDEN_MIN_M (W8A16_SWAP),
-    timed per shape on its first eager call (untimed: the split path). Why: split activations double the 8-bit MMA
-    work (Llama int8 W8A16 at M=128: 114 µs, issue 3's target 75), the transposed product does the bf16 MMA work once
-    with no act_split launch. Measured slower (twenty-ninth session, M=128: 91.3 / 51.0 vs 74.6 / 46.4 µs per Llama
-    layer), so W8A16_SWAP is off."""
-    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "swap")
-    timing = _may_time(key, x2)
-    if key not in _dense_routes and not timing:
-        return path
-    gated = op == "gated"
-    others = {}
-    if timing:
-        swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
-        _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
-    pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
-                       w8a16=True, others=others or None)
-    return SWAP_PATH if pick == "swap" else path
 
 
 def _split_applies(wdtype, xdtype) -> bool:
@@ -692,13 +651,10 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if timing and W8A16_SWAP and x2.dtype in (torch.bfloat16, torch.float16):
-        swap = lambda: _triton_dense(SWAP_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
-        _offer(others, "swap", swap, swap, op, "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
                        others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "swap": SWAP_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH}.get(pick, path)
 
 
 # W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path
@@ -1142,29 +1098,22 @@ def _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act):
 
 
 def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
-    """_cublas_w8a16_route for gated_pair: ``path`` (Triton on the widened pair), CUBLAS_W8A16_PATH or (W8A16_SWAP)
-    SWAP_PATH, timed per shape on its first eager call. Why: torch.compile's pass turns a per-Linear Llama block's gate
-    and up into this op, which otherwise had only the Triton route where the stacked op takes cuBLAS's faster GEMM
-    (twenty-eighth session, Llama gate/up at M=1024: 424 vs 444 µs; at 8192 3065 vs 3267). Two GEMMs of H columns
-    instead of one of 2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Timed in the twenty-ninth session: the
-    per-Linear compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
+    """_cublas_w8a16_route for gated_pair: ``path`` (Triton on the widened pair) or CUBLAS_W8A16_PATH, timed per
+    shape on its first eager call. Why: torch.compile's pass turns a per-Linear Llama block's gate and up into this
+    op, which otherwise had only the Triton route where the stacked op takes cuBLAS's faster GEMM (twenty-eighth
+    session, Llama gate/up at M=1024: 424 vs 444 µs; at 8192 3065 vs 3267). Two GEMMs of H columns instead of one of
+    2H: even for bf16 in a raw A/B (`.ci/halves_probe.py`). Timed in the twenty-ninth session: the per-Linear
+    compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
-    others = {}
-    if W8A16_SWAP and _may_time(key, x2):
-        swap = lambda: _triton_kernels().w8a16_swap(x2, wg, sg, bg, act, True, up=(wu, su, bu))  # noqa: E731
-        _offer(others, "swap", swap, swap, "gated_pair", "transposed-product W8A16")
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),
-                       lambda: _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act), "gated_pair", w8a16=True,
-                       others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "swap": SWAP_PATH}.get(pick, path)
+                       lambda: _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act), "gated_pair", w8a16=True)
+    return CUBLAS_W8A16_PATH if pick == "cublas" else path
 
 
 def _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic):
     """The Triton launches of gated_pair's CUDA path on 2-D x (as _triton_dense for the stacked op)."""
     k = _triton_kernels()
     up = (wu, su, bu)
-    if path == SWAP_PATH:
-        return k.w8a16_swap(x2, wg, sg, bg, act, True, up=up)
     if path == "triton:w8_gemm_split":  # see SPLIT_MAX_M
         y = k.w8_gemm(x2, wg, sg, bg, act, True, up=up, quantize_x=True, x_split=True)
     elif path == SPLIT_ONE_PATH:

@@ -2,8 +2,7 @@
 torch 2.13 has 3.9), and none of them reduces over non-adjacent lanes (Triton 3.6 sums those wrong:
 .ci/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
 argument, which 3.9 accepts, left every M=16 2:4 decode tile failing to compile on the H200, and a 16-row "quad"
-tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion, and
-w8a16_swap with its widened weight as wgmma's register operand.
+tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion.
 
 FUSED_TRITON36 names a directory holding triton 3.6 (`pip install --target DIR triton==3.6.0`; .ci/run makes one);
 skipped without it. Compiles need no GPU (ptxas comes with the wheel)."""
@@ -60,26 +59,6 @@ for label, (mmas, converts, loads) in mma_facts().items():  # sparse24_mma: its 
 for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
     if mmas < 4 or converts:
         out.append(f'{label}: {mmas} mma.sync, {converts} layout conversions')
-import re
-from fused.kernels import w8a16_swap as ws
-for fp8 in (False, True):  # the transposed W8A16 product: the widened weight must be wgmma's register operand
-    for M, gated, N, K in ((1024, True, 14336, 4096), (1024, False, 4096, 14336), (128, False, 4096, 14336),
-                           (128, True, 14336, 4096)):
-        cands = ws._candidates(M, N, K, gated)
-        for c in [max(cands, key=lambda c: c['SPLIT_K'])] + [c for c in cands if c.get('PERSIST')][:1]:
-            # split-K ones at M=128; gated: IL first; and a persistent grid where offered
-            w = '*fp8e4nv' if fp8 else '*i8'
-            ptrs = dict(x_ptr='*bf16', w_ptr=w, ws_ptr='*fp32', b_ptr='*fp32', wu_ptr=w, su_ptr='*fp32',
-                        bu_ptr='*fp32', y_ptr='*bf16', part_ptr='*fp32', count_ptr='*i32')
-            ints = dict(M=M, N=N, K=K, u_row0=N if gated else 0, K_PER_SPLIT=-(-K // c['SPLIT_K']), stride_xm=K,
-                        stride_xk=1, stride_wn=K, stride_wk=1, stride_un=K, stride_uk=1, stride_ym=N, stride_yn=1)
-            consts = dict(GATED=gated, HAS_BIAS=True, ACT='silu', DOT='native', FP8_AS_U8=False, EVEN_K=True,
-                          SPLIT_K=c['SPLIT_K'], BLOCK_N=c['BLOCK_N'], BLOCK_M=c['BLOCK_M'], BLOCK_K=c['BLOCK_K'],
-                          GROUP_N=c['GROUP_N'], IL=c['IL'], NUM_PROGS=132 if c.get('PERSIST') else 0)
-            k = compile_sm90(ws._w8a16_swap_kernel, ptrs, ints, consts, c['num_warps'], c['num_stages'])
-            if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k['ptx']):
-                out.append(f'w8a16_swap M={M} fp8={fp8} gated={gated}: the widened weight is no register operand')
-            audit(f'w8a16_swap M={M} fp8={fp8} gated={gated} {c}', k['kernel'].asm['ttgir'])
 print(out)
 """
 
