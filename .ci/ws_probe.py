@@ -1,0 +1,52 @@
+"""The warp-specialized Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py, thirtieth session) on the H200: correctness
+against fp32 torch (odd M / N / K, SQNR), then Llama's layers at large M against widen + cuBLAS (what W8A16 runs
+there now) and bf16 cuBLAS on a bf16 copy (bf16 eager's layer: the rate to reach), do_bench µs (L2 flushed), 3
+alternating rounds. usage: python .ci/ws_probe.py [M,..] [cfg overrides k=v ...]"""
+import os
+import sys
+
+import torch
+from triton.testing import do_bench
+
+sys.path.insert(0, os.getcwd())
+from fused.kernels.w8a16_ws import default_config, w8a16_ws  # noqa: E402
+from fused.kernels.widen import widen  # noqa: E402
+from lowbit.metrics import sqnr  # noqa: E402
+
+Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,2048,8192").split(",")]
+over = {k: int(v) for k, v in (a.split("=") for a in sys.argv[2:])}
+
+
+def ref(x, q, s):
+    return (x.float() @ q.float().t()) * s
+
+
+torch.manual_seed(0)
+cfgs = [dict(default_config(), BLOCK_N=128, STAGES=4), dict(default_config(), BLOCK_N=128, STAGES=5)]
+cfgs = [dict(c, **over) for c in cfgs]
+for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (17, 200, 1024), (1024, 4096, 14336)):
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+    s = torch.rand(N, device="cuda") * 0.01
+    for c in cfgs:
+        y = w8a16_ws(x, q, s, c)
+        r = ref(x, q, s)
+        print(f"correct M={M} N={N} K={K} {c['BLOCK_N']}x{c['STAGES']}: SQNR {sqnr(r, y.float()):.1f} dB")
+
+for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
+    q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+    s = torch.rand(N, device="cuda") * 0.01
+    wb = widen(q)
+    for M in Ms:
+        x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+        runs = {"bf16 cuBLAS (no widening)": lambda: x @ wb.t(),
+                "widen + cuBLAS": lambda: (x @ widen(q).t())}
+        for c in cfgs:
+            runs[f"ws {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['STAGES']}"] = (lambda c=c: w8a16_ws(x, q, s, c))
+        t = {k: [] for k in runs}
+        for _ in range(3):
+            for k, f in runs.items():
+                t[k].append(do_bench(f, warmup=20, rep=100) * 1e3)
+        flop = 2 * M * N * K
+        print(f"Llama {name} M={M}: " + "; ".join(f"{k} {min(v):.1f} µs ({flop / min(v) / 1e6:.0f} TFLOP/s)"
+                                                  for k, v in t.items()))

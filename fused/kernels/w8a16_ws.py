@@ -1,0 +1,162 @@
+"""W8A16 GEMM for Hopper as a warp-specialized Gluon kernel (thirtieth session, prototype): y = (x · Wᵀ) · s.
+
+Why: at M >= 1024 W8A16 widens the 8-bit weights to bf16 once per call (~130 µs per Llama block, ~20% of it) and runs
+cuBLAS on the copy; a Triton GEMM that widens its tiles in the K loop waits for each wgmma before widening the next
+tile (the mixed-input GEMM ran at about half of cuBLAS's rate), and the transposed product (weights as the register
+operand) ran 15-30% below it. Triton 3.6 cannot put the widening in warps of its own; Gluon (its explicit dialect)
+can: here a 1-warp partition streams x and W tiles by TMA into a ring of shared-memory stages, a 4-warp partition
+widens each int8 W tile into a bf16 copy in shared memory, and the default partition (two warpgroups) only issues
+wgmma on (x, widened W) stages as they become ready. The stages' mbarriers hand them around:
+ready (TMA landed) -> conv (W widened) -> empty (consumed by both the widening and the wgmma).
+
+Gluon kernels do not run in Triton's interpreter: this one is tested on the GPU (tests/test_w8a16_ws.py, cuda) and
+compiled for sm_90 on the CPU. Not in dispatch yet: measured first (`.ci/ws_probe.py`).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.runtime.jit import constexpr_function
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                              warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+
+@gluon.jit
+def _load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_m, off_n, k_tiles):
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(empty.index(s), ((k // STAGES) & 1) ^ 1)  # barriers start at phase 1 complete: free
+        mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(x_desc, [off_m, k * BLOCK_K], ready.index(s), x_bufs.index(s))
+        tma.async_copy_global_to_shared(w_desc, [off_n, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
+
+
+@gluon.jit
+def _widen_partition(w8_bufs, wbf_bufs, ready, conv, empty, k_tiles):
+    STAGES: gl.constexpr = w8_bufs.type.shape[0]
+    BLOCK_K: gl.constexpr = w8_bufs.type.shape[2]
+    # 16 int8 (one 16-byte shared load) per thread along K
+    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (BLOCK_K // 16), BLOCK_K // 16], [gl.num_warps(), 1],
+                                            [1, 0])
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        w = w8_bufs.index(s).load(layout)
+        wbf_bufs.index(s).store(w.to(gl.bfloat16))
+        fence_async_shared()  # the generic-proxy stores before the wgmma's async-proxy reads
+        mbarrier.arrive(conv.index(s), count=1)
+        mbarrier.arrive(empty.index(s), count=1)
+
+
+@gluon.jit
+def _mma_partition(x_bufs, wbf_bufs, conv, empty, k_tiles, acc_layout: gl.constexpr):
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_M: gl.constexpr = x_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = wbf_bufs.type.shape[1]
+    acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=acc_layout)
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(conv.index(s), (k // STAGES) & 1)
+        acc = warpgroup_mma(x_bufs.index(s), wbf_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+        # the wgmma of step k - 1 has completed: its stage may be refilled
+        mbarrier.arrive(empty.index((k + STAGES - 1) % STAGES), count=1, pred=k > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    return (acc, )  # warp_specialize takes the default partition's results as a tuple
+
+
+@constexpr_function
+def _instr_n(BLOCK_N):
+    n = 256
+    while BLOCK_N % n:
+        n -= 8
+    return n
+
+
+@gluon.jit
+def _w8a16_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_M: gl.constexpr,
+                     wbf_layout: gl.constexpr, STAGES: gl.constexpr, WIDEN_WARPS: gl.constexpr,
+                     WIDEN_REGS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_M: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    # grouped tile order: GROUP_M row tiles share each W column tile while it is in L2
+    pid = gl.program_id(0)
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    rows = gl.minimum(tiles_m - first_m, GROUP_M)
+    pid_m = first_m + (pid % per_group) % rows
+    pid_n = (pid % per_group) // rows
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    k_tiles = gl.cdiv(K, BLOCK_K)
+
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    wbf_bufs = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BLOCK_N, BLOCK_K], wbf_layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    conv = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(conv.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # the widening and the wgmma both release a stage
+
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, _instr_n(BLOCK_N), 16])
+    acc, = gl.warp_specialize([
+        (_mma_partition, (x_bufs, wbf_bufs, conv, empty, k_tiles, acc_layout)),
+        # the widening first, so its warps are a warpgroup of their own (registers are reassigned per warpgroup)
+        (_widen_partition, (w8_bufs, wbf_bufs, ready, conv, empty, k_tiles)),
+        (_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_m, off_n, k_tiles)),
+    ], [WIDEN_WARPS, 1], [WIDEN_REGS, 24])
+
+    # epilogue: per-output-channel scale, bf16 out (K tails are zero-filled by TMA, so they add nothing)
+    out_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [num_warps, 1], [1, 0])
+    acc = gl.convert_layout(acc, out_layout)
+    rows_i = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, out_layout))
+    cols = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, out_layout))
+    ws = gl.load(ws_ptr + cols, mask=cols < N, other=0.0)
+    y = (acc * ws[None, :]).to(gl.bfloat16)
+    mask = (rows_i < M)[:, None] & (cols < N)[None, :]
+    gl.store(y_ptr + rows_i[:, None] * stride_ym + cols[None, :], y, mask=mask)
+
+
+def default_config() -> dict:
+    return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=8, num_warps=8, WIDEN_WARPS=4, WIDEN_REGS=88,
+                maxnreg=128)
+
+
+def layouts(cfg: dict):
+    """(x, int8 W, widened W) shared layouts of a config's tiles."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    return (gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16),
+            gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8),
+            gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16))
+
+
+def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+    """x [M, K] bf16 (K-contiguous, 16-byte aligned rows), qweight [N, K] int8, wscale [N] fp32 -> y [M, N] bf16."""
+    cfg = config or default_config()
+    M, K = x.shape
+    N = qweight.shape[0]
+    if x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != K:
+        raise TypeError("w8a16_ws: bf16 x [M, K] and int8 qweight [N, K] expected")
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    if M == 0 or N == 0:
+        return y
+    xl, wl, bl = layouts(cfg)
+    x_desc = TensorDescriptor.from_tensor(x, [cfg["BLOCK_M"], cfg["BLOCK_K"]], xl)
+    w_desc = TensorDescriptor.from_tensor(qweight, [cfg["BLOCK_N"], cfg["BLOCK_K"]], wl)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]), )
+    _w8a16_ws_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_M=cfg["GROUP_M"], wbf_layout=bl,
+                           STAGES=cfg["STAGES"], WIDEN_WARPS=cfg["WIDEN_WARPS"], WIDEN_REGS=cfg["WIDEN_REGS"],
+                           num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
+    return y
