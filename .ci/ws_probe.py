@@ -2,6 +2,7 @@
 against fp32 torch (odd M / N / K, SQNR), then Llama's layers at large M against widen + cuBLAS (what W8A16 runs
 there now) and bf16 cuBLAS on a bf16 copy (bf16 eager's layer: the rate to reach), do_bench µs (L2 flushed), 3
 alternating rounds. usage: python .ci/ws_probe.py [M,..] [cfg overrides k=v ...]"""
+import json
 import os
 import sys
 
@@ -9,7 +10,7 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.getcwd())
-from fused.kernels.w8a16_ws import default_config, w8a16_ws  # noqa: E402
+from fused.kernels.w8a16_ws import default_config, swap_config, w8a16_ws, w8a16_ws_swap  # noqa: E402
 from fused.kernels.widen import widen  # noqa: E402
 from lowbit.metrics import sqnr  # noqa: E402
 
@@ -22,16 +23,30 @@ def ref(x, q, s):
 
 
 torch.manual_seed(0)
-cfgs = [dict(default_config(), BLOCK_N=128, STAGES=4), dict(default_config(), BLOCK_N=128, STAGES=5)]
+cfgs = [dict(default_config(), BLOCK_N=128, STAGES=5)] + [
+    dict(swap_config(), SWAP=True, **c) for c in (dict(), dict(STAGES=6), dict(BLOCK_T=256), dict(BLOCK_K=128))]
+if os.environ.get("WS_CFGS"):  # a JSON list of swap_config overrides, e.g. '[{"BLOCK_T": 256, "STAGES": 5}]'
+    cfgs = [dict(swap_config(), SWAP=True, **c) for c in json.loads(os.environ["WS_CFGS"])]
 cfgs = [dict(c, **over) for c in cfgs]
-for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (17, 200, 1024), (1024, 4096, 14336)):
+
+
+def run(x, q, s, c):
+    return w8a16_ws_swap(x, q, s, c) if c.get("SWAP") else w8a16_ws(x, q, s, c)
+
+
+def label(c):
+    if c.get("SWAP"):
+        return f"swap {c['BLOCK_N']}x{c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}"
+    return f"ws {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['STAGES']}"
+
+
+for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01
     for c in cfgs:
-        y = w8a16_ws(x, q, s, c)
-        r = ref(x, q, s)
-        print(f"correct M={M} N={N} K={K} {c['BLOCK_N']}x{c['STAGES']}: SQNR {sqnr(r, y.float()):.1f} dB")
+        y = run(x, q, s, c)
+        print(f"correct M={M} N={N} K={K} {label(c)}: SQNR {sqnr(ref(x, q, s), y.float()):.1f} dB")
 
 for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
@@ -42,7 +57,7 @@ for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
         runs = {"bf16 cuBLAS (no widening)": lambda: x @ wb.t(),
                 "widen + cuBLAS": lambda: (x @ widen(q).t())}
         for c in cfgs:
-            runs[f"ws {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['STAGES']}"] = (lambda c=c: w8a16_ws(x, q, s, c))
+            runs[label(c)] = (lambda c=c: run(x, q, s, c))
         t = {k: [] for k in runs}
         for _ in range(3):
             for k, f in runs.items():

@@ -160,3 +160,106 @@ def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, confi
                            STAGES=cfg["STAGES"], WIDEN_WARPS=cfg["WIDEN_WARPS"], WIDEN_REGS=cfg["WIDEN_REGS"],
                            num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
     return y
+
+
+# The transposed form (yᵀ = W · xᵀ): the int8 weight tile is the wgmma's A operand, loaded from shared memory into
+# registers and widened there (no bf16 copy written to and read back from shared memory: the shared-memory traffic
+# per weight is the TMA's 1-byte write and one 1-byte read), x's tile is B. A 1-warp partition streams both by TMA;
+# the default partition's two warpgroups (64 weight rows each) widen and issue wgmma, so one warpgroup's widening
+# overlaps the other's tensor-core work.
+@gluon.jit
+def _swap_load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles):
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(empty.index(s), ((k // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
+        tma.async_copy_global_to_shared(w_desc, [off_n, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
+
+
+@gluon.jit
+def _swap_mma_partition(x_bufs, w8_bufs, ready, empty, k_tiles, acc_layout: gl.constexpr):
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
+    BLOCK_N: gl.constexpr = w8_bufs.type.shape[1]
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    acc = gl.zeros((BLOCK_N, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        a = w8_bufs.index(s).load(a_layout).to(gl.bfloat16)
+        acc = warpgroup_mma(a, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc, a = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a))
+        mbarrier.arrive(empty.index((k + STAGES - 1) % STAGES), count=1, pred=k > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    return (acc, )
+
+
+@gluon.jit
+def _w8a16_ws_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_N: gl.constexpr,
+                          STAGES: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    # grouped order: GROUP_N weight tiles share each token tile while it is in L2
+    pid = gl.program_id(0)
+    tiles_n = gl.cdiv(N, BLOCK_N)
+    tiles_t = gl.cdiv(M, BLOCK_T)
+    per_group = GROUP_N * tiles_t
+    first_n = (pid // per_group) * GROUP_N
+    rows = gl.minimum(tiles_n - first_n, GROUP_N)
+    pid_n = first_n + (pid % per_group) % rows
+    pid_t = (pid % per_group) // rows
+    off_n = pid_n * BLOCK_N
+    off_t = pid_t * BLOCK_T
+    k_tiles = gl.cdiv(K, BLOCK_K)
+
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                                         instr_shape=[16, _instr_n(BLOCK_T), 16])
+    acc, = gl.warp_specialize([
+        (_swap_mma_partition, (x_bufs, w8_bufs, ready, empty, k_tiles, acc_layout)),
+        (_swap_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)),
+    ], [1], [24])
+
+    # epilogue: acc is yᵀ's tile [weight rows, tokens]; stored transposed, tokens along memory's slow axis
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, num_warps], [0, 1])
+    acc = gl.convert_layout(acc, out_layout)
+    n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, out_layout))
+    t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+    ws = gl.load(ws_ptr + n, mask=n < N, other=0.0)
+    y = (acc * ws[:, None]).to(gl.bfloat16)
+    gl.store(y_ptr + t[None, :] * stride_ym + n[:, None], y, mask=(n < N)[:, None] & (t < M)[None, :])
+
+
+def swap_config() -> dict:
+    return dict(BLOCK_N=128, BLOCK_T=128, BLOCK_K=64, STAGES=4, GROUP_N=8, num_warps=8, maxnreg=None)
+
+
+def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
+                  config: dict | None = None) -> torch.Tensor:
+    """w8a16_ws's product in the transposed form (see above): the same arguments and result."""
+    cfg = config or swap_config()
+    M, K = x.shape
+    N = qweight.shape[0]
+    if x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != K:
+        raise TypeError("w8a16_ws_swap: bf16 x [M, K] and int8 qweight [N, K] expected")
+    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    if M == 0 or N == 0:
+        return y
+    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    x_desc = TensorDescriptor.from_tensor(x, [bt, bk], gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16))
+    w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
+    grid = (triton.cdiv(M, bt) * triton.cdiv(N, bn), )
+    _w8a16_ws_swap_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
+                                STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
+    return y
