@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirtieth"). Done in the thirtieth: swappersist (the swap route then removed). Before:
+# usage: bash .ci/h200_next.sh wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirtieth"): `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
+# the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
 # `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
 # `w8a16eager` (superseded if `sustain` closes the W8A16 plain-call gap). Done in the twenty-seventh: routeab, spread,
@@ -43,6 +44,16 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wsmore)  # thirtieth session, compiled for sm_90 on the CPU (168 registers, no spills), not yet run: the transposed
+           # Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py) with 256-token tiles at other stage counts / BLOCK_K 128,
+           # beside widen + cuBLAS (the 4-stage 64-K tile ran 533-567 TFLOP/s, widen + cuBLAS 552-671). Prediction:
+           # within +-5% of the 4-stage tile; a win over widen + cuBLAS needs ~700 (ping-pong consumers, not built).
+           # (1) the cuda tests of the two kernels, (2) the variants at M = 1024 / 8192
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    WS_CFGS='[{"BLOCK_T": 256, "STAGES": 3}, {"BLOCK_T": 256, "STAGES": 4}, {"BLOCK_T": 256, "STAGES": 5},
+      {"BLOCK_T": 256, "BLOCK_K": 128, "STAGES": 2}, {"BLOCK_T": 256, "STAGES": 4, "GROUP_N": 16}]' \
+      timeout 400 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsmore.txt" ;;
   pair)  # twenty-eighth session, CPU-tested: gated_pair (torch.compile's gate/up pair of a per-Linear block) at M >= 1024
          # widens its weights (it ran the half-rate mixed-input GEMM) and has the cuBLAS routes (W8A16, W8A8). Prediction:
          # per-Linear + compile within ~3% of the block conversion at M=1024 / 8192 (Llama int8 W8A16 ~690 / ~4600 µs;

@@ -59,6 +59,36 @@ for label, (mmas, converts, loads) in mma_facts().items():  # sparse24_mma: its 
 for label, (mmas, converts) in w8_mma_facts().items():  # w8_mma: the same rule
     if mmas < 4 or converts:
         out.append(f'{label}: {mmas} mma.sync, {converts} layout conversions')
+import re
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon import language as gl
+from fused.kernels import w8a16_ws as gws
+# the Gluon W8A16 GEMMs (GPU-only kernels: Gluon does not run in the interpreter): compiled with the H200's triton, no
+# spills, the transposed form's widened weight as wgmma's register operand
+for swap, cfg in ((False, dict(gws.default_config(), BLOCK_N=128, STAGES=4)), (True, gws.swap_config()),
+                  (True, dict(gws.swap_config(), BLOCK_T=256))):
+    bm, bn, bk = (cfg['BLOCK_T'], cfg['BLOCK_N'], cfg['BLOCK_K']) if swap else (cfg['BLOCK_M'], cfg['BLOCK_N'],
+                                                                             cfg['BLOCK_K'])
+    xl = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
+    wl = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8)
+    sig = {'x_desc': f'tensordesc<bf16[{bm}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<i8[{bn}, {bk}],{wl!r}>',
+           'ws_ptr': '*fp32', 'y_ptr': '*bf16', 'M': 'i32', 'N': 'i32', 'K': 'i32', 'stride_ym': 'i32'}
+    if swap:
+        fn, consts = gws._w8a16_ws_swap_kernel, dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'],
+                                                     num_warps=cfg['num_warps'])
+    else:
+        fn, consts = gws._w8a16_ws_kernel, dict(GROUP_M=cfg['GROUP_M'], wbf_layout=gws.layouts(cfg)[2],
+                                                STAGES=cfg['STAGES'], WIDEN_WARPS=cfg['WIDEN_WARPS'],
+                                                WIDEN_REGS=cfg['WIDEN_REGS'], num_warps=cfg['num_warps'])
+    sig.update({k: 'constexpr' for k in consts})
+    k = triton.compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
+                       options=dict(num_warps=cfg['num_warps'], maxnreg=cfg['maxnreg']))
+    if k.n_spills if hasattr(k, 'n_spills') else False:
+        out.append(f'w8a16_ws swap={swap}: spills')
+    if swap and not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
+        out.append(f'w8a16_ws swap={swap}: the widened weight is no register operand')
 print(out)
 """
 

@@ -9,8 +9,11 @@ widens each int8 W tile into a bf16 copy in shared memory, and the default parti
 wgmma on (x, widened W) stages as they become ready. The stages' mbarriers hand them around:
 ready (TMA landed) -> conv (W widened) -> empty (consumed by both the widening and the wgmma).
 
-Gluon kernels do not run in Triton's interpreter: this one is tested on the GPU (tests/test_w8a16_ws.py, cuda) and
-compiled for sm_90 on the CPU. Not in dispatch yet: measured first (`.ci/ws_probe.py`).
+Gluon kernels do not run in Triton's interpreter: these are tested on the GPU (tests/test_w8a16_ws.py, cuda) and
+compiled for sm_90 on the CPU with the H200's triton (tests/test_triton36_compile.py). Not in dispatch: measured on
+the H200 (thirtieth session, `.ci/ws_probe.py`, Llama layers, do_bench µs) both are right and both are slower than
+widen + cuBLAS: this form ~470 TFLOP/s at every M (down M=1024 246 vs 197-201 µs), the transposed one below 533-567
+with 256-token tiles (down M=1024 212 vs 201; gate/up 451 vs 428-436); bf16 cuBLAS on a bf16 copy runs 700-800.
 """
 from __future__ import annotations
 
@@ -129,6 +132,24 @@ def _w8a16_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_M:
     gl.store(y_ptr + rows_i[:, None] * stride_ym + cols[None, :], y, mask=mask)
 
 
+def _check(name, x, qweight):
+    """The operands TMA descriptors can describe: 2-D, last stride 1, rows and base 16-byte aligned."""
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != x.shape[1]:
+        raise TypeError(f"{name}: bf16 x [M, K] and int8 qweight [N, K] expected")
+    for t in (x, qweight):
+        if t.stride(1) != 1 or (t.stride(0) * t.element_size()) % 16 or t.data_ptr() % 16:
+            raise ValueError(f"{name}: operands need a last stride of 1 and 16-byte aligned rows (TMA), got strides "
+                             f"{tuple(t.stride())}")
+
+
+def _out(out, M, N, device):
+    if out is None:
+        return torch.empty((M, N), device=device, dtype=torch.bfloat16)
+    if out.shape != (M, N) or out.dtype != torch.bfloat16 or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous [{M}, {N}] bf16 tensor")
+    return out
+
+
 def default_config() -> dict:
     return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, STAGES=3, GROUP_M=8, num_warps=8, WIDEN_WARPS=4, WIDEN_REGS=88,
                 maxnreg=128)
@@ -142,14 +163,15 @@ def layouts(cfg: dict):
             gl.NVMMASharedLayout.get_default_for([bn, bk], gl.bfloat16))
 
 
-def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None) -> torch.Tensor:
-    """x [M, K] bf16 (K-contiguous, 16-byte aligned rows), qweight [N, K] int8, wscale [N] fp32 -> y [M, N] bf16."""
+def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] bf16 (K-contiguous, 16-byte aligned rows), qweight [N, K] int8, wscale [N] fp32 -> y [M, N] bf16
+    (written into ``out`` if given: contiguous [M, N] bf16)."""
     cfg = config or default_config()
     M, K = x.shape
     N = qweight.shape[0]
-    if x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != K:
-        raise TypeError("w8a16_ws: bf16 x [M, K] and int8 qweight [N, K] expected")
-    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    _check("w8a16_ws", x, qweight)
+    y = _out(out, M, N, x.device)
     if M == 0 or N == 0:
         return y
     xl, wl, bl = layouts(cfg)
@@ -245,15 +267,14 @@ def swap_config() -> dict:
     return dict(BLOCK_N=128, BLOCK_T=128, BLOCK_K=64, STAGES=4, GROUP_N=8, num_warps=8, maxnreg=None)
 
 
-def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
-                  config: dict | None = None) -> torch.Tensor:
+def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
     """w8a16_ws's product in the transposed form (see above): the same arguments and result."""
     cfg = config or swap_config()
     M, K = x.shape
     N = qweight.shape[0]
-    if x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != K:
-        raise TypeError("w8a16_ws_swap: bf16 x [M, K] and int8 qweight [N, K] expected")
-    y = torch.empty((M, N), device=x.device, dtype=torch.bfloat16)
+    _check("w8a16_ws_swap", x, qweight)
+    y = _out(out, M, N, x.device)
     if M == 0 or N == 0:
         return y
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
