@@ -29,6 +29,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 @gluon.jit
 def _load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_m, off_n, k_tiles):
+    # off_m: the x tile's first row (tokens), off_n: the W tile's (weight rows); both forms stream the same tiles
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     for k in range(k_tiles):
@@ -73,6 +74,15 @@ def _mma_partition(x_bufs, wbf_bufs, conv, empty, k_tiles, acc_layout: gl.conste
     return (acc, )  # warp_specialize takes the default partition's results as a tuple
 
 
+@gluon.jit
+def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
+    """(tile along a, tile along b) of program ``pid``: GROUP consecutive a tiles per b tile."""
+    per_group = GROUP * tiles_b
+    first = (pid // per_group) * GROUP
+    rows = gl.minimum(tiles_a - first, GROUP)
+    return first + (pid % per_group) % rows, (pid % per_group) // rows
+
+
 @constexpr_function
 def _instr_n(BLOCK_N):
     n = 256
@@ -89,14 +99,7 @@ def _w8a16_ws_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_M:
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     # grouped tile order: GROUP_M row tiles share each W column tile while it is in L2
-    pid = gl.program_id(0)
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    per_group = GROUP_M * tiles_n
-    first_m = (pid // per_group) * GROUP_M
-    rows = gl.minimum(tiles_m - first_m, GROUP_M)
-    pid_m = first_m + (pid % per_group) % rows
-    pid_n = (pid % per_group) // rows
+    pid_m, pid_n = _grouped(gl.program_id(0), gl.cdiv(M, BLOCK_M), gl.cdiv(N, BLOCK_N), GROUP_M)
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -190,18 +193,6 @@ def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, confi
 # the default partition's two warpgroups (64 weight rows each) widen and issue wgmma, so one warpgroup's widening
 # overlaps the other's tensor-core work.
 @gluon.jit
-def _swap_load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles):
-    STAGES: gl.constexpr = x_bufs.type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
-    for k in range(k_tiles):
-        s = k % STAGES
-        mbarrier.wait(empty.index(s), ((k // STAGES) & 1) ^ 1)
-        mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-        tma.async_copy_global_to_shared(w_desc, [off_n, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
-
-
-@gluon.jit
 def _swap_mma_partition(x_bufs, w8_bufs, ready, empty, k_tiles, acc_layout: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
@@ -226,14 +217,7 @@ def _w8a16_ws_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GRO
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
     # grouped order: GROUP_N weight tiles share each token tile while it is in L2
-    pid = gl.program_id(0)
-    tiles_n = gl.cdiv(N, BLOCK_N)
-    tiles_t = gl.cdiv(M, BLOCK_T)
-    per_group = GROUP_N * tiles_t
-    first_n = (pid // per_group) * GROUP_N
-    rows = gl.minimum(tiles_n - first_n, GROUP_N)
-    pid_n = first_n + (pid % per_group) % rows
-    pid_t = (pid % per_group) // rows
+    pid_n, pid_t = _grouped(gl.program_id(0), gl.cdiv(N, BLOCK_N), gl.cdiv(M, BLOCK_T), GROUP_N)
     off_n = pid_n * BLOCK_N
     off_t = pid_t * BLOCK_T
     k_tiles = gl.cdiv(K, BLOCK_K)
@@ -250,7 +234,7 @@ def _w8a16_ws_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GRO
                                                          instr_shape=[16, _instr_n(BLOCK_T), 16])
     acc, = gl.warp_specialize([
         (_swap_mma_partition, (x_bufs, w8_bufs, ready, empty, k_tiles, acc_layout)),
-        (_swap_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)),
+        (_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)),
     ], [1], [24])
 
     # epilogue: acc is yᵀ's tile [weight rows, tokens]; stored transposed, tokens along memory's slow axis
