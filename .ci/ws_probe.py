@@ -10,7 +10,8 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.getcwd())
-from fused.kernels.w8a16_ws import default_config, swap_config, w8a16_ws, w8a16_ws_swap  # noqa: E402
+from fused.kernels.w8a16_ws import (default_config, pp_config, swap_config, w8a16_ws, w8a16_ws_pp,  # noqa: E402
+                                   w8a16_ws_swap)
 from fused.kernels.widen import widen  # noqa: E402
 from lowbit.metrics import sqnr  # noqa: E402
 
@@ -24,17 +25,24 @@ def ref(x, q, s):
 
 torch.manual_seed(0)
 cfgs = [dict(default_config(), BLOCK_N=128, STAGES=5)] + [
-    dict(swap_config(), SWAP=True, **c) for c in (dict(), dict(STAGES=6), dict(BLOCK_T=256), dict(BLOCK_K=128))]
-if os.environ.get("WS_CFGS"):  # a JSON list of swap_config overrides, e.g. '[{"BLOCK_T": 256, "STAGES": 5}]'
-    cfgs = [dict(swap_config(), SWAP=True, **c) for c in json.loads(os.environ["WS_CFGS"])]
+    dict(swap_config(), SWAP=True, **c) for c in (dict(), dict(STAGES=6), dict(BLOCK_T=256), dict(BLOCK_K=128))] + [
+    dict(pp_config(), PP=True)]
+if os.environ.get("WS_CFGS"):  # a JSON list of swap_config overrides (pp_config's with "PP": true), e.g.
+    # '[{"BLOCK_T": 256, "STAGES": 5}, {"PP": true}]'
+    cfgs = [dict(pp_config() if c.get("PP") else swap_config(), SWAP=not c.get("PP"), **c)
+            for c in json.loads(os.environ["WS_CFGS"])]
 cfgs = [dict(c, **over) for c in cfgs]
 
 
 def run(x, q, s, c):
+    if c.get("PP"):
+        return w8a16_ws_pp(x, q, s, c)
     return w8a16_ws_swap(x, q, s, c) if c.get("SWAP") else w8a16_ws(x, q, s, c)
 
 
 def label(c):
+    if c.get("PP"):
+        return f"pp {c['BLOCK_N']}x{c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}"
     if c.get("SWAP"):
         return f"swap {c['BLOCK_N']}x{c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}"
     return f"ws {c['BLOCK_M']}x{c['BLOCK_N']}x{c['BLOCK_K']} s{c['STAGES']}"

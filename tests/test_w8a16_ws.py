@@ -12,12 +12,12 @@ def _ref(x, q, s):
 
 
 def test_bad_operands_get_clear_errors():
-    from fused.kernels.w8a16_ws import w8a16_ws, w8a16_ws_swap
+    from fused.kernels.w8a16_ws import w8a16_ws, w8a16_ws_pp, w8a16_ws_swap
 
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     q = torch.zeros(8, 64, dtype=torch.int8)
     s = torch.ones(8)
-    for f in (w8a16_ws, w8a16_ws_swap):
+    for f in (w8a16_ws, w8a16_ws_swap, w8a16_ws_pp):
         with pytest.raises(TypeError, match="int8 qweight"):
             f(x.float(), q, s)
         with pytest.raises(TypeError, match="int8 qweight"):
@@ -31,19 +31,20 @@ def test_bad_operands_get_clear_errors():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
                     reason="Hopper (sm_90) GPU")
-@pytest.mark.parametrize("swap", [False, True])
+@pytest.mark.parametrize("form", ["widen partition", "swap", "pp"])
 @pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1024), (17, 4136, 528), (300, 4096, 14336)])
-def test_ws_matches_reference_cuda(swap, M, N, K):
+def test_ws_matches_reference_cuda(form, M, N, K):
     from fused.kernels import w8a16_ws as ws
 
     torch.manual_seed(M + N)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01
-    cfgs = [ws.swap_config(), dict(ws.swap_config(), BLOCK_T=256)] if swap else [dict(ws.default_config(),
-                                                                                        BLOCK_N=128, STAGES=4)]
+    fn, cfgs = {"widen partition": (ws.w8a16_ws, [dict(ws.default_config(), BLOCK_N=128, STAGES=4)]),
+                "swap": (ws.w8a16_ws_swap, [ws.swap_config(), dict(ws.swap_config(), BLOCK_T=256)]),
+                "pp": (ws.w8a16_ws_pp, [ws.pp_config()])}[form]
     for cfg in cfgs:
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-        y = (ws.w8a16_ws_swap if swap else ws.w8a16_ws)(x, q, s, cfg, out=out)
+        y = fn(x, q, s, cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
         assert sqnr(_ref(x, q, s), y.float()) > 50, cfg

@@ -268,3 +268,95 @@ def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, 
     _w8a16_ws_swap_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
                                 STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
     return y
+
+
+# The transposed form with its two warpgroups as partitions of their own (thirtieth session, compiled, not yet run):
+# in w8a16_ws_swap both warpgroups are one 8-warp partition, whose barriers keep them in step, so both widen at the
+# same time and then both wait on the tensor cores. Here each warpgroup owns 64 weight rows of the tile, its
+# accumulator and its epilogue, and runs its own loop: the two drift apart, one widening while the other's wgmma runs.
+@gluon.jit
+def _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles,
+                 HALF: gl.constexpr):
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
+    ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                         instr_shape=[16, _instr_n(BLOCK_T), 16])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+    for k in range(k_tiles):
+        s = k % STAGES
+        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        a = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0).load(a_layout).to(gl.bfloat16)
+        acc = warpgroup_mma(a, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
+        acc, a = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a))
+        mbarrier.arrive(empty.index((k + STAGES - 1) % STAGES), count=1, pred=k > 0)
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    acc = gl.convert_layout(acc, out_layout)
+    n = off_n + HALF * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
+    t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+    ws = gl.load(ws_ptr + n, mask=n < N, other=0.0)
+    y = (acc * ws[:, None]).to(gl.bfloat16)
+    gl.store(y_ptr + t[None, :] * stride_ym + n[:, None], y, mask=(n < N)[:, None] & (t < M)[None, :])
+
+
+@gluon.jit
+def _pp_consumer0(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 0)
+
+
+@gluon.jit
+def _pp_consumer1(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 1)
+
+
+@gluon.jit
+def _w8a16_ws_pp_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_N: gl.constexpr,
+                        STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
+    pid_n, pid_t = _grouped(gl.program_id(0), gl.cdiv(N, BLOCK_N), gl.cdiv(M, BLOCK_T), GROUP_N)
+    off_n = pid_n * BLOCK_N
+    off_t = pid_t * BLOCK_T
+    k_tiles = gl.cdiv(K, BLOCK_K)
+
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
+    args = (x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles)
+    gl.warp_specialize([
+        (_pp_consumer0, args),
+        (_pp_consumer1, args),
+        (_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
+def pp_config() -> dict:
+    return dict(BLOCK_N=128, BLOCK_T=256, BLOCK_K=64, STAGES=4, GROUP_N=8, num_warps=4, CONSUMER_REGS=232,
+                maxnreg=None)
+
+
+def w8a16_ws_pp(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
+    """w8a16_ws_swap's product with its warpgroups as partitions of their own (see above)."""
+    cfg = config or pp_config()
+    _check("w8a16_ws_pp", x, qweight)
+    M, K = x.shape
+    N = qweight.shape[0]
+    y = _out(out, M, N, x.device)
+    if M == 0 or N == 0:
+        return y
+    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    x_desc = TensorDescriptor.from_tensor(x, [bt, bk], gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16))
+    w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
+    grid = (triton.cdiv(M, bt) * triton.cdiv(N, bn), )
+    _w8a16_ws_pp_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
+                              STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"], num_warps=cfg["num_warps"],
+                              maxnreg=cfg["maxnreg"])
+    return y
