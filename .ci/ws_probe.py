@@ -10,8 +10,9 @@ import torch
 from triton.testing import do_bench
 
 sys.path.insert(0, os.getcwd())
-from fused.kernels.w8a16_ws import (default_config, pp_config, swap_config, w8a16_ws, w8a16_ws_pp,  # noqa: E402
-                                   w8a16_ws_swap)
+from fused.kernels.scale_epilogue import scale_epilogue  # noqa: E402
+from fused.kernels.w8a16_ws import (default_config, interleave_gate_up, pp_config, swap_config, w8a16_ws,  # noqa: E402
+                                   w8a16_ws_pp, w8a16_ws_swap)
 from fused.kernels.widen import widen  # noqa: E402
 from lowbit.metrics import sqnr  # noqa: E402
 
@@ -56,6 +57,15 @@ for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
         y = run(x, q, s, c)
         print(f"correct M={M} N={N} K={K} {label(c)}: SQNR {sqnr(ref(x, q, s), y.float()):.1f} dB")
 
+# the gated two-consumer form (gate and up rows interleaved by 8, SiLU·mul in its epilogue) against the reference
+x = torch.randn(300, 528, device="cuda", dtype=torch.bfloat16)
+q = torch.randint(-127, 128, (2 * 208, 528), device="cuda", dtype=torch.int8)
+s = torch.rand(2 * 208, device="cuda") * 0.01
+r = ref(x, q, s)
+r = torch.nn.functional.silu(r[:, :208]) * r[:, 208:]
+y = w8a16_ws_pp(x, interleave_gate_up(q), interleave_gate_up(s), gated=True)
+print(f"correct gated pp M=300 H=208 K=528: SQNR {sqnr(r, y.float()):.1f} dB")
+
 for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01
@@ -66,6 +76,11 @@ for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
                 "widen + cuBLAS": lambda: (x @ widen(q).t())}
         for c in cfgs:
             runs[label(c)] = (lambda c=c: run(x, q, s, c))
+        if name == "gate/up":  # the gated layer as W8A16 runs it now, against the gated two-consumer form
+            qi, si = interleave_gate_up(q), interleave_gate_up(s)
+            runs["widen + cuBLAS + scale_epilogue (gated)"] = lambda: scale_epilogue(
+                x @ widen(q).t(), None, s, None, "silu", True, torch.bfloat16, m=M)
+            runs["pp gated"] = lambda: w8a16_ws_pp(x, qi, si, gated=True)
         t = {k: [] for k in runs}
         for _ in range(3):
             for k, f in runs.items():

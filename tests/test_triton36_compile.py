@@ -68,7 +68,8 @@ from fused.kernels import w8a16_ws as gws
 # the Gluon W8A16 GEMMs (GPU-only kernels: Gluon does not run in the interpreter): compiled with the H200's triton, no
 # spills, the transposed form's widened weight as wgmma's register operand
 for swap, cfg in ((False, dict(gws.default_config(), BLOCK_N=128, STAGES=4)), (True, gws.swap_config()),
-                  (True, dict(gws.swap_config(), BLOCK_T=256)), (True, dict(gws.pp_config(), PP=True))):
+                  (True, dict(gws.swap_config(), BLOCK_T=256)), (True, dict(gws.pp_config(), PP=True)),
+                  (True, dict(gws.pp_config(), PP=True, GATED=True))):
     bm, bn, bk = (cfg['BLOCK_T'], cfg['BLOCK_N'], cfg['BLOCK_K']) if swap else (cfg['BLOCK_M'], cfg['BLOCK_N'],
                                                                              cfg['BLOCK_K'])
     xl = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
@@ -77,7 +78,8 @@ for swap, cfg in ((False, dict(gws.default_config(), BLOCK_N=128, STAGES=4)), (T
            'ws_ptr': '*fp32', 'y_ptr': '*bf16', 'M': 'i32', 'N': 'i32', 'K': 'i32', 'stride_ym': 'i32'}
     if cfg.get('PP'):
         fn, consts = gws._w8a16_ws_pp_kernel, dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'],
-                                                   CONSUMER_REGS=cfg['CONSUMER_REGS'], num_warps=cfg['num_warps'])
+                                                   CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=cfg.get('GATED', False),
+                                                   num_warps=cfg['num_warps'])
     elif swap:
         fn, consts = gws._w8a16_ws_swap_kernel, dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'],
                                                      num_warps=cfg['num_warps'])

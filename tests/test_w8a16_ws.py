@@ -48,3 +48,33 @@ def test_ws_matches_reference_cuda(form, M, N, K):
         y = fn(x, q, s, cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
         assert sqnr(_ref(x, q, s), y.float()) > 50, cfg
+
+
+def test_interleave_gate_up_orders_rows_by_eight():
+    from fused.kernels.w8a16_ws import interleave_gate_up
+
+    t = torch.arange(32)  # H = 16: gate rows 0..15, up rows 16..31
+    assert interleave_gate_up(t).tolist() == list(range(8)) + list(range(16, 24)) + list(range(8, 16)) + list(
+        range(24, 32))
+    w = torch.arange(64).reshape(32, 2)
+    assert torch.equal(interleave_gate_up(w)[8], w[16])
+    with pytest.raises(ValueError, match="multiple of 8"):
+        interleave_gate_up(torch.zeros(24))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
+                    reason="Hopper (sm_90) GPU")
+@pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1024, 4096)])
+def test_ws_pp_gated_matches_reference_cuda(M, H, K):
+    from fused.kernels import w8a16_ws as ws
+
+    torch.manual_seed(M + H)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q = torch.randint(-127, 128, (2 * H, K), device="cuda", dtype=torch.int8)
+    s = torch.rand(2 * H, device="cuda") * 0.01
+    r = _ref(x, q, s)
+    r = torch.nn.functional.silu(r[:, :H]) * r[:, H:]
+    out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+    y = ws.w8a16_ws_pp(x, ws.interleave_gate_up(q), ws.interleave_gate_up(s), out=out, gated=True)
+    assert not torch.isnan(y).any() and sqnr(r, y.float()) > 40

@@ -276,7 +276,7 @@ def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, 
 # accumulator and its epilogue, and runs its own loop: the two drift apart, one widening while the other's wgmma runs.
 @gluon.jit
 def _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles,
-                 HALF: gl.constexpr):
+                 HALF: gl.constexpr, GATED: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
@@ -292,28 +292,55 @@ def _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, 
         acc, a = warpgroup_mma_wait(num_outstanding=1, deps=(acc, a))
         mbarrier.arrive(empty.index((k + STAGES - 1) % STAGES), count=1, pred=k > 0)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
-    acc = gl.convert_layout(acc, out_layout)
-    n = off_n + HALF * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, out_layout))
-    t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-    ws = gl.load(ws_ptr + n, mask=n < N, other=0.0)
-    y = (acc * ws[:, None]).to(gl.bfloat16)
-    gl.store(y_ptr + t[None, :] * stride_ym + n[:, None], y, mask=(n < N)[:, None] & (t < M)[None, :])
+    if GATED:
+        # rows interleave gate and up by 8 (interleave_gate_up): a wgmma thread holds rows r and r + 8 of every 16,
+        # an output's gate and up value, so SiLU(g)·u pairs them in registers; N counts weight rows (2 per output)
+        pair_layout: gl.constexpr = gl.BlockedLayout([16, 1], [4, 8], [1, gl.num_warps()], [0, 1])
+        accp = gl.convert_layout(acc, pair_layout)  # each thread: 16 consecutive rows (8 gate, their 8 up)
+        n = off_n + HALF * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, pair_layout))
+        y = accp * gl.load(ws_ptr + n, mask=n < N, other=0.0)[:, None]
+        g, u = gl.split(gl.permute(gl.reshape(y, (ROWS // 16, 2, 8, BLOCK_T)), (0, 2, 3, 1)))
+        h = gl.reshape(g / (1.0 + gl.exp(-g)) * u, (ROWS // 2, BLOCK_T)).to(gl.bfloat16)
+        out_layout: gl.constexpr = gl.BlockedLayout([4, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+        h = gl.convert_layout(h, out_layout)
+        o = (off_n + HALF * ROWS) // 2 + gl.arange(0, ROWS // 2, layout=gl.SliceLayout(1, out_layout))
+        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+        gl.store(y_ptr + t[None, :] * stride_ym + o[:, None], h, mask=(o < N // 2)[:, None] & (t < M)[None, :])
+    else:
+        lin_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+        accb = gl.convert_layout(acc, lin_layout)
+        nl = off_n + HALF * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, lin_layout))
+        tl_ = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, lin_layout))
+        yl = (accb * gl.load(ws_ptr + nl, mask=nl < N, other=0.0)[:, None]).to(gl.bfloat16)
+        gl.store(y_ptr + tl_[None, :] * stride_ym + nl[:, None], yl, mask=(nl < N)[:, None] & (tl_ < M)[None, :])
 
 
+# one function per (warpgroup, gated): a constexpr passed through warp_specialize's argument tuples arrives as a
+# runtime value (triton 3.6), so the choices are made in the callee's body
 @gluon.jit
 def _pp_consumer0(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
-    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 0)
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 0, False)
 
 
 @gluon.jit
 def _pp_consumer1(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
-    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 1)
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 1, False)
+
+
+@gluon.jit
+def _pp_gated0(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 0, True)
+
+
+@gluon.jit
+def _pp_gated1(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles):
+    _pp_consumer(x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles, 1, True)
 
 
 @gluon.jit
 def _w8a16_ws_pp_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP_N: gl.constexpr,
-                        STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, num_warps: gl.constexpr):
+                        STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
+                        num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = w_desc.block_type.shape[0]
@@ -330,11 +357,13 @@ def _w8a16_ws_pp_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
     args = (x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles)
-    gl.warp_specialize([
-        (_pp_consumer0, args),
-        (_pp_consumer1, args),
-        (_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    loads = (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)
+    if GATED:
+        gl.warp_specialize([(_pp_gated0, args), (_pp_gated1, args), (_load_partition, loads)], [4, 1],
+                           [CONSUMER_REGS, 24])
+    else:
+        gl.warp_specialize([(_pp_consumer0, args), (_pp_consumer1, args), (_load_partition, loads)], [4, 1],
+                           [CONSUMER_REGS, 24])
 
 
 def pp_config() -> dict:
@@ -342,14 +371,28 @@ def pp_config() -> dict:
                 maxnreg=None)
 
 
+def interleave_gate_up(t: torch.Tensor) -> torch.Tensor:
+    """A stacked gate | up tensor ([2H, ...] weights or [2H] scales) with its rows interleaved by 8 (8 gate rows,
+    then the same outputs' 8 up rows), the layout w8a16_ws_pp(gated=True) reads; H a multiple of 8. Done once, at
+    conversion time: the weights are constant."""
+    H = t.shape[0] // 2
+    if t.shape[0] % 16:
+        raise ValueError(f"interleave_gate_up: 2H = {t.shape[0]} rows, H must be a multiple of 8")
+    g, u = t[:H].reshape(H // 8, 8, *t.shape[1:]), t[H:].reshape(H // 8, 8, *t.shape[1:])
+    return torch.stack((g, u), 1).reshape(t.shape).contiguous()
+
+
 def w8a16_ws_pp(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None,
-                out: torch.Tensor | None = None) -> torch.Tensor:
-    """w8a16_ws_swap's product with its warpgroups as partitions of their own (see above)."""
+                out: torch.Tensor | None = None, gated: bool = False) -> torch.Tensor:
+    """w8a16_ws_swap's product with its warpgroups as partitions of their own (see above). ``gated``: qweight and
+    wscale are a gate | up pair through interleave_gate_up ([2H, K], [2H]) and y = SiLU(x·Wgᵀ·sg) ⊙ (x·Wuᵀ·su), [M, H]."""
     cfg = config or pp_config()
     _check("w8a16_ws_pp", x, qweight)
     M, K = x.shape
     N = qweight.shape[0]
-    y = _out(out, M, N, x.device)
+    if gated and N % 16:
+        raise ValueError("w8a16_ws_pp: a gated weight has 2H rows, H a multiple of 8")
+    y = _out(out, M, N // 2 if gated else N, x.device)
     if M == 0 or N == 0:
         return y
     bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -357,6 +400,6 @@ def w8a16_ws_pp(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, co
     w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
     grid = (triton.cdiv(M, bt) * triton.cdiv(N, bn), )
     _w8a16_ws_pp_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
-                              STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"], num_warps=cfg["num_warps"],
-                              maxnreg=cfg["maxnreg"])
+                              STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"], GATED=gated,
+                              num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
     return y
