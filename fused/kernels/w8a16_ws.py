@@ -1,4 +1,9 @@
-"""W8A16 GEMM for Hopper as a warp-specialized Gluon kernel (thirtieth session, prototype): y = (x · Wᵀ) · s.
+"""W8A16 GEMMs for Hopper as warp-specialized Gluon kernels (thirtieth session, prototypes): y = (x · Wᵀ) · s.
+
+Three forms of one experiment, kept in one file until the H200 picks one (then the losers go, as the swap route did):
+w8a16_ws (the widening in a partition of its own, below), w8a16_ws_swap (transposed, the widening in the wgmma warps'
+registers) and w8a16_ws_pp (transposed, each warpgroup a partition of its own; also gated). They share the TMA
+partition, the grouped tile order and the operand checks.
 
 Why: at M >= 1024 W8A16 widens the 8-bit weights to bf16 once per call (~130 µs per Llama block, ~20% of it) and runs
 cuBLAS on the copy; a Triton GEMM that widens its tiles in the K loop waits for each wgmma before widening the next
