@@ -390,7 +390,8 @@ def interleave_gate_up(t: torch.Tensor) -> torch.Tensor:
 def w8a16_ws_pp(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, config: dict | None = None,
                 out: torch.Tensor | None = None, gated: bool = False) -> torch.Tensor:
     """w8a16_ws_swap's product with its warpgroups as partitions of their own (see above). ``gated``: qweight and
-    wscale are a gate | up pair through interleave_gate_up ([2H, K], [2H]) and y = SiLU(x·Wgᵀ·sg) ⊙ (x·Wuᵀ·su), [M, H]."""
+    wscale are a gate | up pair through interleave_gate_up ([2H, K], [2H]) and
+    y = SiLU(x·Wgᵀ·sg) ⊙ (x·Wuᵀ·su), [M, H]."""
     cfg = config or pp_config()
     _check("w8a16_ws_pp", x, qweight)
     M, K = x.shape
