@@ -49,13 +49,15 @@ case "${1:-}" in
            # beside widen + cuBLAS (the 4-stage 64-K tile ran 533-567 TFLOP/s, widen + cuBLAS 552-671). Prediction:
            # within +-5% of the 4-stage tile; a win over widen + cuBLAS needs ~700: the two-consumer form (pp: each
            # warpgroup a partition of its own, so one widens while the other's wgmma runs) is the candidate for it.
-           # (1) the cuda tests of the two kernels, (2) the variants at M = 1024 / 8192
+           # (1) the cuda tests of the Gluon forms, (2) the variants per layer at M=1024, (3) the Llama block on pp
+           # (gated pp + pp) against bf16 eager and the shipped int8 W8A16 block at M = 1024 / 8192
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
       | tail -3
     WS_CFGS='[{"BLOCK_T": 256, "STAGES": 3}, {"BLOCK_T": 256, "STAGES": 4}, {"BLOCK_T": 256, "STAGES": 5},
       {"BLOCK_T": 256, "BLOCK_K": 128, "STAGES": 2}, {"BLOCK_T": 256, "STAGES": 4, "GROUP_N": 16}, {"PP": true},
       {"PP": true, "STAGES": 3}]' \
-      timeout 400 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsmore.txt" ;;
+      timeout 220 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsmore.txt"
+    timeout 200 python3 .ci/ws_block.py 1024,8192 2>&1 | filt | tee "$OUT/ws_block.txt" ;;
   pair)  # twenty-eighth session, CPU-tested: gated_pair (torch.compile's gate/up pair of a per-Linear block) at M >= 1024
          # widens its weights (it ran the half-rate mixed-input GEMM) and has the cuBLAS routes (W8A16, W8A8). Prediction:
          # per-Linear + compile within ~3% of the block conversion at M=1024 / 8192 (Llama int8 W8A16 ~690 / ~4600 µs;
