@@ -198,6 +198,20 @@ def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, confi
 # the default partition's two warpgroups (64 weight rows each) widen and issue wgmma, so one warpgroup's widening
 # overlaps the other's tensor-core work.
 @gluon.jit
+def _transposed_stages(x_desc, w_desc, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The transposed forms' stage ring: x and int8 W tiles, a ready barrier (the TMA landed) and an empty one
+    (released by each of CONSUMERS) per stage."""
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=CONSUMERS)
+    return x_bufs, w8_bufs, ready, empty
+
+
+@gluon.jit
 def _swap_mma_partition(x_bufs, w8_bufs, ready, empty, k_tiles, acc_layout: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
@@ -227,13 +241,7 @@ def _w8a16_ws_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GRO
     off_t = pid_t * BLOCK_T
     k_tiles = gl.cdiv(K, BLOCK_K)
 
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)
+    x_bufs, w8_bufs, ready, empty = _transposed_stages(x_desc, w_desc, STAGES, 1)
 
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
                                                          instr_shape=[16, _instr_n(BLOCK_T), 16])
@@ -354,13 +362,8 @@ def _w8a16_ws_pp_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GROUP
     off_t = pid_t * BLOCK_T
     k_tiles = gl.cdiv(K, BLOCK_K)
 
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
-    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES] + w_desc.block_type.shape, w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
+    # each consumer releases a stage once its wgmma on it is done
+    x_bufs, w8_bufs, ready, empty = _transposed_stages(x_desc, w_desc, STAGES, 2)
     args = (x_bufs, w8_bufs, ready, empty, ws_ptr, y_ptr, M, N, stride_ym, off_t, off_n, k_tiles)
     loads = (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_n, k_tiles)
     if GATED:
