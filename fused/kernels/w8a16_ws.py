@@ -176,9 +176,9 @@ def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, confi
     """x [M, K] bf16 (K-contiguous, 16-byte aligned rows), qweight [N, K] int8, wscale [N] fp32 -> y [M, N] bf16
     (written into ``out`` if given: contiguous [M, N] bf16)."""
     cfg = config or default_config()
+    _check("w8a16_ws", x, qweight)
     M, K = x.shape
     N = qweight.shape[0]
-    _check("w8a16_ws", x, qweight)
     y = _out(out, M, N, x.device)
     if M == 0 or N == 0:
         return y
@@ -260,6 +260,14 @@ def _w8a16_ws_swap_kernel(x_desc, w_desc, ws_ptr, y_ptr, M, N, K, stride_ym, GRO
     gl.store(y_ptr + t[None, :] * stride_ym + n[:, None], y, mask=(n < N)[:, None] & (t < M)[None, :])
 
 
+def _transposed_descs(x, qweight, cfg):
+    """TMA descriptors of the transposed forms' x [BLOCK_T, BLOCK_K] and W [BLOCK_N, BLOCK_K] tiles, and the grid."""
+    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    x_desc = TensorDescriptor.from_tensor(x, [bt, bk], gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16))
+    w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
+    return x_desc, w_desc, (triton.cdiv(x.shape[0], bt) * triton.cdiv(qweight.shape[0], bn), )
+
+
 def swap_config() -> dict:
     return dict(BLOCK_N=128, BLOCK_T=128, BLOCK_K=64, STAGES=4, GROUP_N=8, num_warps=8, maxnreg=None)
 
@@ -268,16 +276,13 @@ def w8a16_ws_swap(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, 
                   out: torch.Tensor | None = None) -> torch.Tensor:
     """w8a16_ws's product in the transposed form (see above): the same arguments and result."""
     cfg = config or swap_config()
+    _check("w8a16_ws_swap", x, qweight)
     M, K = x.shape
     N = qweight.shape[0]
-    _check("w8a16_ws_swap", x, qweight)
     y = _out(out, M, N, x.device)
     if M == 0 or N == 0:
         return y
-    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    x_desc = TensorDescriptor.from_tensor(x, [bt, bk], gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16))
-    w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
-    grid = (triton.cdiv(M, bt) * triton.cdiv(N, bn), )
+    x_desc, w_desc, grid = _transposed_descs(x, qweight, cfg)
     _w8a16_ws_swap_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
                                 STAGES=cfg["STAGES"], num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
     return y
@@ -404,10 +409,7 @@ def w8a16_ws_pp(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, co
     y = _out(out, M, N // 2 if gated else N, x.device)
     if M == 0 or N == 0:
         return y
-    bt, bn, bk = cfg["BLOCK_T"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    x_desc = TensorDescriptor.from_tensor(x, [bt, bk], gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16))
-    w_desc = TensorDescriptor.from_tensor(qweight, [bn, bk], gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8))
-    grid = (triton.cdiv(M, bt) * triton.cdiv(N, bn), )
+    x_desc, w_desc, grid = _transposed_descs(x, qweight, cfg)
     _w8a16_ws_pp_kernel[grid](x_desc, w_desc, wscale, y, M, N, K, y.stride(0), GROUP_N=cfg["GROUP_N"],
                               STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"], GATED=gated,
                               num_warps=cfg["num_warps"], maxnreg=cfg["maxnreg"])
