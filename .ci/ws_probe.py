@@ -25,7 +25,7 @@ def ref(x, q, s):
 
 
 torch.manual_seed(0)
-cfgs = [dict(default_config(), BLOCK_N=128, STAGES=5)] + [
+cfgs = [dict(default_config(), STAGES=5)] + [
     dict(swap_config(), SWAP=True, **c) for c in (dict(), dict(STAGES=6), dict(BLOCK_T=256), dict(BLOCK_K=128))] + [
     dict(pp_config(), PP=True)]
 if os.environ.get("WS_CFGS"):  # a JSON list of swap_config overrides (pp_config's with "PP": true), e.g.

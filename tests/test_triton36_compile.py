@@ -67,7 +67,7 @@ from triton.experimental.gluon import language as gl
 from fused.kernels import w8a16_ws as gws
 # the Gluon W8A16 GEMMs (GPU-only kernels: Gluon does not run in the interpreter): compiled with the H200's triton, no
 # spills, the transposed form's widened weight as wgmma's register operand
-for swap, cfg in ((False, dict(gws.default_config(), BLOCK_N=128, STAGES=4)), (True, gws.swap_config()),
+for swap, cfg in ((False, gws.default_config()), (True, gws.swap_config()),
                   (True, dict(gws.swap_config(), BLOCK_T=256)), (True, dict(gws.pp_config(), PP=True)),
                   (True, dict(gws.pp_config(), PP=True, GATED=True))):
     bm, bn, bk = (cfg['BLOCK_T'], cfg['BLOCK_N'], cfg['BLOCK_K']) if swap else (cfg['BLOCK_M'], cfg['BLOCK_N'],

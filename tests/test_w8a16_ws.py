@@ -40,7 +40,7 @@ def test_ws_matches_reference_cuda(form, M, N, K):
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01
-    fn, cfgs = {"widen partition": (ws.w8a16_ws, [dict(ws.default_config(), BLOCK_N=128, STAGES=4)]),
+    fn, cfgs = {"widen partition": (ws.w8a16_ws, [ws.default_config()]),
                 "swap": (ws.w8a16_ws_swap, [ws.swap_config(), dict(ws.swap_config(), BLOCK_T=256)]),
                 "pp": (ws.w8a16_ws_pp, [ws.pp_config()])}[form]
     for cfg in cfgs:
