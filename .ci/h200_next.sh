@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirtieth"): `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
 # `sixteenth1`'s chain timing again (a candidate with the
@@ -44,6 +44,58 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wsroute)  # thirty-first session: the Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py, now with bias, every activation and
+           # the gated form on the stacked gate | up weight: gate and up rows of the same outputs in one tile, the up
+           # consumer hands its values over through shared memory) as a fourth W8A16 route candidate from M=1024
+           # (dispatch.W8A16_WS). Prediction: Llama int8 W8A16 block M=1024 675-684 -> ~600-615 µs (the ppturn pp
+           # block), 2048 ~1200, 8192 unchanged (the route timing keeps cuBLAS); GPT 1024 a similar ~10% cut
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    timeout 330 python3 -m fused bench --blocks llama,gpt --m 1024,2048,8192 --no-baselines \
+      --configs "ours int8 W8A16" --out "$OUT/bench" 2>&1 | filt | tail -25 | tee "$OUT/wsroute.txt"
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
+    if 'w8a16_route' in k:
+        print(k[:120], sorted(v))" 2>&1 | tail -20 ;;
+  ppturn)  # thirty-first session, after ncupp (pp: tensor pipe 77.5% busy against cuBLAS's 92%, the consumers' stalls at
+          # their wgmma wait): the two consumers issue in turn (an mbarrier each way), so their groups run one after the
+          # other and one widens while the other's runs (issued together they end together and both widen while the
+          # tensor cores idle). Prediction: tensor ~88%, down M=1024 175-181 -> ~160 µs, gated 375 -> ~340, block
+          # 591-610 -> ~550-565. Then the block at M = 1024..8192 (where pp wins: the dispatch range)
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    WS_CFGS='[{"PP": true}, {"PP": true, "ORDERED": 0}, {"PP": true, "BLOCK_K": 128, "STAGES": 2},
+      {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
+      timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
+    echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  ncupp)  # thirty-first session, after ppwait (pp down M=1024 175-181 µs = 663-686 TFLOP/s against bf16 cuBLAS's 807):
+          # ncu of pp (down, gated gate/up) and of cuBLAS's bf16 GEMM: tensor pipe active, L2 / shared-memory throughput,
+          # stalls per SASS line of pp. Prediction: tensor pipe ~70% in pp against ~90% in cuBLAS; if L2 throughput is
+          # near its peak, a 2-CTA cluster multicasting the x tile is the next step; if the stalls sit at the
+          # wgmma wait, the widening per K step is too slow to hide
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 400 "$NCU" --clock-control none --kernel-name regex:"w8a16_ws|nvjet|gemm|cutlass" --launch-skip 3 \
+      --launch-count 3 --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters \
+      --import-source no -o "$OUT/pp" python3 .ci/ws_ncu.py > "$OUT/ncupp_run.txt" 2>&1
+    tail -3 "$OUT/ncupp_run.txt"
+    "$NCU" -i "$OUT/pp.ncu-rep" --page details > "$OUT/ncupp.txt" 2>&1
+    "$NCU" -i "$OUT/pp.ncu-rep" --page source --csv --print-source sass --kernel-name regex:w8a16_ws \
+      --launch-count 1 > "$OUT/ncupp_sass.csv" 2>&1
+    rm -f "$OUT/pp.ncu-rep"; ls -la "$OUT"
+    grep -E "^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache|DRAM Through|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Executed Ipc A|Est. Speedup|Stall" \
+      "$OUT/ncupp.txt" | head -90 ;;
+  ppwait)  # thirty-first session: wsmore showed pp at 561-607 TFLOP/s; its SASS waits for every k16 wgmma (DEPBAR 0
+           # after each HGMMA: ptxas cannot pipeline a register-A wgmma group left in flight across the loop). Now each
+           # consumer issues its K step's 4 wgmma back to back and waits once (the other consumer's widening fills the
+           # gap). Prediction: down M=1024 198 -> ~160-170 µs, gated gate/up 416 -> ~350-370, block 644 -> ~560-590
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    WS_CFGS='[{"PP": true}, {"PP": true, "STAGES": 3}, {"PP": true, "BLOCK_K": 128, "STAGES": 2},
+      {"PP": true, "GROUP_N": 16}]' \
+      timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppwait.txt"
+    echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
   wsmore)  # thirtieth session, compiled for sm_90 on the CPU (168 registers, no spills), not yet run: the transposed
            # Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py) with 256-token tiles at other stage counts / BLOCK_K 128,
            # beside widen + cuBLAS (the 4-stage 64-K tile ran 533-567 TFLOP/s, widen + cuBLAS 552-671). Prediction:
@@ -57,7 +109,7 @@ case "${1:-}" in
       {"BLOCK_T": 256, "BLOCK_K": 128, "STAGES": 2}, {"BLOCK_T": 256, "STAGES": 4, "GROUP_N": 16}, {"PP": true},
       {"PP": true, "STAGES": 3}]' \
       timeout 220 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsmore.txt"
-    timeout 200 python3 .ci/ws_block.py 1024,8192 2>&1 | filt | tee "$OUT/ws_block.txt" ;;
+    echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
   pair)  # twenty-eighth session, CPU-tested: gated_pair (torch.compile's gate/up pair of a per-Linear block) at M >= 1024
          # widens its weights (it ran the half-rate mixed-input GEMM) and has the cuBLAS routes (W8A16, W8A8). Prediction:
          # per-Linear + compile within ~3% of the block conversion at M=1024 / 8192 (Llama int8 W8A16 ~690 / ~4600 µs;

@@ -230,6 +230,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
                             "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
+                    if W8A16_WS and fmt in ("int8", "any"):
+                        why += ("; on Hopper, int8 weights: also the warp-specialized Gluon GEMM that widens the "
+                                "weight tiles in registers, no widened copy (W8A16_WS)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -409,6 +412,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _cublas_w8a8(x2, qweight, wscale, bias, act, op == "gated")
     elif path == CUBLAS_W8A16_PATH:
         y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
+    elif path == WS_PATH:
+        y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
     else:
         y = _triton_dense(path, x2, qweight, wscale, bias, act, op == "gated", dynamic)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
@@ -651,10 +656,40 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
+    if timing and W8A16_WS and qweight.dtype == torch.int8 and qweight.is_cuda:
+        from fused.kernels.w8a16_ws import supports
+
+        if supports(x2, qweight, gated) is None:
+            ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+
+            def trial():  # a Gluon compile error is no RuntimeError: left out with a warning like the others
+                try:
+                    ws()
+                except Exception as e:
+                    raise RuntimeError(f"{type(e).__name__}: {e}") from e
+
+            _offer(others, "ws", trial, ws, op, "Gluon W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
                        others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "ws": WS_PATH}.get(pick, path)
+
+
+# W8A16 from WIDEN_MIN_M, int8 weights, bf16 activations, Hopper: a fourth candidate of the route above, the
+# warp-specialized Gluon GEMM (fused.kernels.w8a16_ws: TMA partition, two consumer warpgroups widening their weight
+# rows in registers for wgmma; gated: gate and up rows of the same outputs in one tile, act(g)·u in its epilogue),
+# no widened copy. H200, thirty-first session (`bash .ci/h200_next.sh ppturn`, Llama block, graph µs, gated + down
+# forced on it against the shipped route): M=1024 603-619 vs 675-684 (bf16 eager 553-571), 2048 1199-1209 vs
+# 1229-1236, 4096 2447-2470 vs 2360-2417, 8192 4858-4947 vs 4473-4478: timed per shape, it wins to ~2048.
+# FUSED_W8A16_WS=0: off.
+W8A16_WS = os.environ.get("FUSED_W8A16_WS", "1") == "1"
+WS_PATH = "gluon:w8a16_ws"
+
+
+def _w8a16_ws(x2, qweight, wscale, bias, act, gated):
+    from fused.kernels.w8a16_ws import w8a16_ws
+
+    return w8a16_ws(x2, qweight, wscale, bias, act, gated)
 
 
 # W8A16 at SPLIT_MIN_M <= M <= GEMV_ROUTE_MAX_M: each layer shape's first call times the split-activation path

@@ -65,35 +65,42 @@ from triton.backends.compiler import GPUTarget
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon import language as gl
 from fused.kernels import w8a16_ws as gws
-# the Gluon W8A16 GEMMs (GPU-only kernels: Gluon does not run in the interpreter): compiled with the H200's triton, no
-# spills, the transposed form's widened weight as wgmma's register operand
-for swap, cfg in ((False, gws.default_config()), (True, gws.swap_config()),
-                  (True, dict(gws.swap_config(), BLOCK_T=256)), (True, dict(gws.pp_config(), PP=True)),
-                  (True, dict(gws.pp_config(), PP=True, GATED=True))):
-    bm, bn, bk = (cfg['BLOCK_T'], cfg['BLOCK_N'], cfg['BLOCK_K']) if swap else (cfg['BLOCK_M'], cfg['BLOCK_N'],
-                                                                             cfg['BLOCK_K'])
-    xl = gl.NVMMASharedLayout.get_default_for([bm, bk], gl.bfloat16)
-    wl = gl.NVMMASharedLayout.get_default_for([bn, bk], gl.int8)
-    sig = {'x_desc': f'tensordesc<bf16[{bm}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<i8[{bn}, {bk}],{wl!r}>',
-           'ws_ptr': '*fp32', 'y_ptr': '*bf16', 'M': 'i32', 'N': 'i32', 'K': 'i32', 'stride_ym': 'i32'}
-    if cfg.get('PP'):
-        fn, consts = gws._w8a16_ws_pp_kernel, dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'],
-                                                   CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=cfg.get('GATED', False),
-                                                   num_warps=cfg['num_warps'])
-    elif swap:
-        fn, consts = gws._w8a16_ws_swap_kernel, dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'],
-                                                     num_warps=cfg['num_warps'])
-    else:
-        fn, consts = gws._w8a16_ws_kernel, dict(GROUP_M=cfg['GROUP_M'], wbf_layout=gws.layouts(cfg)[2],
-                                                STAGES=cfg['STAGES'], WIDEN_WARPS=cfg['WIDEN_WARPS'],
-                                                WIDEN_REGS=cfg['WIDEN_REGS'], num_warps=cfg['num_warps'])
+# the Gluon W8A16 GEMM (GPU-only: Gluon does not run in the interpreter), compiled with the H200's triton: the
+# widened weight is wgmma's register operand, ptxas keeps each K step's 4 wgmma in one group (a wait after every
+# one is what a group left in flight across the loop got: 607 instead of 663-686 TFLOP/s), the plain form spills
+# nothing (the gated one spills in its epilogue only: act(g) and the handed-over u live together)
+import os as _os, subprocess as _sp, tempfile as _tf
+_bin = _os.path.join(_os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
+for gated, act, bias, stages in ((False, 'none', False, 4), (False, 'gelu_tanh', True, 3), (True, 'silu', False, 4),
+                                 (True, 'gelu', True, 3)):
+    cfg = gws.default_config()
+    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
+    xl = gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16)
+    wl = gl.NVMMASharedLayout.get_default_for([wr, bk], gl.int8)
+    sig = {'x_desc': f'tensordesc<bf16[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<i8[{wr}, {bk}],{wl!r}>',
+           'ws_ptr': '*fp32', 'b_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32',
+           'stride_ym': 'i32', 'up_off': 'i32'}
+    consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=stages, CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated, ACT=act,
+                  HAS_BIAS=bias, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
-    k = triton.compile(GluonASTSource(fn, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
-                       options=dict(num_warps=cfg['num_warps'], maxnreg=cfg['maxnreg']))
-    if k.n_spills if hasattr(k, 'n_spills') else False:
-        out.append(f'w8a16_ws swap={swap}: spills')
-    if swap and not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
-        out.append(f'w8a16_ws swap={swap}: the widened weight is no register operand')
+    k = triton.compile(GluonASTSource(gws._w8a16_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
+                       options=dict(num_warps=4))
+    label = f'w8a16_ws gated={gated} {act} bias={bias} s{stages}'
+    if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
+        out.append(f'{label}: the widened weight is no register operand')
+    with _tf.NamedTemporaryFile(suffix='.cubin') as f:
+        f.write(k.asm['cubin'])
+        f.flush()
+        sass = _sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout
+        usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
+    lines = sass.splitlines()
+    waits = sum(1 for n, line in enumerate(lines) if 'HGMMA' in line
+                and any('DEPBAR.LE gsb0, 0x0' in m for m in lines[n + 1:n + 3]))
+    if sum('HGMMA' in line for line in lines) != 8 or waits != 2:
+        out.append(f'{label}: wgmma serialized ({waits} waits right after an HGMMA)')
+    stack = re.search(r'STACK:(\d+)', usage)
+    if not stack or (not gated and int(stack.group(1))):
+        out.append(f'{label}: spills ({stack and stack.group(0)})')
 print(out)
 """
 

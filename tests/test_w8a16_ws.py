@@ -1,80 +1,88 @@
-"""The warp-specialized Gluon W8A16 GEMMs (fused/kernels/w8a16_ws.py, not in dispatch: measured slower than widen +
-cuBLAS). Gluon does not run in Triton's interpreter, so the products are checked on the GPU (cuda) against fp32 torch;
-the CPU checks the clear errors, and tests/test_triton36_compile.py compiles both for sm_90."""
+"""The warp-specialized Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py): plain and gated, bias, every activation.
+Gluon does not run in Triton's interpreter, so the products are checked on the GPU (cuda) against the fp32
+reference; the CPU checks the clear errors, and tests/test_triton36_compile.py compiles it for sm_90 (no wgmma
+serialized, no spill in the K loop)."""
 import pytest
 import torch
 
+from fused.reference import gated_ref, linear_ref
 from lowbit.metrics import sqnr
 
-
-def _ref(x, q, s):
-    return (x.float() @ q.float().t()) * s
+sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                          reason="Hopper (sm_90) GPU")
 
 
 def test_bad_operands_get_clear_errors():
-    from fused.kernels.w8a16_ws import w8a16_ws, w8a16_ws_pp, w8a16_ws_swap
+    from fused.kernels.w8a16_ws import supports, w8a16_ws
 
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     q = torch.zeros(8, 64, dtype=torch.int8)
     s = torch.ones(8)
-    for f in (w8a16_ws, w8a16_ws_swap, w8a16_ws_pp):
-        with pytest.raises(TypeError, match="int8 qweight"):
-            f(x.float(), q, s)
-        with pytest.raises(TypeError, match="int8 qweight"):
-            f(x, q[:, :32], s)
-        with pytest.raises(ValueError, match="16-byte aligned"):
-            f(torch.randn(4, 128, dtype=torch.bfloat16)[:, ::2], q, s)
-        with pytest.raises(ValueError, match="contiguous"):
-            f(x, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match="int8 qweight"):
+        w8a16_ws(x.float(), q, s)
+    with pytest.raises(TypeError, match="int8 qweight"):
+        w8a16_ws(x, q[:, :32], s)
+    with pytest.raises(TypeError, match="int8 qweight"):
+        w8a16_ws(x[None], q, s)  # 3-D: the caller flattens
+    with pytest.raises(ValueError, match="multiple of 16"):
+        w8a16_ws(torch.randn(4, 40, dtype=torch.bfloat16), torch.zeros(8, 40, dtype=torch.int8), s)
+    with pytest.raises(ValueError, match="act must be"):
+        w8a16_ws(x, q, s, act="tanh")
+    with pytest.raises(ValueError, match="contiguous"):
+        w8a16_ws(x, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
+    assert supports(x, q) == "Hopper (sm_90) only"  # a CPU tensor
 
 
-@pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-                    reason="Hopper (sm_90) GPU")
-@pytest.mark.parametrize("form", ["widen partition", "swap", "pp"])
-@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1024), (17, 4136, 528), (300, 4096, 14336)])
-def test_ws_matches_reference_cuda(form, M, N, K):
-    from fused.kernels import w8a16_ws as ws
-
-    torch.manual_seed(M + N)
+def _operands(M, N, K, seed, bias):
+    torch.manual_seed(seed)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
-    s = torch.rand(N, device="cuda") * 0.01
-    fn, cfgs = {"widen partition": (ws.w8a16_ws, [ws.default_config()]),
-                "swap": (ws.w8a16_ws_swap, [ws.swap_config(), dict(ws.swap_config(), BLOCK_T=256)]),
-                "pp": (ws.w8a16_ws_pp, [ws.pp_config()])}[form]
-    for cfg in cfgs:
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-        y = fn(x, q, s, cfg, out=out)
-        assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
-        assert sqnr(_ref(x, q, s), y.float()) > 50, cfg
-
-
-def test_interleave_gate_up_orders_rows_by_eight():
-    from fused.kernels.w8a16_ws import interleave_gate_up
-
-    t = torch.arange(32)  # H = 16: gate rows 0..15, up rows 16..31
-    assert interleave_gate_up(t).tolist() == list(range(8)) + list(range(16, 24)) + list(range(8, 16)) + list(
-        range(24, 32))
-    w = torch.arange(64).reshape(32, 2)
-    assert torch.equal(interleave_gate_up(w)[8], w[16])
-    with pytest.raises(ValueError, match="multiple of 8"):
-        interleave_gate_up(torch.zeros(24))
+    s = torch.rand(N, device="cuda") * 0.01 + 1e-3
+    b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
+    return x, q, s, b
 
 
 @pytest.mark.cuda
-@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0),
-                    reason="Hopper (sm_90) GPU")
-@pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1024, 4096)])
-def test_ws_pp_gated_matches_reference_cuda(M, H, K):
-    from fused.kernels import w8a16_ws as ws
+@sm90
+@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1024), (17, 4136, 528), (300, 4096, 14336)])
+@pytest.mark.parametrize("act,bias", [("none", False), ("gelu_tanh", True), ("relu", True), ("silu", False),
+                                      ("gelu", True)])
+def test_ws_matches_reference_cuda(M, N, K, act, bias):
+    from fused.kernels.w8a16_ws import w8a16_ws
 
-    torch.manual_seed(M + H)
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q = torch.randint(-127, 128, (2 * H, K), device="cuda", dtype=torch.int8)
-    s = torch.rand(2 * H, device="cuda") * 0.01
-    r = _ref(x, q, s)
-    r = torch.nn.functional.silu(r[:, :H]) * r[:, H:]
-    out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-    y = ws.w8a16_ws_pp(x, ws.interleave_gate_up(q), ws.interleave_gate_up(s), out=out, gated=True)
-    assert not torch.isnan(y).any() and sqnr(r, y.float()) > 40
+    x, q, s, b = _operands(M, N, K, M + N, bias)
+    ref = linear_ref(x.float(), q, s, b, act)
+    for cfg in (None, dict(STAGES=3)):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        y = w8a16_ws(x, q, s, b, act, config=cfg, out=out)
+        assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
+        assert sqnr(ref, y.float()) > 40, cfg
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1000, 4096)])
+@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("relu", False), ("none", True)])
+def test_ws_gated_matches_reference_cuda(M, H, K, act, bias):
+    from fused.kernels.w8a16_ws import w8a16_ws
+
+    x, q, s, b = _operands(M, 2 * H, K, M + H, bias)
+    ref = gated_ref(x.float(), q, s, b, act)
+    for cfg in (None, dict(GATED_STAGES=3)):
+        out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        y = w8a16_ws(x, q, s, b, act, gated=True, config=cfg, out=out)
+        assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("view", ["row slice", "transposed"])
+def test_ws_views_cuda(view):
+    from fused.kernels.w8a16_ws import w8a16_ws
+
+    x, q, s, _ = _operands(37, 320, 512, 5, False)
+    wide = torch.randn(37, 1024, device="cuda", dtype=torch.bfloat16)
+    v = wide[:, :512] if view == "row slice" else x.t().contiguous().t()
+    v.copy_(x)
+    assert not v.is_contiguous()
+    assert sqnr(linear_ref(x.float(), q, s), w8a16_ws(v, q, s).float()) > 40
