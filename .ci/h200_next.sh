@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirtieth"): `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
 # `sixteenth1`'s chain timing again (a candidate with the
@@ -44,6 +44,22 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wsfp8)  # thirty-first session, after wsroute (int8 W8A16 Llama block M=1024 675-684 -> 608 µs; GPT 1024 -68 µs): e4m3
+         # weights in the Gluon W8A16 GEMM too (widened by F2FP + F2F: the conversion unit, 512 of 1024 tensor clocks a
+         # K step), the tile variants (BLOCK_K 128 / 2 stages ran 663 -> 686 TFLOP/s in ppwait), then the Llama block on
+         # int8 and fp8 W8A16 (route timings decide). Prediction: fp8 layers within ~5% of int8's; fp8 W8A16 block M=1024
+         # ~665 -> ~610
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    WS_CFGS='[{}, {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}, {"STAGES": 3}]' \
+      timeout 100 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsfp8_probe.txt"
+    timeout 200 python3 -m fused bench --blocks llama --m 1024,2048 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/bench" 2>&1 | filt | tail -12 | tee "$OUT/wsfp8.txt"
+    python3 -c "
+import json
+for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
+    if 'w8a16_route_graph' in k:
+        print(k[:120], sorted(v))" 2>&1 | tail -8 ;;
   wsroute)  # thirty-first session: the Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py, now with bias, every activation and
            # the gated form on the stacked gate | up weight: gate and up rows of the same outputs in one tile, the up
            # consumer hands its values over through shared memory) as a fourth W8A16 route candidate from M=1024

@@ -230,9 +230,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
                             "+ scale_epilogue against the Triton GEMM, eager and CUDA-graph picks (CUBLAS_W8A16)")
-                    if W8A16_WS and fmt in ("int8", "any"):
-                        why += ("; on Hopper, int8 weights: also the warp-specialized Gluon GEMM that widens the "
-                                "weight tiles in registers, no widened copy (W8A16_WS)")
+                    if W8A16_WS:
+                        why += ("; on Hopper also the warp-specialized Gluon GEMM that widens the weight tiles in "
+                                "registers, no widened copy (W8A16_WS)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -656,7 +656,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if timing and W8A16_WS and qweight.dtype == torch.int8 and qweight.is_cuda:
+    if timing and W8A16_WS and qweight.is_cuda:
         from fused.kernels.w8a16_ws import supports
 
         if supports(x2, qweight, gated) is None:
@@ -675,7 +675,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "ws": WS_PATH}.get(pick, path)
 
 
-# W8A16 from WIDEN_MIN_M, int8 weights, bf16 activations, Hopper: a fourth candidate of the route above, the
+# W8A16 from WIDEN_MIN_M, bf16 activations, Hopper: a fourth candidate of the route above, the
 # warp-specialized Gluon GEMM (fused.kernels.w8a16_ws: TMA partition, two consumer warpgroups widening their weight
 # rows in registers for wgmma; gated: gate and up rows of the same outputs in one tile, act(g)·u in its epilogue),
 # no widened copy. H200, thirty-first session (`bash .ci/h200_next.sh ppturn`, Llama block, graph µs, gated + down

@@ -1,4 +1,5 @@
-"""The warp-specialized Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py): plain and gated, bias, every activation.
+"""The warp-specialized Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py): int8 and e4m3 weights, plain and gated, bias,
+every activation.
 Gluon does not run in Triton's interpreter, so the products are checked on the GPU (cuda) against the fp32
 reference; the CPU checks the clear errors, and tests/test_triton36_compile.py compiles it for sm_90 (no wgmma
 serialized, no spill in the K loop)."""
@@ -18,11 +19,11 @@ def test_bad_operands_get_clear_errors():
     x = torch.randn(4, 64, dtype=torch.bfloat16)
     q = torch.zeros(8, 64, dtype=torch.int8)
     s = torch.ones(8)
-    with pytest.raises(TypeError, match="int8 qweight"):
+    with pytest.raises(TypeError, match="qweight \\[N, K\\] expected"):
         w8a16_ws(x.float(), q, s)
-    with pytest.raises(TypeError, match="int8 qweight"):
+    with pytest.raises(TypeError, match="qweight \\[N, K\\] expected"):
         w8a16_ws(x, q[:, :32], s)
-    with pytest.raises(TypeError, match="int8 qweight"):
+    with pytest.raises(TypeError, match="qweight \\[N, K\\] expected"):
         w8a16_ws(x[None], q, s)  # 3-D: the caller flattens
     with pytest.raises(ValueError, match="multiple of 16"):
         w8a16_ws(torch.randn(4, 40, dtype=torch.bfloat16), torch.zeros(8, 40, dtype=torch.int8), s)
@@ -33,10 +34,14 @@ def test_bad_operands_get_clear_errors():
     assert supports(x, q) == "Hopper (sm_90) only"  # a CPU tensor
 
 
-def _operands(M, N, K, seed, bias):
+def _operands(M, N, K, seed, bias, fp8=False):
     torch.manual_seed(seed)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+    if fp8:  # every e4m3 value but NaN, subnormals included
+        q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
+        q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
+    else:
+        q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01 + 1e-3
     b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
     return x, q, s, b
@@ -45,12 +50,13 @@ def _operands(M, N, K, seed, bias):
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1024), (17, 4136, 528), (300, 4096, 14336)])
-@pytest.mark.parametrize("act,bias", [("none", False), ("gelu_tanh", True), ("relu", True), ("silu", False),
-                                      ("gelu", True)])
-def test_ws_matches_reference_cuda(M, N, K, act, bias):
+@pytest.mark.parametrize("act,bias,fp8", [("none", False, False), ("gelu_tanh", True, False), ("relu", True, False),
+                                          ("silu", False, False), ("gelu", True, False), ("none", False, True),
+                                          ("gelu_tanh", True, True)])
+def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     from fused.kernels.w8a16_ws import w8a16_ws
 
-    x, q, s, b = _operands(M, N, K, M + N, bias)
+    x, q, s, b = _operands(M, N, K, M + N, bias, fp8)
     ref = linear_ref(x.float(), q, s, b, act)
     for cfg in (None, dict(STAGES=3)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
@@ -62,11 +68,12 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias):
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1000, 4096)])
-@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("relu", False), ("none", True)])
-def test_ws_gated_matches_reference_cuda(M, H, K, act, bias):
+@pytest.mark.parametrize("act,bias,fp8", [("silu", False, False), ("gelu_tanh", True, False), ("relu", False, False),
+                                          ("none", True, False), ("silu", False, True)])
+def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
     from fused.kernels.w8a16_ws import w8a16_ws
 
-    x, q, s, b = _operands(M, 2 * H, K, M + H, bias)
+    x, q, s, b = _operands(M, 2 * H, K, M + H, bias, fp8)
     ref = gated_ref(x.float(), q, s, b, act)
     for cfg in (None, dict(GATED_STAGES=3)):
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned

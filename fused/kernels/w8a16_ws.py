@@ -1,5 +1,6 @@
 """W8A16 GEMM for Hopper as a warp-specialized Gluon kernel: y = act(x · Wᵀ · s + b), or the gated form
-act(x · Wgᵀ · sg + bg) ⊙ (x · Wuᵀ · su + bu) on a stacked gate | up weight. int8 weights, bf16 activations and out.
+act(x · Wgᵀ · sg + bg) ⊙ (x · Wuᵀ · su + bu) on a stacked gate | up weight. int8 or e4m3 weights, bf16 activations
+and out.
 
 Why: at M >= 1024 W8A16 is compute-bound; widening the int8 weight into a bf16 copy for cuBLAS costs the Llama block
 ~130 µs of memory traffic per call, and Triton 3.6's mixed-input GEMM waits for each wgmma before widening the next
@@ -9,7 +10,7 @@ tile (about half of cuBLAS's rate). Gluon (Triton's explicit dialect) puts the w
   shared-memory stages (ready / empty mbarriers per stage);
 * two consumer warpgroups, each a partition with 64 weight rows of the tile, its own accumulator and epilogue. The
   product is transposed (yᵀ = W · xᵀ) so that the weight is the wgmma's A operand: each consumer loads its int8 rows
-  from shared memory into registers, widens them there (PRMT + HADD2: no conversion unit) and issues wgmma on them
+  from shared memory into registers, widens them there (int8: PRMT + HADD2, no conversion unit) and issues wgmma on them
   with x's tile as B. The two drift apart: one widens while the other's wgmma runs.
 
 Gated: the tile's 128 rows are 64 gate rows and the same 64 outputs' up rows (two TMA loads per stage from the stacked
@@ -187,26 +188,29 @@ def supports(x: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str
     """None if w8a16_ws runs these operands, else why not (dispatch offers it only then)."""
     if not (x.is_cuda and torch.cuda.get_device_capability(x.device) == (9, 0)):
         return "Hopper (sm_90) only"
-    if x.dtype != torch.bfloat16 or qweight.dtype != torch.int8:
-        return "bf16 activations and int8 weights only"
+    if x.dtype != torch.bfloat16 or qweight.dtype not in _W_DTYPES:
+        return "bf16 activations and int8 / e4m3 weights only"
     if qweight.shape[1] % 16 or (gated and qweight.shape[0] % 2):
         return "K a multiple of 16 (TMA rows)"
     return None
 
 
+_W_DTYPES = {torch.int8: gl.int8, torch.float8_e4m3fn: gl.float8e4nv}
+
+
 def _descriptor(t: torch.Tensor, block):
-    dt = gl.bfloat16 if t.dtype == torch.bfloat16 else gl.int8
+    dt = gl.bfloat16 if t.dtype == torch.bfloat16 else _W_DTYPES[t.dtype]
     return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dt))
 
 
 def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
              act: str = "none", gated: bool = False, config: dict | None = None,
              out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] bf16, qweight [N, K] int8, wscale [N] fp32, bias [N] or None -> y [M, N] bf16; ``gated``: qweight,
+    """x [M, K] bf16, qweight [N, K] int8 or float8_e4m3fn, wscale [N] fp32, bias [N] or None -> y [M, N] bf16; ``gated``: qweight,
     wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out`` if given
     (contiguous, bf16)."""
-    if x.dim() != 2 or x.dtype != torch.bfloat16 or qweight.dtype != torch.int8 or qweight.shape[1] != x.shape[1]:
-        raise TypeError("w8a16_ws: bf16 x [M, K] and int8 qweight [N, K] expected")
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or qweight.dtype not in _W_DTYPES or qweight.shape[1] != x.shape[1]:
+        raise TypeError("w8a16_ws: bf16 x [M, K] and int8 / e4m3 qweight [N, K] expected")
     if act not in ACTS:
         raise ValueError(f"w8a16_ws: act must be one of {ACTS}, got {act!r}")
     if qweight.shape[1] % 16 or (gated and qweight.shape[0] % 2):
