@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirtieth"): `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
+# usage: bash .ci/h200_next.sh wspair|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirty-first"): `wspair` first. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
+# wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
 # `sixteenth1`'s chain timing again (a candidate with the
 # retuned 64x256 GEMV tiles added), `quad16`, `retune16`, `retune24`, `gptfull` (with FUSED_RETUNE=w8a16_gemv),
@@ -44,6 +45,19 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wspair)  # thirty-first session, prepared after the last device call (compiled for sm_90; the shipped kernels' SASS
+          # unchanged): (1) cuda tests of the Gluon W8A16 GEMM incl. its new pair form (w8a16_ws_pair: gate and up
+          # in tensors of their own, torch.compile's gated_pair), FP8_BITS (e4m3 widened by bit placement + one HMUL2
+          # by 2^120, no conversion unit) and GATED_STAGES=4; (2) the tile variants on int8 and fp8 weights; (3)
+          # per-Linear + compile with the pair on the Gluon route (FUSED_W8A16_WS_PAIR=1) against the block conversion.
+          # Prediction: fp8 gated 419 -> ~395 µs with bits; per-Linear + compile Llama int8 W8A16 M=1024 ~666 -> ~610
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+      | tail -3
+    WS_CFGS='[{}, {"GATED_STAGES": 4}, {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}]' \
+      timeout 90 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" | tee "$OUT/wspair_probe.txt"
+    WS_FP8=1 WS_CFGS='[{}, {"FP8_BITS": true}]' \
+      timeout 90 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee -a "$OUT/wspair_probe.txt"
+    FUSED_W8A16_WS_PAIR=1 timeout 200 python3 .ci/pair_probe.py 1024 2>&1 | filt | tee "$OUT/wspair_pair.txt" | tail -12 ;;
   wsfp8)  # thirty-first session, after wsroute (int8 W8A16 Llama block M=1024 675-684 -> 608 µs; GPT 1024 -68 µs): e4m3
          # weights in the Gluon W8A16 GEMM too (widened by F2FP + F2F: the conversion unit, 512 of 1024 tensor clocks a
          # K step), the tile variants (BLOCK_K 128 / 2 stages ran 663 -> 686 TFLOP/s in ppwait), then the Llama block on

@@ -17,12 +17,22 @@ from fused.kernels.widen import widen  # noqa: E402
 from lowbit.metrics import sqnr  # noqa: E402
 
 Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,2048,8192").split(",")]
+FP8 = os.environ.get("WS_FP8") == "1"  # e4m3 weights instead of int8
+
+
+def weight(N, K):
+    if FP8:  # every e4m3 value but NaN
+        q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
+        return torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
+    return torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+
+
 cfgs = [{k: v for k, v in c.items() if k in default_config()} for c in json.loads(os.environ.get("WS_CFGS", "[{}]"))]
 
 
 def label(c):
     c = dict(default_config(), **c)
-    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}"
+    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{' bits' if c['FP8_BITS'] else ''}"
 
 
 def ref(x, q, s):
@@ -32,7 +42,7 @@ def ref(x, q, s):
 torch.manual_seed(0)
 for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+    q = weight(N, K)
     s = torch.rand(N, device="cuda") * 0.01
     for c in cfgs:
         r = ref(x, q, s)
@@ -40,7 +50,7 @@ for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
               f" gated {sqnr(torch.nn.functional.silu(r[:, :N // 2]) * r[:, N // 2:], w8a16_ws(x, q, s, act='silu', gated=True, config=c).float()):.1f} dB")  # noqa: E501
 
 for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
-    q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
+    q = weight(N, K)
     s = torch.rand(N, device="cuda") * 0.01
     wb = widen(q)
     for M in Ms:

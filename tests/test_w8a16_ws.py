@@ -6,7 +6,7 @@ serialized, no spill in the K loop)."""
 import pytest
 import torch
 
-from fused.reference import gated_ref, linear_ref
+from fused.reference import gated_pair_ref, gated_ref, linear_ref
 from lowbit.metrics import sqnr
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
@@ -58,7 +58,7 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
 
     x, q, s, b = _operands(M, N, K, M + N, bias, fp8)
     ref = linear_ref(x.float(), q, s, b, act)
-    for cfg in (None, dict(STAGES=3)):
+    for cfg in (None, dict(STAGES=3), dict(FP8_BITS=True)):  # FP8_BITS: e4m3 widened by bit placement
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, config=cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -75,7 +75,7 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
 
     x, q, s, b = _operands(M, 2 * H, K, M + H, bias, fp8)
     ref = gated_ref(x.float(), q, s, b, act)
-    for cfg in (None, dict(GATED_STAGES=3)):
+    for cfg in (None, dict(GATED_STAGES=4), dict(FP8_BITS=True)):
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
@@ -93,3 +93,18 @@ def test_ws_views_cuda(view):
     v.copy_(x)
     assert not v.is_contiguous()
     assert sqnr(linear_ref(x.float(), q, s), w8a16_ws(v, q, s).float()) > 40
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,H,K", [(3, 64, 64), (300, 1000, 4096)])
+@pytest.mark.parametrize("act,bias,fp8", [("silu", False, False), ("gelu_tanh", True, False), ("silu", True, True)])
+def test_ws_pair_matches_reference_cuda(M, H, K, act, bias, fp8):
+    from fused.kernels.w8a16_ws import w8a16_ws_pair
+
+    x, qg, sg, bg = _operands(M, H, K, M + H, bias, fp8)
+    _, qu, su, bu = _operands(M, H, K, M + H + 1, bias, fp8)
+    ref = gated_pair_ref(x.float(), qg, sg, bg, qu, su, bu, act)
+    out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+    y = w8a16_ws_pair(x, qg, sg, bg, qu, su, bu, act, out=out)
+    assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40

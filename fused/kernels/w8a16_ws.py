@@ -37,10 +37,10 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 @gluon.jit
-def _load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_w, up_off, k_tiles,
-                    GATED: gl.constexpr):
+def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_w, up_off, k_tiles,
+                    GATED: gl.constexpr, PAIR: gl.constexpr):
     # off_t: the x tile's first token; off_w: the W tile's first row (gated: the gate rows', their up rows at
-    # off_w + up_off fill the tile's second half)
+    # off_w + up_off fill the tile's second half; PAIR: at off_w of the up weight's own tensor, wu_desc)
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
@@ -52,8 +52,12 @@ def _load_partition(x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_w,
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [off_w, k * BLOCK_K], ready.index(s),
                                             w8_bufs.index(s).slice(0, W_ROWS, dim=0))
-            tma.async_copy_global_to_shared(w_desc, [off_w + up_off, k * BLOCK_K], ready.index(s),
-                                            w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
+            if PAIR:
+                tma.async_copy_global_to_shared(wu_desc, [off_w, k * BLOCK_K], ready.index(s),
+                                                w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
+            else:
+                tma.async_copy_global_to_shared(w_desc, [off_w + up_off, k * BLOCK_K], ready.index(s),
+                                                w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
         else:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
@@ -84,8 +88,9 @@ def _activation(y, ACT: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, b_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o,
-              up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr):
+def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym,
+              off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
+              HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
@@ -96,7 +101,14 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, b_ptr, y_ptr,
     for k in range(k_tiles):
         s = k % STAGES
         mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-        a = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0).load(a_layout).to(gl.bfloat16)
+        w = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0).load(a_layout)
+        if FP8_BITS:
+            # e4m3 bits placed in bf16's fields are the value times 2^-120 (normals and subnormals alike): two
+            # logic ops and one bf16 multiply by 2^120 (exact), where .to() takes the conversion unit twice
+            u = w.to(gl.uint8, bitcast=True).to(gl.uint16)
+            a = ((u & 0x7F) << 4 | (u & 0x80) << 8).to(gl.bfloat16, bitcast=True) * 1.329227995784916e36
+        else:
+            a = w.to(gl.bfloat16)
         acc = warpgroup_mma(a, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
         # wait for this step's group before the next step widens into registers: with a group left in flight
         # (num_outstanding=1) ptxas cannot tell the next step's A registers from the running group's and waits after
@@ -109,10 +121,15 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, b_ptr, y_ptr,
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
     if GATED:
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
-        n = o + HALF * up_off  # the stacked weight's row: gate o, up H + o
-        y = acc * gl.load(ws_ptr + n, mask=o < N_OUT, other=0.0)[:, None]
-        if HAS_BIAS:
-            y += gl.load(b_ptr + n, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+        if PAIR and HALF == 1:  # the up projection's own scales and bias
+            y = acc * gl.load(su_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+            if HAS_BIAS:
+                y += gl.load(bu_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+        else:
+            n = o + HALF * up_off  # the stacked weight's row: gate o, up H + o
+            y = acc * gl.load(ws_ptr + n, mask=o < N_OUT, other=0.0)[:, None]
+            if HAS_BIAS:
+                y += gl.load(b_ptr + n, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         if HALF == 1:
             u_buf.store(y)
             mbarrier.arrive(u_bar, count=1)
@@ -143,9 +160,10 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 
 
 @gluon.jit
-def _w8a16_ws_kernel(x_desc, w_desc, ws_ptr, b_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off, GROUP_N: gl.constexpr,
-                     STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-                     HAS_BIAS: gl.constexpr, num_warps: gl.constexpr):
+def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
+                     GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
+                     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr,
+                     num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
@@ -170,18 +188,20 @@ def _w8a16_ws_kernel(x_desc, w_desc, ws_ptr, b_ptr, y_ptr, M, N_OUT, K, stride_y
     mbarrier.init(u_bar, count=1)
 
     gl.warp_specialize([
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, b_ptr, y_ptr, M, N_OUT, stride_ym, off_t,
-                     off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS)),
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, b_ptr, y_ptr, M, N_OUT, stride_ym, off_t,
-                     off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS)),
-        (_load_partition, (x_desc, w_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, GATED)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
+                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
+                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS)),
+        (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
+                           GATED, PAIR)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def default_config() -> dict:
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
-    return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232)
+    # FP8_BITS: e4m3 widened by bit placement (prepared, not yet run on a GPU: off)
+    return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False)
 
 
 def supports(x: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -203,22 +223,18 @@ def _descriptor(t: torch.Tensor, block):
     return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, dt))
 
 
-def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
-             act: str = "none", gated: bool = False, config: dict | None = None,
-             out: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K] bf16, qweight [N, K] int8 or float8_e4m3fn, wscale [N] fp32, bias [N] or None -> y [M, N] bf16; ``gated``: qweight,
-    wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out`` if given
-    (contiguous, bf16)."""
-    if x.dim() != 2 or x.dtype != torch.bfloat16 or qweight.dtype not in _W_DTYPES or qweight.shape[1] != x.shape[1]:
+def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
+    """Checks, output and launch of w8a16_ws / w8a16_ws_pair; ``up``: the pair's (wu, su, bu)."""
+    if x.dim() != 2 or x.dtype != torch.bfloat16 or w.dtype not in _W_DTYPES or w.shape[1] != x.shape[1]:
         raise TypeError("w8a16_ws: bf16 x [M, K] and int8 / e4m3 qweight [N, K] expected")
     if act not in ACTS:
         raise ValueError(f"w8a16_ws: act must be one of {ACTS}, got {act!r}")
-    if qweight.shape[1] % 16 or (gated and qweight.shape[0] % 2):
-        raise ValueError(f"w8a16_ws: K must be a multiple of 16 (TMA rows), got {qweight.shape[1]}")
+    if w.shape[1] % 16 or (gated and up is None and w.shape[0] % 2):
+        raise ValueError(f"w8a16_ws: K must be a multiple of 16 (TMA rows), got {w.shape[1]}")
     cfg = dict(default_config(), **(config or {}))
     M, K = x.shape
-    N = qweight.shape[0]
-    N_OUT = N // 2 if gated else N
+    N = w.shape[0]
+    N_OUT = N // 2 if gated and up is None else N
     if out is None:
         out = torch.empty((M, N_OUT), device=x.device, dtype=torch.bfloat16)
     elif out.shape != (M, N_OUT) or out.dtype != torch.bfloat16 or not out.is_contiguous():
@@ -228,13 +244,36 @@ def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias:
     # TMA wants 16-byte aligned rows and bases: other views are copied (the weight is contiguous from conversion)
     if x.stride(1) != 1 or (x.stride(0) * 2) % 16 or x.data_ptr() % 16:
         x = x.contiguous()
-    qweight = qweight.contiguous()
     bt, bk = cfg["BLOCK_T"], cfg["BLOCK_K"]
     w_rows = 64 if gated else 128
+    w_desc = _descriptor(w.contiguous(), [w_rows, bk])
+    wu_desc, su, bu = w_desc, wscale, bias
+    if up is not None:
+        wu_desc, su, bu = _descriptor(up[0].contiguous(), [w_rows, bk]), up[1], up[2]
+    b = wscale if bias is None else bias
     grid = (triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows), )
-    _w8a16_ws_kernel[grid](_descriptor(x, [bt, bk]), _descriptor(qweight, [w_rows, bk]), wscale,
-                           wscale if bias is None else bias, out, M, N_OUT, K, out.stride(0), N_OUT,
-                           GROUP_N=cfg["GROUP_N"], STAGES=cfg["GATED_STAGES" if gated else "STAGES"],
-                           CONSUMER_REGS=cfg["CONSUMER_REGS"], GATED=gated, ACT=act, HAS_BIAS=bias is not None,
-                           num_warps=4)
+    _w8a16_ws_kernel[grid](_descriptor(x, [bt, bk]), w_desc, wu_desc, wscale, su, b, b if bu is None else bu, out, M,
+                           N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
+                           STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
+                           GATED=gated, ACT=act, HAS_BIAS=bias is not None, PAIR=up is not None,
+                           FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"], num_warps=4)
     return out
+
+
+def w8a16_ws(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: torch.Tensor | None = None,
+             act: str = "none", gated: bool = False, config: dict | None = None,
+             out: torch.Tensor | None = None) -> torch.Tensor:
+    """x [M, K] bf16, qweight [N, K] int8 or float8_e4m3fn, wscale [N] fp32, bias [N] or None -> y [M, N] bf16;
+    ``gated``: qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into
+    ``out`` if given (contiguous, bf16)."""
+    return _launch(x, qweight, wscale, bias, act, gated, config, out)
+
+
+def w8a16_ws_pair(x: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor, bg: torch.Tensor | None, wu: torch.Tensor,
+                  su: torch.Tensor, bu: torch.Tensor | None, act: str = "silu", config: dict | None = None,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """w8a16_ws(gated=True) with gate (wg [H, K], sg, bg) and up (wu, su, bu) in tensors of their own (the pair that
+    fused.compile_passes makes of two per-Linear modules): y = act(x·Wgᵀ·sg + bg) ⊙ (x·Wuᵀ·su + bu), [M, H]."""
+    if wu.shape != wg.shape or wu.dtype != wg.dtype or (bg is None) != (bu is None):
+        raise ValueError("w8a16_ws_pair: gate and up weights must match in shape and dtype, biases both or neither")
+    return _launch(x, wg, sg, bg, act, True, config, out, up=(wu, su, bu))
