@@ -1,0 +1,56 @@
+"""Where a block's CUDA-graph time goes (thirty-first session: the Llama int8 W8A16 block at M=1024 took 608 µs in the
+bench while its two layers' route timings add up to 561): the block converted as the bench does, its routes timed on
+the first call, then (1) the block's graph replay timed as the bench times it, (2) each kernel's GPU time in those
+replays by torch.profiler (CUPTI sees a graph's kernels), (3) the gaps: graph time minus the kernels' sum.
+usage: python .ci/block_parts.py [llama|gpt] [M,..] [config, default "int8 W8A16"]; on the CPU it runs the same at
+d=64 (a smoke run: no GPU timings)"""
+import copy
+import os
+import sys
+from collections import defaultdict
+
+import torch
+
+sys.path.insert(0, os.getcwd())
+import fused  # noqa: E402
+from fused import dispatch  # noqa: E402
+from fused.bench import OURS, make_block  # noqa: E402
+
+kind = sys.argv[1] if len(sys.argv) > 1 else "llama"
+Ms = [int(v) for v in (sys.argv[2] if len(sys.argv) > 2 else "1024").split(",")]
+name = sys.argv[3] if len(sys.argv) > 3 else "int8 W8A16"
+cuda = torch.cuda.is_available()
+dev = "cuda" if cuda else "cpu"
+d, h = (4096, 14336 if kind == "llama" else 16384) if cuda else (64, 128)
+cfg = OURS["ours " + name]()
+base = make_block(kind, d, h, dev)
+model = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+with torch.no_grad():
+    for M in Ms:
+        x = torch.randn(M, d, device=dev, dtype=torch.bfloat16)
+        for _ in range(3):
+            model(x)  # route timings, tuning, recording
+        dispatch.stats.clear()
+        model(x)
+        paths = dict(dispatch.stats)
+        if not cuda:
+            print(f"{kind} {name} M={M} (CPU smoke run): paths {paths}")
+            continue
+        from triton.testing import do_bench
+
+        g = dispatch._graph_replay(lambda: model(x))
+        t = sorted(do_bench(g.replay, warmup=50, rep=300, return_mode="median") * 1e3 for _ in range(3))
+        n = 20
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                g.replay()
+            torch.cuda.synchronize()
+        per = defaultdict(float)
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                per[e.name[:90]] += e.device_time_total / n if hasattr(e, "device_time_total") else e.cuda_time / n
+        total = sum(per.values())
+        print(f"{kind} {name} M={M}: graph {' / '.join(f'{v:.1f}' for v in t)} µs; kernels {total:.1f} µs "
+              f"(gaps {t[1] - total:.1f}); paths {paths}")
+        for k, v in sorted(per.items(), key=lambda kv: -kv[1]):
+            print(f"    {v:8.1f} µs  {k}")
