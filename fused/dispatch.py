@@ -656,7 +656,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if timing and W8A16_WS and qweight.is_cuda:
+    if timing and W8A16_WS:
         from fused.kernels.w8a16_ws import supports
 
         if supports(x2, qweight, gated) is None:
@@ -1148,7 +1148,7 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
-    if W8A16_WS_PAIR and _may_time(key, x2) and wg.is_cuda and wu.is_contiguous():
+    if W8A16_WS_PAIR and _may_time(key, x2):
         from fused.kernels.w8a16_ws import supports
 
         if supports(x2, wg, True) is None:

@@ -384,3 +384,39 @@ def test_w8a16_split_candidate_matches_reference(fmt, monkeypatch):
     out.copy_(got["split"]())
     ref = linear_ref(x, q, s, b, "gelu", dynamic=False)
     assert sqnr(ref.float(), out.float()) > (40 if fmt == "int8" else 30)
+
+
+@pytest.mark.parametrize("pair", [False, True])
+def test_w8a16_route_offers_the_gluon_gemm(pair, monkeypatch):
+    """W8A16_WS / W8A16_WS_PAIR: from WIDEN_MIN_M the W8A16 route (stacked and gated_pair) offers the Gluon GEMM where
+    w8a16_ws.supports() takes the operands, maps its pick to WS_PATH, and offers nothing when off or unsupported."""
+    from fused.kernels import w8a16_ws
+
+    offered = []
+
+    def fake_pick(key, triton, cublas, op, w8a16=False, others=None):
+        offered.append(sorted(others or {}))
+        return "ws" if "ws" in (others or {}) else "cublas"
+
+    ran = []
+    monkeypatch.setattr(dispatch, "_graph_pick", fake_pick)
+    monkeypatch.setattr(dispatch, "_triton_dense", lambda path, *a: torch.zeros(1))
+    monkeypatch.setattr(dispatch, "_w8a16_ws", lambda *a: ran.append("ws"))
+    monkeypatch.setattr(dispatch, "_w8a16_ws_pair", lambda *a: ran.append("ws pair"))
+    monkeypatch.setattr(dispatch, "SPLIT_ROUTE_MAX_M", 0)
+    monkeypatch.setattr(dispatch, "W8A16_WS_PAIR", True)
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    q, s = quantize_weight(torch.randn(64, 32), "int8")
+    x = torch.randn(1024, 32, dtype=torch.bfloat16)
+
+    def route():
+        if pair:
+            return dispatch._pair_w8a16_route(x, q, s, None, q, s, None, "silu", "triton:w")
+        return dispatch._cublas_w8a16_route("gated", x, q, s, None, "silu", "triton:w")
+
+    assert route() == dispatch.CUBLAS_W8A16_PATH  # a CPU tensor: not supported
+    monkeypatch.setattr(w8a16_ws, "supports", lambda x, w, gated=False: None)
+    assert route() == dispatch.WS_PATH and ran == ["ws pair" if pair else "ws"]  # the offer's trial ran it
+    monkeypatch.setattr(dispatch, "W8A16_WS_PAIR" if pair else "W8A16_WS", False)
+    assert route() == dispatch.CUBLAS_W8A16_PATH
+    assert offered == [[], ["ws"], []]
