@@ -233,6 +233,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                     if W8A16_WS:
                         why += ("; on Hopper also the warp-specialized Gluon GEMM that widens the weight tiles in "
                                 "registers, no widened copy (W8A16_WS)")
+                        if W8A16_WS_MIN_M < WIDEN_MIN_M:
+                            why += f", timed against split activations from M={W8A16_WS_MIN_M} (W8A16_WS_MIN_M)"
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -397,6 +399,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
         elif M <= GEMV_ROUTE_MAX_M and path in (SPLIT_PATH, SPLIT_ONE_PATH):
             path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
+        elif W8A16_WS_MIN_M <= M < WIDEN_MIN_M and path == SPLIT_PATH and W8A16_WS:
+            path = _ws_mid_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
@@ -677,6 +681,33 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # FUSED_W8A16_WS=0: off.
 W8A16_WS = os.environ.get("FUSED_W8A16_WS", "1") == "1"
 WS_PATH = "gluon:w8a16_ws"
+
+
+# The Gluon GEMM below WIDEN_MIN_M too, with 128-token tiles (w8a16_ws.default_config(M)), timed per shape against
+# split activations (the W8A16 path there). Why: at M=512 a Llama int8 W8A16 block runs split at 346-365 µs, above bf16
+# eager; 128-token Gluon tiles at the 256-token form's rate (~660 TFLOP/s) would take it to ~300. Prepared in the
+# thirty-first session, compiled for sm_90 (8 HGMMA 64x128x16 in 2 groups, no spill), not yet run on a GPU: off
+# (FUSED_W8A16_WS_MIN_M=512 turns it on from M=512; `bash .ci/h200_next.sh wsmid`).
+W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
+
+
+def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
+    """``path`` (split activations) or WS_PATH for a W8A16 shape at W8A16_WS_MIN_M <= M < WIDEN_MIN_M (_graph_pick:
+    eager and graph picks; the Gluon GEMM offered where w8a16_ws.supports() takes the operands)."""
+    key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "ws mid")
+    gated = op == "gated"
+    others = {}
+    if _may_time(key, x2):
+        from fused.kernels.w8a16_ws import supports
+
+        if supports(x2, qweight, gated) is None:
+            ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
+            _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
+    if not others and key not in _dense_routes:
+        return path
+    pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
+                       w8a16=True, others=others or None)
+    return WS_PATH if pick == "ws" else path
 
 
 def _raising(fn):

@@ -197,11 +197,18 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config() -> dict:
+def default_config(M: int | None = None) -> dict:
+    """The launch config; ``M`` below SMALL_T_MAX_M: 128-token tiles (prepared for M < 1024 where 256-token tiles
+    leave SMs idle; not yet run on a GPU)."""
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
     # FP8_BITS: e4m3 widened by bit placement (prepared, not yet run on a GPU: off)
+    if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
+        return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False)
     return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False)
+
+
+SMALL_T_MAX_M = 1023
 
 
 def supports(x: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -231,8 +238,8 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
         raise ValueError(f"w8a16_ws: act must be one of {ACTS}, got {act!r}")
     if w.shape[1] % 16 or (gated and up is None and w.shape[0] % 2):
         raise ValueError(f"w8a16_ws: K must be a multiple of 16 (TMA rows), got {w.shape[1]}")
-    cfg = dict(default_config(), **(config or {}))
     M, K = x.shape
+    cfg = dict(default_config(M), **(config or {}))
     N = w.shape[0]
     N_OUT = N // 2 if gated and up is None else N
     if out is None:
