@@ -32,7 +32,8 @@ cfgs = [{k: v for k, v in c.items() if k in default_config()} for c in json.load
 
 def label(c):
     c = dict(default_config(), **c)
-    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{' bits' if c['FP8_BITS'] else ''}"
+    bits, pad = " bits" if c["FP8_BITS"] else "", f" pad{c['U_PAD']}" if c["U_PAD"] else ""
+    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}"
 
 
 def ref(x, q, s):
@@ -46,8 +47,10 @@ for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
     s = torch.rand(N, device="cuda") * 0.01
     for c in cfgs:
         r = ref(x, q, s)
+        rg = torch.nn.functional.silu(r[:, :N // 2]) * r[:, N // 2:]
+        yg = w8a16_ws(x, q, s, act="silu", gated=True, config=c)
         print(f"correct M={M} N={N} K={K} {label(c)}: SQNR {sqnr(r, w8a16_ws(x, q, s, config=c).float()):.1f} dB;"
-              f" gated {sqnr(torch.nn.functional.silu(r[:, :N // 2]) * r[:, N // 2:], w8a16_ws(x, q, s, act='silu', gated=True, config=c).float()):.1f} dB")  # noqa: E501
+              f" gated {sqnr(rg, yg.float()):.1f} dB")
 
 for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
     q = weight(N, K)

@@ -163,7 +163,7 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
                      GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
                      ACT: gl.constexpr, HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr,
-                     num_warps: gl.constexpr):
+                     U_PAD: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
@@ -183,7 +183,13 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
     U_ROWS: gl.constexpr = TILE_ROWS // 2 if GATED else 1  # the gated hand-over buffer (fp32 up values)
-    u_buf = gl.allocate_shared_memory(gl.float32, [U_ROWS, BLOCK_T], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
+    if U_PAD:
+        # rows padded by U_PAD fp32: a warp's accumulator store covers 8 rows x 4 column pairs, all in the same 8
+        # banks without it (8-way conflicts on the store and the load: ~8k cycles a tile); 4 spreads them to 2-way
+        u_layout: gl.constexpr = gl.PaddedSharedLayout.with_identity_for([[BLOCK_T, U_PAD]], [U_ROWS, BLOCK_T], [1, 0])
+    else:
+        u_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
+    u_buf = gl.allocate_shared_memory(gl.float32, [U_ROWS, BLOCK_T], u_layout)
     u_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(u_bar, count=1)
 
@@ -202,10 +208,13 @@ def default_config(M: int | None = None) -> dict:
     leave SMs idle; not yet run on a GPU)."""
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
-    # FP8_BITS: e4m3 widened by bit placement (prepared, not yet run on a GPU: off)
+    # FP8_BITS: e4m3 widened by bit placement; U_PAD: the gated hand-over buffer's rows padded (both prepared, not yet
+    # run on a GPU: off)
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
-        return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False)
-    return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False)
+        return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
+                    U_PAD=0)
+    return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
+                U_PAD=0)
 
 
 SMALL_T_MAX_M = 1023
@@ -263,7 +272,8 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
                            N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
                            STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                            GATED=gated, ACT=act, HAS_BIAS=bias is not None, PAIR=up is not None,
-                           FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"], num_warps=4)
+                           FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"],
+                           U_PAD=cfg["U_PAD"] if gated else 0, num_warps=4)
     return out
 
 
