@@ -563,7 +563,7 @@ def dense_route_picks(op: str, qweight: torch.Tensor) -> dict:
     `explain` lists; W8A8 eager calls run Triton below CUBLAS_EAGER_MIN_M). tag: "" for a plain W8A8 call, "h out" /
     "h in" for a block's layers passing h quantized (QuantizedAct; "h out" from BLOCK_ROUTE_MIN_M timed as whole
     blocks), "w8a16" for the weight-only route from WIDEN_MIN_M, "gemv" for the weight-only split-or-GEMV route at
-    small M."""
+    small M, "ws mid" for the weight-only split-or-Gluon route below WIDEN_MIN_M (W8A16_WS_MIN_M)."""
     return {(k[1], k[4], k[5], k[6], k[7] if len(k) > 7 else ""): v[1] for k, v in _dense_routes.items()
             if k[0] == op and k[2] == tuple(qweight.shape) and k[3] == qweight.dtype and v is not None}
 

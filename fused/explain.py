@@ -45,7 +45,7 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
                                for k, (e, g) in sorted(picks.items(), key=lambda kv: (kv[0][0], kv[0][-1]))) or None
         elif dense:  # cuBLAS or Triton under CUDA-graph capture: W8A8 above the GEMV range, W8A16 from WIDEN_MIN_M
             picks = {k: g for k, g in dispatch.dense_route_picks(mod.op_name, mod.qweight).items()
-                     if (k[-1] in ("w8a16", "gemv")) != mod.dynamic}  # a shape's W8A8 picks are not a weight-only layer's
+                     if (k[-1] in ("w8a16", "gemv", "ws mid")) != mod.dynamic}  # W8A8 picks are not a weight-only layer's
             routes = ", ".join(f"M~{k[0]}{f' [{k[-1]}]' if k[-1] else ''}: graph {g}"
                                for k, g in sorted(picks.items(), key=lambda kv: (kv[0][0], kv[0][-1]))) or None
         rows.append({
