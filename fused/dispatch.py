@@ -1182,7 +1182,7 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     if W8A16_WS_PAIR and _may_time(key, x2):
         from fused.kernels.w8a16_ws import supports
 
-        if supports(x2, wg, True) is None:
+        if supports(x2, wg) is None and supports(x2, wu) is None:  # no stacked rows to pair: any H
             ws = lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, "gated_pair", "Gluon W8A16")
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),

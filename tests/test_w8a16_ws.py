@@ -27,11 +27,19 @@ def test_bad_operands_get_clear_errors():
         w8a16_ws(x[None], q, s)  # 3-D: the caller flattens
     with pytest.raises(ValueError, match="multiple of 16"):
         w8a16_ws(torch.randn(4, 40, dtype=torch.bfloat16), torch.zeros(8, 40, dtype=torch.int8), s)
+    with pytest.raises(ValueError, match="even row count"):
+        w8a16_ws(x, torch.zeros(7, 64, dtype=torch.int8), s[:7], gated=True)
     with pytest.raises(ValueError, match="act must be"):
         w8a16_ws(x, q, s, act="tanh")
     with pytest.raises(ValueError, match="contiguous"):
         w8a16_ws(x, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
     assert supports(x, q) == "Hopper (sm_90) only"  # a CPU tensor
+    from fused.kernels.w8a16_ws import w8a16_ws_pair
+
+    with pytest.raises(ValueError, match="must match"):
+        w8a16_ws_pair(x, q, s, None, q[:4], s[:4], None)
+    with pytest.raises(ValueError, match="must match"):
+        w8a16_ws_pair(x, q, s, None, q, s, torch.zeros(8))
 
 
 def _operands(M, N, K, seed, bias, fp8=False):

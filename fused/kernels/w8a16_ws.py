@@ -226,8 +226,10 @@ def supports(x: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str
         return "Hopper (sm_90) only"
     if x.dtype != torch.bfloat16 or qweight.dtype not in _W_DTYPES:
         return "bf16 activations and int8 / e4m3 weights only"
-    if qweight.shape[1] % 16 or (gated and qweight.shape[0] % 2):
+    if qweight.shape[1] % 16:
         return "K a multiple of 16 (TMA rows)"
+    if gated and qweight.shape[0] % 2:
+        return "a stacked gate | up weight has an even row count"
     return None
 
 
@@ -245,8 +247,10 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
         raise TypeError("w8a16_ws: bf16 x [M, K] and int8 / e4m3 qweight [N, K] expected")
     if act not in ACTS:
         raise ValueError(f"w8a16_ws: act must be one of {ACTS}, got {act!r}")
-    if w.shape[1] % 16 or (gated and up is None and w.shape[0] % 2):
+    if w.shape[1] % 16:
         raise ValueError(f"w8a16_ws: K must be a multiple of 16 (TMA rows), got {w.shape[1]}")
+    if gated and up is None and w.shape[0] % 2:
+        raise ValueError(f"w8a16_ws: a stacked gate | up weight needs an even row count, got {w.shape[0]}")
     M, K = x.shape
     cfg = dict(default_config(M), **(config or {}))
     N = w.shape[0]
