@@ -70,13 +70,16 @@ for k, v in json.load(open('$OUT/on/bench.json'))['timings'].items():
           # by 2^120, no conversion unit) and GATED_STAGES=4; (2) the tile variants on int8 and fp8 weights; (3)
           # per-Linear + compile with the pair on the Gluon route (FUSED_W8A16_WS_PAIR=1) against the block conversion.
           # Prediction: fp8 gated 419 -> ~395 µs with bits; per-Linear + compile Llama int8 W8A16 M=1024 ~666 -> ~610;
-          # U_PAD=4 (the gated hand-over buffer's 8-way bank conflicts gone, ~5 µs a tile, 7 waves): gated 386 -> ~360
-    timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
+          # U_PAD=4 (the gated hand-over buffer's 8-way bank conflicts gone, ~5 µs a tile, 7 waves): gated 386 -> ~360;
+          # A_HALVES (each K step's second half of A widened under the first half's wgmma): a few % if ws_micro's
+          # "reg" mode runs well above "full"
+    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
       | tail -3
-    WS_CFGS='[{}, {"U_PAD": 4}, {"GATED_STAGES": 4}, {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}]' \
-      timeout 80 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" | tee "$OUT/wspair_probe.txt"
+    WS_CFGS='[{}, {"U_PAD": 4}, {"A_HALVES": true}, {"U_PAD": 4, "A_HALVES": true},
+      {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}]' \
+      timeout 100 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" | tee "$OUT/wspair_probe.txt"
     WS_FP8=1 WS_CFGS='[{}, {"FP8_BITS": true}]' \
-      timeout 80 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee -a "$OUT/wspair_probe.txt"
+      timeout 70 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee -a "$OUT/wspair_probe.txt"
     FUSED_W8A16_WS_PAIR=1 timeout 120 python3 .ci/pair_probe.py 1024 2>&1 | filt | tee "$OUT/wspair_pair.txt" | tail -12
     # the consumer loop without memory traffic: is wgmma on a register A at full rate, is the load + widen the cost?
     timeout 40 python3 .ci/ws_micro.py 2>&1 | filt | grep "^ws_micro" | tee "$OUT/ws_micro.txt"

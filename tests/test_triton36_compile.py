@@ -71,9 +71,11 @@ from fused.kernels import w8a16_ws as gws
 # nothing (the gated one spills in its epilogue only: act(g) and the handed-over u live together)
 import os as _os, subprocess as _sp, tempfile as _tf
 _bin = _os.path.join(_os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
-for gated, act, bias, stages, pair, pad in ((False, 'none', False, 4, False, 0), (False, 'gelu_tanh', True, 3, False, 0),
-                                            (True, 'silu', False, 3, False, 0), (True, 'gelu', True, 3, False, 4),
-                                            (True, 'silu', True, 3, True, 0)):
+for gated, act, bias, stages, pair, pad, halves in ((False, 'none', False, 4, False, 0, False),
+                                                    (False, 'gelu_tanh', True, 3, False, 0, True),
+                                                    (True, 'silu', False, 3, False, 0, False),
+                                                    (True, 'gelu', True, 3, False, 4, True),
+                                                    (True, 'silu', True, 3, True, 0, False)):
     cfg = gws.default_config()
     bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16)
@@ -83,11 +85,11 @@ for gated, act, bias, stages, pair, pad in ((False, 'none', False, 4, False, 0),
            'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32',
            'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=stages, CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated, ACT=act,
-                  HAS_BIAS=bias, PAIR=pair, FP8_BITS=False, U_PAD=pad, num_warps=4)
+                  HAS_BIAS=bias, PAIR=pair, FP8_BITS=False, U_PAD=pad, A_HALVES=halves, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(gws._w8a16_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
-    label = f'w8a16_ws gated={gated} pair={pair} {act} bias={bias} s{stages} pad{pad}'
+    label = f'w8a16_ws gated={gated} pair={pair} {act} bias={bias} s{stages} pad{pad} halves={halves}'
     if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
         out.append(f'{label}: the widened weight is no register operand')
     with _tf.NamedTemporaryFile(suffix='.cubin') as f:
@@ -97,9 +99,9 @@ for gated, act, bias, stages, pair, pad in ((False, 'none', False, 4, False, 0),
         usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
     lines = sass.splitlines()
     # a group's last HGMMA carries the scoreboard its wait reads (gsb0): one per consumer when each K step's 4 run
-    # as a group, one per HGMMA when serialized
+    # as a group (two with A_HALVES, one per half), one per HGMMA when serialized
     groups = sum(1 for line in lines if 'HGMMA' in line and 'gsb0' in line)
-    if sum('HGMMA' in line for line in lines) != 8 or groups != 2:
+    if sum('HGMMA' in line for line in lines) != 8 or groups != (4 if halves else 2):
         out.append(f'{label}: wgmma serialized ({groups} HGMMA groups of 8 HGMMA)')
     stack = re.search(r'STACK:(\d+)', usage)
     if not stack or (not gated and int(stack.group(1))):

@@ -88,9 +88,20 @@ def _activation(y, ACT: gl.constexpr):
 
 
 @gluon.jit
+def _widen(w, FP8_BITS: gl.constexpr):
+    """An 8-bit A fragment (int8 or e4m3) as bf16, exactly."""
+    if FP8_BITS:
+        # e4m3 bits placed in bf16's fields are the value times 2^-120 (normals and subnormals alike): two logic ops
+        # and one bf16 multiply by 2^120 (exact), where .to() takes the conversion unit twice
+        u = w.to(gl.uint8, bitcast=True).to(gl.uint16)
+        return ((u & 0x7F) << 4 | (u & 0x80) << 8).to(gl.bfloat16, bitcast=True) * 1.329227995784916e36
+    return w.to(gl.bfloat16)
+
+
+@gluon.jit
 def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym,
               off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-              HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr):
+              HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr, A_HALVES: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
@@ -101,19 +112,23 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr
     for k in range(k_tiles):
         s = k % STAGES
         mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-        w = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0).load(a_layout)
-        if FP8_BITS:
-            # e4m3 bits placed in bf16's fields are the value times 2^-120 (normals and subnormals alike): two
-            # logic ops and one bf16 multiply by 2^120 (exact), where .to() takes the conversion unit twice
-            u = w.to(gl.uint8, bitcast=True).to(gl.uint16)
-            a = ((u & 0x7F) << 4 | (u & 0x80) << 8).to(gl.bfloat16, bitcast=True) * 1.329227995784916e36
+        w8 = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0)
+        if A_HALVES:
+            # the step as two halves of K: the second half's A loaded and widened while the first half's wgmma run
+            # (each half's registers stay live to the wait, so ptxas keeps them apart)
+            KH: gl.constexpr = x_bufs.type.shape[2] // 2
+            a0 = _widen(w8.slice(0, KH, dim=1).load(a_layout), FP8_BITS)
+            acc = warpgroup_mma(a0, x_bufs.index(s).slice(0, KH, dim=1).permute((1, 0)), acc, is_async=True)
+            a1 = _widen(w8.slice(KH, KH, dim=1).load(a_layout), FP8_BITS)
+            acc = warpgroup_mma(a1, x_bufs.index(s).slice(KH, KH, dim=1).permute((1, 0)), acc, is_async=True)
+            acc, a0, a1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a0, a1))
         else:
-            a = w.to(gl.bfloat16)
-        acc = warpgroup_mma(a, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
-        # wait for this step's group before the next step widens into registers: with a group left in flight
-        # (num_outstanding=1) ptxas cannot tell the next step's A registers from the running group's and waits after
-        # every k16 wgmma instead (SASS: DEPBAR 0 after each HGMMA; 607 -> 663-686 TFLOP/s at down M=1024)
-        acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
+            a = _widen(w8.load(a_layout), FP8_BITS)
+            acc = warpgroup_mma(a, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
+            # wait for this step's group before the next step widens into registers: with a group left in flight
+            # (num_outstanding=1) ptxas cannot tell the next step's A registers from the running group's and waits
+            # after every k16 wgmma instead (SASS: DEPBAR 0 after each HGMMA; 607 -> 663-686 TFLOP/s at down M=1024)
+            acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
         mbarrier.arrive(empty.index(s), count=1)
 
     # epilogue on yᵀ's tile [rows, tokens]: scale, bias (gated: up values handed to the gate consumer), act, stored
@@ -163,7 +178,7 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
                      GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
                      ACT: gl.constexpr, HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr,
-                     U_PAD: gl.constexpr, num_warps: gl.constexpr):
+                     U_PAD: gl.constexpr, A_HALVES: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
@@ -195,9 +210,9 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
 
     gl.warp_specialize([
         (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS)),
+                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS, A_HALVES)),
         (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS)),
+                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS, A_HALVES)),
         (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
                            GATED, PAIR)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -208,13 +223,13 @@ def default_config(M: int | None = None) -> dict:
     leave SMs idle; not yet run on a GPU)."""
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
-    # FP8_BITS: e4m3 widened by bit placement; U_PAD: the gated hand-over buffer's rows padded (both prepared, not yet
-    # run on a GPU: off)
+    # FP8_BITS: e4m3 widened by bit placement; U_PAD: the gated hand-over buffer's rows padded; A_HALVES: each K step's
+    # A widened in two halves, the second under the first half's wgmma (all prepared, not yet run on a GPU: off)
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
         return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                    U_PAD=0)
+                    U_PAD=0, A_HALVES=False)
     return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                U_PAD=0)
+                U_PAD=0, A_HALVES=False)
 
 
 SMALL_T_MAX_M = 1023
@@ -277,7 +292,7 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
                            STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                            GATED=gated, ACT=act, HAS_BIAS=bias is not None, PAIR=up is not None,
                            FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"],
-                           U_PAD=cfg["U_PAD"] if gated else 0, num_warps=4)
+                           U_PAD=cfg["U_PAD"] if gated else 0, A_HALVES=cfg["A_HALVES"], num_warps=4)
     return out
 
 
