@@ -661,9 +661,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
     if timing and W8A16_WS:
-        from fused.kernels.w8a16_ws import supports
-
-        if supports(x2, qweight, gated) is None:
+        if _ws_supports(x2, qweight, gated) is None:
             ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
@@ -698,9 +696,7 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     gated = op == "gated"
     others = {}
     if _may_time(key, x2):
-        from fused.kernels.w8a16_ws import supports
-
-        if supports(x2, qweight, gated) is None:
+        if _ws_supports(x2, qweight, gated) is None:
             ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
     if not others and key not in _dense_routes:
@@ -708,6 +704,15 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
                        w8a16=True, others=others or None)
     return WS_PATH if pick == "ws" else path
+
+
+def _ws_supports(x2, w, gated=False) -> str | None:
+    """w8a16_ws.supports(), or why not where this triton has no Gluon (the kernel needs triton >= 3.6's)."""
+    try:
+        from fused.kernels.w8a16_ws import supports
+    except (ImportError, AttributeError) as e:
+        return f"no Gluon in this triton ({type(e).__name__}: {e})"
+    return supports(x2, w, gated)
 
 
 def _raising(fn):
@@ -1180,9 +1185,7 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
     if W8A16_WS_PAIR and _may_time(key, x2):
-        from fused.kernels.w8a16_ws import supports
-
-        if supports(x2, wg) is None and supports(x2, wu) is None:  # no stacked rows to pair: any H
+        if _ws_supports(x2, wg) is None and _ws_supports(x2, wu) is None:  # no stacked rows to pair: any H
             ws = lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, "gated_pair", "Gluon W8A16")
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),
