@@ -14,8 +14,14 @@ tile (about half of cuBLAS's rate). Gluon (Triton's explicit dialect) puts the w
   with x's tile as B. The two drift apart: one widens while the other's wgmma runs.
 
 Gated: the tile's 128 rows are 64 gate rows and the same 64 outputs' up rows (two TMA loads per stage from the stacked
-[2H, K] weight), so consumer 0 holds gate and consumer 1 up values of the same outputs; the up consumer hands its
-scaled values over through shared memory, the gate one applies act(g) · u and stores.
+[2H, K] weight, or from two tensors: w8a16_ws_pair), so consumer 0 holds gate and consumer 1 up values of the same
+outputs; the up consumer hands its scaled values over through shared memory, the gate one applies act(g) · u and
+stores.
+
+Config switches prepared after the last H200 run (compiled for sm_90, the shipped SASS unchanged with them off; the
+cuda tests cover them): FP8_BITS (e4m3 widened by bit placement), U_PAD (the gated hand-over buffer's rows padded
+against 8-way bank conflicts), A_HALVES (each K step's A widened in two halves), 128-token tiles below M=1024
+(default_config(M)).
 
 H200 (thirty-first session, `.ci/h200_next.sh ppwait` / `ppturn`, do_bench µs, Llama layers): down M=1024 175-183
 (bf16 cuBLAS on a bf16 copy 149, widen + cuBLAS 198-200), gated gate/up 375-393 (widen + cuBLAS + scale_epilogue
