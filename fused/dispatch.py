@@ -660,7 +660,7 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if timing and W8A16_WS:
+    if timing and W8A16_WS and key[1] <= W8A16_WS_MAX_M:
         if _ws_supports(x2, qweight, gated) is None:
             ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
@@ -679,6 +679,9 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # FUSED_W8A16_WS=0: off.
 W8A16_WS = os.environ.get("FUSED_W8A16_WS", "1") == "1"
 WS_PATH = "gluon:w8a16_ws"
+# Offered up to this M bucket: at 8192 it lost every layer by 5-10% (wsroute), and a route timing there costs seconds
+# (sustained windows, LONG_ROUTE_US).
+W8A16_WS_MAX_M = int(os.environ.get("FUSED_W8A16_WS_MAX_M", "4096"))
 
 
 # The Gluon GEMM below WIDEN_MIN_M too, with 128-token tiles (w8a16_ws.default_config(M)), timed per shape against
@@ -1184,7 +1187,7 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
-    if W8A16_WS_PAIR and _may_time(key, x2):
+    if W8A16_WS_PAIR and key[1] <= W8A16_WS_MAX_M and _may_time(key, x2):
         if _ws_supports(x2, wg) is None and _ws_supports(x2, wu) is None:  # no stacked rows to pair: any H
             ws = lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)  # noqa: E731
             _offer(others, "ws", _raising(ws), ws, "gated_pair", "Gluon W8A16")

@@ -417,9 +417,12 @@ def test_w8a16_route_offers_the_gluon_gemm(pair, monkeypatch):
     assert route() == dispatch.CUBLAS_W8A16_PATH  # a CPU tensor: not supported
     monkeypatch.setattr(w8a16_ws, "supports", lambda x, w, gated=False: None)
     assert route() == dispatch.WS_PATH and ran == ["ws pair" if pair else "ws"]  # the offer's trial ran it
+    x = torch.randn(8192, 32, dtype=torch.bfloat16)  # above W8A16_WS_MAX_M: not offered
+    assert route() == dispatch.CUBLAS_W8A16_PATH
+    x = torch.randn(1024, 32, dtype=torch.bfloat16)
     monkeypatch.setattr(dispatch, "W8A16_WS_PAIR" if pair else "W8A16_WS", False)
     assert route() == dispatch.CUBLAS_W8A16_PATH
-    assert offered == [[], ["ws"], []]
+    assert offered == [[], ["ws"], [], []]
 
 
 def test_w8a16_ws_mid_route(monkeypatch):
