@@ -33,7 +33,8 @@ cfgs = [{k: v for k, v in c.items() if k in default_config()} for c in json.load
 def label(c):
     c = dict(default_config(), **c)
     bits, pad = " bits" if c["FP8_BITS"] else "", f" pad{c['U_PAD']}" if c["U_PAD"] else ""
-    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}"
+    halves = " halves" if c["A_HALVES"] else ""
+    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}"
 
 
 def ref(x, q, s):
