@@ -30,8 +30,8 @@ def weight(N, K):
 cfgs = [{k: v for k, v in c.items() if k in default_config()} for c in json.loads(os.environ.get("WS_CFGS", "[{}]"))]
 
 
-def label(c):
-    c = dict(default_config(), **c)
+def label(c, M=None):
+    c = dict(default_config(M), **c)
     bits, pad = " bits" if c["FP8_BITS"] else "", f" pad{c['U_PAD']}" if c["U_PAD"] else ""
     halves = " halves" if c["A_HALVES"] else ""
     return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}"
@@ -50,7 +50,7 @@ for M, N, K in ((1, 64, 64), (300, 4096 + 40, 512 + 16), (1024, 4096, 14336)):
         r = ref(x, q, s)
         rg = torch.nn.functional.silu(r[:, :N // 2]) * r[:, N // 2:]
         yg = w8a16_ws(x, q, s, act="silu", gated=True, config=c)
-        print(f"correct M={M} N={N} K={K} {label(c)}: SQNR {sqnr(r, w8a16_ws(x, q, s, config=c).float()):.1f} dB;"
+        print(f"correct M={M} N={N} K={K} {label(c, M)}: SQNR {sqnr(r, w8a16_ws(x, q, s, config=c).float()):.1f} dB;"
               f" gated {sqnr(rg, yg.float()):.1f} dB")
 
 for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
@@ -64,12 +64,12 @@ for name, N, K in (("down", 4096, 14336), ("gate/up", 28672, 4096)):
             runs["widen + cuBLAS + scale_epilogue"] = lambda: scale_epilogue(
                 x @ widen(q).t(), None, s, None, "none", False, torch.bfloat16, m=M)
             for c in cfgs:
-                runs[label(c)] = (lambda c=c: w8a16_ws(x, q, s, config=c))
+                runs[label(c, M)] = (lambda c=c: w8a16_ws(x, q, s, config=c))
         else:  # the gated layer
             runs["widen + cuBLAS + scale_epilogue (gated)"] = lambda: scale_epilogue(
                 x @ widen(q).t(), None, s, None, "silu", True, torch.bfloat16, m=M)
             for c in cfgs:
-                runs[label(c) + " gated"] = (lambda c=c: w8a16_ws(x, q, s, act="silu", gated=True, config=c))
+                runs[label(c, M) + " gated"] = (lambda c=c: w8a16_ws(x, q, s, act="silu", gated=True, config=c))
         t = {k: [] for k in runs}
         for _ in range(3):
             for k, f in runs.items():
