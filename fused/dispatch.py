@@ -660,10 +660,8 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if timing and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
         split = lambda: _triton_dense(SPLIT_PATH, x2, qweight, wscale, bias, act, gated, False)  # noqa: E731
         _offer(others, "split", split, split, op, "split-activation W8A16")
-    if timing and W8A16_WS and key[1] <= W8A16_WS_MAX_M:
-        if _ws_supports(x2, qweight, gated) is None:
-            ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
-            _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
+    if timing and W8A16_WS and key[1] <= W8A16_WS_MAX_M and _ws_supports(x2, qweight, gated) is None:
+        _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
                        others=others or None)
@@ -698,10 +696,8 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "ws mid")
     gated = op == "gated"
     others = {}
-    if _may_time(key, x2):
-        if _ws_supports(x2, qweight, gated) is None:
-            ws = lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated)  # noqa: E731
-            _offer(others, "ws", _raising(ws), ws, op, "Gluon W8A16")
+    if _may_time(key, x2) and _ws_supports(x2, qweight, gated) is None:
+        _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
     if not others and key not in _dense_routes:
         return path
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
@@ -718,16 +714,16 @@ def _ws_supports(x2, w, gated=False) -> str | None:
     return supports(x2, w, gated)
 
 
-def _raising(fn):
-    """``fn`` as a route trial for _offer: a Gluon compile error is no RuntimeError, so it is turned into one (the
-    candidate is left out with a warning, like a library refusing a shape)."""
+def _offer_ws(others: dict, op: str, run) -> None:
+    """Adds the Gluon GEMM ``run`` to a route's candidates as "ws" (_offer); its trial turns a Gluon compile error,
+    no RuntimeError, into one, so the candidate is left out with a warning like a library refusing a shape."""
     def trial():
         try:
-            fn()
+            run()
         except Exception as e:
             raise RuntimeError(f"{type(e).__name__}: {e}") from e
 
-    return trial
+    _offer(others, "ws", trial, run, op, "Gluon W8A16")
 
 
 def _w8a16_ws(x2, qweight, wscale, bias, act, gated):
@@ -1187,10 +1183,9 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     compiled block now runs as the block conversion (int8 W8A16 M=1024 666.4 vs 680.3 µs)."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "w8a16")
     others = {}
-    if W8A16_WS_PAIR and key[1] <= W8A16_WS_MAX_M and _may_time(key, x2):
-        if _ws_supports(x2, wg) is None and _ws_supports(x2, wu) is None:  # no stacked rows to pair: any H
-            ws = lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)  # noqa: E731
-            _offer(others, "ws", _raising(ws), ws, "gated_pair", "Gluon W8A16")
+    if (W8A16_WS_PAIR and key[1] <= W8A16_WS_MAX_M and _may_time(key, x2)
+            and _ws_supports(x2, wg) is None and _ws_supports(x2, wu) is None):  # no stacked rows to pair: any H
+        _offer_ws(others, "gated_pair", lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act))
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),
                        lambda: _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act), "gated_pair", w8a16=True,
                        others=others or None)

@@ -44,9 +44,9 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 @gluon.jit
 def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_w, up_off, k_tiles,
-                    GATED: gl.constexpr, PAIR: gl.constexpr):
+                    GATED: gl.constexpr):
     # off_t: the x tile's first token; off_w: the W tile's first row (gated: the gate rows', their up rows at
-    # off_w + up_off fill the tile's second half; PAIR: at off_w of the up weight's own tensor, wu_desc)
+    # off_w + up_off of wu_desc fill the tile's second half: the stacked weight's H + o, or a pair's own tensor's o)
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
@@ -58,12 +58,8 @@ def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [off_w, k * BLOCK_K], ready.index(s),
                                             w8_bufs.index(s).slice(0, W_ROWS, dim=0))
-            if PAIR:
-                tma.async_copy_global_to_shared(wu_desc, [off_w, k * BLOCK_K], ready.index(s),
-                                                w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
-            else:
-                tma.async_copy_global_to_shared(w_desc, [off_w + up_off, k * BLOCK_K], ready.index(s),
-                                                w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
+            tma.async_copy_global_to_shared(wu_desc, [off_w + up_off, k * BLOCK_K], ready.index(s),
+                                            w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
         else:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
@@ -107,7 +103,7 @@ def _widen(w, FP8_BITS: gl.constexpr):
 @gluon.jit
 def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym,
               off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-              HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr, A_HALVES: gl.constexpr):
+              HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr, A_HALVES: gl.constexpr):
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
@@ -142,15 +138,14 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
     if GATED:
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
-        if PAIR and HALF == 1:  # the up projection's own scales and bias
-            y = acc * gl.load(su_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+        if HALF == 1:  # up: row up_off + o of (su, bu), the stacked vectors' H + o or a pair's own o
+            y = acc * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
             if HAS_BIAS:
-                y += gl.load(bu_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+                y += gl.load(bu_ptr + up_off + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         else:
-            n = o + HALF * up_off  # the stacked weight's row: gate o, up H + o
-            y = acc * gl.load(ws_ptr + n, mask=o < N_OUT, other=0.0)[:, None]
+            y = acc * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
             if HAS_BIAS:
-                y += gl.load(b_ptr + n, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+                y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         if HALF == 1:
             u_buf.store(y)
             mbarrier.arrive(u_bar, count=1)
@@ -183,8 +178,8 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 @gluon.jit
 def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
                      GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
-                     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, PAIR: gl.constexpr, FP8_BITS: gl.constexpr,
-                     U_PAD: gl.constexpr, A_HALVES: gl.constexpr, num_warps: gl.constexpr):
+                     ACT: gl.constexpr, HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr, U_PAD: gl.constexpr,
+                     A_HALVES: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
@@ -216,11 +211,11 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
 
     gl.warp_specialize([
         (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS, A_HALVES)),
+                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, FP8_BITS, A_HALVES)),
         (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, PAIR, FP8_BITS, A_HALVES)),
+                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, FP8_BITS, A_HALVES)),
         (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
-                           GATED, PAIR)),
+                           GATED)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -288,15 +283,16 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
     bt, bk = cfg["BLOCK_T"], cfg["BLOCK_K"]
     w_rows = 64 if gated else 128
     w_desc = _descriptor(w.contiguous(), [w_rows, bk])
-    wu_desc, su, bu = w_desc, wscale, bias
+    # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
+    wu_desc, su, bu, up_off = w_desc, wscale, bias, N_OUT
     if up is not None:
-        wu_desc, su, bu = _descriptor(up[0].contiguous(), [w_rows, bk]), up[1], up[2]
+        wu_desc, su, bu, up_off = _descriptor(up[0].contiguous(), [w_rows, bk]), up[1], up[2], 0
     b = wscale if bias is None else bias
     grid = (triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows), )
     _w8a16_ws_kernel[grid](_descriptor(x, [bt, bk]), w_desc, wu_desc, wscale, su, b, b if bu is None else bu, out, M,
-                           N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
+                           N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
                            STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
-                           GATED=gated, ACT=act, HAS_BIAS=bias is not None, PAIR=up is not None,
+                           GATED=gated, ACT=act, HAS_BIAS=bias is not None,
                            FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"],
                            U_PAD=cfg["U_PAD"] if gated else 0, A_HALVES=cfg["A_HALVES"], num_warps=4)
     return out
