@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-first"): `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
@@ -45,25 +45,35 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
-  wsmid)  # thirty-first session, prepared after the last device call (compiled for sm_90, not yet run): the Gluon W8A16
-         # GEMM with 128-token tiles below M=1024 (w8a16_ws.default_config(M)), timed per shape against split
-         # activations from FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 ->
-         # ~300 µs (bf16 eager ~300?), 768 ~-10%; fp8 W8A16 similar. (1) cuda tests (the 128-token tiles at M <= 300),
-         # (2) the layers at M=512 against widen + cuBLAS, (3) the block with the route on, then off (two processes,
-         # each with bf16 eager)
-    timeout 180 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
-      | tail -3
-    WS_CFGS='[{"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5}, {"BLOCK_T": 128, "STAGES": 4, "GATED_STAGES": 4}]' \
+  wsmid)  # thirty-second session, after wspair (A_HALVES and the pair route now on): the Gluon W8A16 GEMM with
+         # 128-token tiles below M=1024 (w8a16_ws.default_config(M)), timed per shape against split activations from
+         # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768
+         # ~-10%; fp8 W8A16 similar. (1) cuda tests (4 workers: the Gluon variants compile in parallel; wspair's run
+         # was cut at 170 s), (2) the layers at M=512 against widen + cuBLAS, (3) the block with the route on, then
+         # off (two processes)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a16_ws.py 2>&1 \
+      | filt | tail -3 | tee "$OUT/wsmid_tests.txt"
+    WS_CFGS='[{"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5}, {"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5,
+      "A_HALVES": false}, {"BLOCK_T": 128, "STAGES": 4, "GATED_STAGES": 4}]' \
       timeout 80 python3 .ci/ws_probe.py 512 2>&1 | filt | grep "^Llama" | tee "$OUT/wsmid_probe.txt"
-    FUSED_W8A16_WS_MIN_M=512 timeout 150 python3 -m fused bench --blocks llama --m 512,768 --no-baselines \
+    FUSED_W8A16_WS_MIN_M=512 timeout 140 python3 -m fused bench --blocks llama --m 512,768 --no-baselines \
       --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/on" 2>&1 | filt | grep "^| " | head -8 | tee "$OUT/wsmid.txt"
-    timeout 150 python3 -m fused bench --blocks llama --m 512,768 --no-baselines \
+    timeout 140 python3 -m fused bench --blocks llama --m 512,768 --no-baselines \
       --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/off" 2>&1 | filt | grep "^| " | head -8 | tee -a "$OUT/wsmid.txt"
     python3 -c "
 import json
 for k, v in json.load(open('$OUT/on/bench.json'))['timings'].items():
     if 'ws mid' in str(k):
         print(k[:120], sorted(v))" 2>&1 | tail -8 ;;
+  gapclk)  # thirty-second session: the block's graph time against its kernels' sum (the "gap": 54.5 µs of 619 for int8
+          # W8A16 at M=1024 in wspair, 30 of 329 for fp8 W8A8), with the SM clock and power nvidia-smi saw in each
+          # phase: do_bench (an L2 flush before each replay), 20 and 200 replays back to back, the profiler's 20.
+          # Hypothesis: the power cap (a 300 ms do_bench window at lower clocks than a 20-replay burst), not the flush
+          timeout 150 python3 .ci/block_parts.py llama 1024,8192 2>&1 | filt | tee "$OUT/gap_int8.txt" | grep -v "^    "
+          timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A8" 2>&1 | filt | tee "$OUT/gap_fp8.txt" \
+            | grep -v "^    "
+          timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A16" 2>&1 | filt | tee "$OUT/gap_fp8wo.txt" \
+            | grep -v "^    " ;;
   wspair)  # thirty-first session, prepared after the last device call (compiled for sm_90; the shipped kernels' SASS
           # unchanged): (1) cuda tests of the Gluon W8A16 GEMM incl. its new pair form (w8a16_ws_pair: gate and up
           # in tensors of their own, torch.compile's gated_pair), FP8_BITS (e4m3 widened by bit placement + one HMUL2

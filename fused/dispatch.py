@@ -1193,10 +1193,10 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
 
 
 # The Gluon W8A16 GEMM for gated_pair too (w8a16_ws_pair: the up rows from the up weight's own tensor), as a third
-# candidate of the route above. Prepared in the thirty-first session after the last device call: compiled for sm_90
-# (the stacked kernel's SASS unchanged, the pair's 8 HGMMA in 2 unserialized groups), not yet run on a GPU, so off
-# until its cuda tests pass there (`bash .ci/h200_next.sh wspair`). FUSED_W8A16_WS_PAIR=1: on.
-W8A16_WS_PAIR = os.environ.get("FUSED_W8A16_WS_PAIR", "0") == "1"
+# candidate of the route above. H200 (thirty-second session, `bash .ci/h200_next.sh wspair`): the per-Linear Llama
+# int8 W8A16 block under torch.compile at M=1024 in 2 kernels, 614.8 µs (666 on the widened pair's routes); fp8
+# W8A16 601.2 (the block conversion 608.1 in the same run). FUSED_W8A16_WS_PAIR=0: off.
+W8A16_WS_PAIR = os.environ.get("FUSED_W8A16_WS_PAIR", "1") == "1"
 
 
 def _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act):

@@ -18,10 +18,9 @@ Gated: the tile's 128 rows are 64 gate rows and the same 64 outputs' up rows (tw
 outputs; the up consumer hands its scaled values over through shared memory, the gate one applies act(g) · u and
 stores.
 
-Config switches prepared after the last H200 run (compiled for sm_90, the shipped SASS unchanged with them off; the
-cuda tests cover them): FP8_BITS (e4m3 widened by bit placement), U_PAD (the gated hand-over buffer's rows padded
-against 8-way bank conflicts), A_HALVES (each K step's A widened in two halves), 128-token tiles below M=1024
-(default_config(M)).
+Config switches (the cuda tests cover each): A_HALVES (each K step's A widened in two halves; on), FP8_BITS (e4m3
+widened by bit placement; off: slower), U_PAD (the gated hand-over buffer's rows padded against 8-way bank conflicts;
+off: no clear gain), 128-token tiles below M=1024 (default_config(M); a route only from FUSED_W8A16_WS_MIN_M).
 
 H200 (thirty-first session, `.ci/h200_next.sh ppwait` / `ppturn`, do_bench µs, Llama layers): down M=1024 175-183
 (bf16 cuBLAS on a bf16 copy 149, widen + cuBLAS 198-200), gated gate/up 375-393 (widen + cuBLAS + scale_epilogue
@@ -224,13 +223,16 @@ def default_config(M: int | None = None) -> dict:
     leave SMs idle; not yet run on a GPU)."""
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
-    # FP8_BITS: e4m3 widened by bit placement; U_PAD: the gated hand-over buffer's rows padded; A_HALVES: each K step's
-    # A widened in two halves, the second under the first half's wgmma (all prepared, not yet run on a GPU: off)
+    # A_HALVES: each K step's A widened in two halves, the second under the first half's wgmma (thirty-second session,
+    # `bash .ci/h200_next.sh wspair`, Llama M=1024 in one process: down 180.0 -> 177.0 µs, gated 419.7 -> 401.5).
+    # FP8_BITS (e4m3 widened by bit placement, ALU only) ran slower there (fp8 down 177.7 -> 183.7, gated 409.5 ->
+    # 444.5): the conversion unit is not what limits a K step; U_PAD (the gated hand-over buffer's rows padded): 409.8
+    # alone, 404.3 with A_HALVES (401.5 without): within the run's spread. Both off.
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
         return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                    U_PAD=0, A_HALVES=False)
+                    U_PAD=0, A_HALVES=True)
     return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                U_PAD=0, A_HALVES=False)
+                U_PAD=0, A_HALVES=True)
 
 
 SMALL_T_MAX_M = 1023
