@@ -50,26 +50,25 @@ case "${1:-}" in
          # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768
          # ~-10%; fp8 W8A16 similar. (1) cuda tests (4 workers: the Gluon variants compile in parallel; wspair's run
          # was cut at 170 s), (2) the layers at M=512 against widen + cuBLAS, (3) the block with the route on, then
-         # the block conversion's picks with the route on (the route timings show split vs Gluon per layer), (4)
-         # block_parts on the int8 W8A16 block at M=1024 (clocks sampled)
+         # the block conversion with the route on from M=128 (FUSED_W8A16_WS_MIN_M=128; the route timings show split
+         # vs Gluon per layer; bf16 eager beside it)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a16_ws.py 2>&1 \
       | filt | tail -3 | tee "$OUT/wsmid_tests.txt"
     WS_CFGS='[{"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5}, {"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5,
       "A_HALVES": false}, {"BLOCK_T": 128, "STAGES": 4, "GATED_STAGES": 4}]' \
       timeout 80 python3 .ci/ws_probe.py 512 2>&1 | filt | grep "^Llama" | tee "$OUT/wsmid_probe.txt"
-    FUSED_W8A16_WS_MIN_M=512 timeout 140 python3 -m fused bench --blocks llama --m 512,768 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/on" 2>&1 | filt | grep "^| " | head -8 | tee "$OUT/wsmid.txt"
+    FUSED_W8A16_WS_MIN_M=128 timeout 230 python3 -m fused bench --blocks llama --m 128,300,512,768 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/on" 2>&1 | filt | grep "^| " | head -14 | tee "$OUT/wsmid.txt"
     python3 -c "
 import json
 for k, v in json.load(open('$OUT/on/bench.json'))['timings'].items():
     if 'ws mid' in str(k):
-        print(k[:120], sorted(v))" 2>&1 | tail -8
-    # the gap (see gapclk) on the int8 W8A16 block at M=1024
-    timeout 110 python3 .ci/block_parts.py llama 1024 2>&1 | filt | tee "$OUT/gap_int8.txt" | grep -v "^    " ;;
+        print(k[:120], sorted(v))" 2>&1 | tail -16 ;;
   gapclk)  # thirty-second session: the block's graph time against its kernels' sum (the "gap": 54.5 µs of 619 for int8
           # W8A16 at M=1024 in wspair, 30 of 329 for fp8 W8A8), with the SM clock and power nvidia-smi saw in each
           # phase: do_bench (an L2 flush before each replay), 20 and 200 replays back to back, the profiler's 20.
           # Hypothesis: the power cap (a 300 ms do_bench window at lower clocks than a 20-replay burst), not the flush
+          timeout 150 python3 .ci/block_parts.py llama 1024,8192 2>&1 | filt | tee "$OUT/gap_int8.txt" | grep -v "^    "
           timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A8" 2>&1 | filt | tee "$OUT/gap_fp8.txt" \
             | grep -v "^    "
           timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A16" 2>&1 | filt | tee "$OUT/gap_fp8wo.txt" \
