@@ -50,14 +50,16 @@ case "${1:-}" in
          # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768
          # ~-10%; fp8 W8A16 similar. (1) cuda tests (4 workers: the Gluon variants compile in parallel; wspair's run
          # was cut at 170 s), (2) the layers at M=512 against widen + cuBLAS, (3) the block with the route on, then
-         # the block conversion with the route on from M=128 (FUSED_W8A16_WS_MIN_M=128; the route timings show split
-         # vs Gluon per layer; bf16 eager beside it)
+         # the block conversion with the route on from M=256 (FUSED_W8A16_WS_MIN_M=256; the route timings show split
+         # vs Gluon per layer; bf16 eager beside it). Also PERSIST (prepared this session) in the tests and probes
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a16_ws.py 2>&1 \
       | filt | tail -3 | tee "$OUT/wsmid_tests.txt"
-    WS_CFGS='[{"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5}, {"BLOCK_T": 128, "STAGES": 6, "GATED_STAGES": 5,
-      "A_HALVES": false}, {"BLOCK_T": 128, "STAGES": 4, "GATED_STAGES": 4}]' \
-      timeout 80 python3 .ci/ws_probe.py 512 2>&1 | filt | grep "^Llama" | tee "$OUT/wsmid_probe.txt"
-    FUSED_W8A16_WS_MIN_M=128 timeout 230 python3 -m fused bench --blocks llama --m 128,300,512,768 --no-baselines \
+    # PERSIST (one program per SM walking the tiles): predicted gated M=1024 ~401 -> ~385 µs, down unchanged
+    WS_CFGS='[{}, {"PERSIST": true}]' timeout 70 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" \
+      | tee "$OUT/wsmid_probe.txt"
+    WS_CFGS='[{"BLOCK_T": 128}, {"BLOCK_T": 128, "A_HALVES": false}, {"BLOCK_T": 128, "PERSIST": true}]' \
+      timeout 70 python3 .ci/ws_probe.py 512 2>&1 | filt | grep "^Llama" | tee -a "$OUT/wsmid_probe.txt"
+    FUSED_W8A16_WS_MIN_M=256 timeout 200 python3 -m fused bench --blocks llama --m 300,512,768 --no-baselines \
       --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/on" 2>&1 | filt | grep "^| " | head -14 | tee "$OUT/wsmid.txt"
     python3 -c "
 import json

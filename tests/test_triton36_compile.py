@@ -72,9 +72,11 @@ from fused.kernels import w8a16_ws as gws
 import os as _os, subprocess as _sp, tempfile as _tf
 _bin = _os.path.join(_os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
 # (w8a16_ws_pair launches the gated kernel with the up rows from a second descriptor: the same compiled code)
-for gated, act, bias, stages, pad, halves in ((False, 'none', False, 4, 0, False),
-                                              (False, 'gelu_tanh', True, 3, 0, True),
-                                              (True, 'silu', False, 3, 0, False), (True, 'gelu', True, 3, 4, True)):
+for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4, 0, False, False),
+                                                       (False, 'gelu_tanh', True, 3, 0, True, True),
+                                                       (True, 'silu', False, 3, 0, False, False),
+                                                       (True, 'gelu', True, 3, 4, True, False),
+                                                       (True, 'silu', False, 3, 0, True, True)):
     cfg = gws.default_config()
     bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16)
@@ -84,11 +86,12 @@ for gated, act, bias, stages, pad, halves in ((False, 'none', False, 4, 0, False
            'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32',
            'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=stages, CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated, ACT=act,
-                  HAS_BIAS=bias, FP8_BITS=False, U_PAD=pad, A_HALVES=halves, num_warps=4)
+                  HAS_BIAS=bias, FP8_BITS=False, U_PAD=pad, A_HALVES=halves, PERSIST=persist,
+                  num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(gws._w8a16_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
-    label = f'w8a16_ws gated={gated} {act} bias={bias} s{stages} pad{pad} halves={halves}'
+    label = f'w8a16_ws gated={gated} {act} bias={bias} s{stages} pad{pad} halves={halves} persist={persist}'
     if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
         out.append(f'{label}: the widened weight is no register operand')
     with _tf.NamedTemporaryFile(suffix='.cubin') as f:

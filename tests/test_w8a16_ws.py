@@ -68,8 +68,10 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     ref = linear_ref(x.float(), q, s, b, act)
     # None: the config for this M (128-token tiles below 1024); the 256-token tile dispatch runs from M=1024 at odd M
     # too; FP8_BITS: e4m3 widened by bit placement
+    # PERSIST=5: five programs walking every tile (the stage ring and its phases carried across tiles)
     for cfg in (None, dict(BLOCK_T=256, STAGES=4), dict(BLOCK_T=256, STAGES=3), dict(FP8_BITS=True),
-                dict(A_HALVES=True), dict(BLOCK_T=256, STAGES=4, A_HALVES=True)):
+                dict(A_HALVES=False), dict(BLOCK_T=256, STAGES=4, A_HALVES=False), dict(PERSIST=5),
+                dict(BLOCK_T=256, PERSIST=True)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, config=cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -87,7 +89,8 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
     x, q, s, b = _operands(M, 2 * H, K, M + H, bias, fp8)
     ref = gated_ref(x.float(), q, s, b, act)
     for cfg in (None, dict(BLOCK_T=256, GATED_STAGES=3), dict(BLOCK_T=256, GATED_STAGES=4), dict(FP8_BITS=True),
-                dict(U_PAD=4), dict(BLOCK_T=256, GATED_STAGES=3, U_PAD=4, A_HALVES=True)):  # U_PAD: rows padded
+                dict(U_PAD=4), dict(BLOCK_T=256, GATED_STAGES=3, U_PAD=4, A_HALVES=False),  # U_PAD: rows padded
+                dict(PERSIST=3), dict(BLOCK_T=256, PERSIST=True)):  # PERSIST=3: the hand-over buffer reused
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
@@ -118,5 +121,7 @@ def test_ws_pair_matches_reference_cuda(M, H, K, act, bias, fp8):
     _, qu, su, bu = _operands(M, H, K, M + H + 1, bias, fp8)
     ref = gated_pair_ref(x.float(), qg, sg, bg, qu, su, bu, act)
     out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-    y = w8a16_ws_pair(x, qg, sg, bg, qu, su, bu, act, out=out)
-    assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40
+    for cfg in (None, dict(PERSIST=2)):
+        out.fill_(float("nan"))
+        y = w8a16_ws_pair(x, qg, sg, bg, qu, su, bu, act, config=cfg, out=out)
+        assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg

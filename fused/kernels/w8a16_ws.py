@@ -38,31 +38,65 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from fused.kernels import sm_count
+
 ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 
 @gluon.jit
-def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_w, up_off, k_tiles,
-                    GATED: gl.constexpr):
-    # off_t: the x tile's first token; off_w: the W tile's first row (gated: the gate rows', their up rows at
-    # off_w + up_off of wu_desc fill the tile's second half: the stacked weight's H + o, or a pair's own tensor's o)
+def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off, k_tiles,
+                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr):
+    # PERSIST: this program's tiles one after another, the stage ring's position (it) carried across them, so the
+    # next tile's loads run under this one's epilogue; else the program's one tile at (off_t, off_o)
+    if PERSIST:
+        it = 0
+        for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
+            off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+            it = _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
+                            it, GATED)
+    else:
+        _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, 0, GATED)
+
+
+@gluon.jit
+def _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, it,
+               GATED: gl.constexpr):
+    # off_t: the x tile's first token; off_o: the W tile's first row (gated: the gate rows', their up rows at
+    # off_o + up_off of wu_desc fill the tile's second half: the stacked weight's H + o, or a pair's own tensor's o);
+    # it: the stage ring's position at the tile's start (returned at its end)
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     for k in range(k_tiles):
-        s = k % STAGES
-        mbarrier.wait(empty.index(s), ((k // STAGES) & 1) ^ 1)  # barriers start at phase 1 complete: free
+        s = (it + k) % STAGES
+        mbarrier.wait(empty.index(s), (((it + k) // STAGES) & 1) ^ 1)  # barriers start at phase 1 complete: free
         if GATED:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-            tma.async_copy_global_to_shared(w_desc, [off_w, k * BLOCK_K], ready.index(s),
+            tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s),
                                             w8_bufs.index(s).slice(0, W_ROWS, dim=0))
-            tma.async_copy_global_to_shared(wu_desc, [off_w + up_off, k * BLOCK_K], ready.index(s),
+            tma.async_copy_global_to_shared(wu_desc, [off_o + up_off, k * BLOCK_K], ready.index(s),
                                             w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
         else:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-            tma.async_copy_global_to_shared(w_desc, [off_w, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
+    return it + k_tiles
+
+
+@gluon.jit
+def _n_tiles(M, N_OUT, x_desc, w_desc):
+    return gl.cdiv(N_OUT, w_desc.block_type.shape[0]) * gl.cdiv(M, x_desc.block_type.shape[0])
+
+
+@gluon.jit
+def _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N: gl.constexpr):
+    """(first output, first token) of a tile, in grouped order: GROUP_N output tiles share each token tile while it
+    is in L2 (outputs per tile: the W box's rows, 128; gated 64, each with its gate and up row)."""
+    BLOCK_O: gl.constexpr = w_desc.block_type.shape[0]
+    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
+    pid_o, pid_t = _grouped(tile, gl.cdiv(N_OUT, BLOCK_O), gl.cdiv(M, BLOCK_T), GROUP_N)
+    return pid_o * BLOCK_O, pid_t * BLOCK_T
 
 
 @constexpr_function
@@ -100,9 +134,31 @@ def _widen(w, FP8_BITS: gl.constexpr):
 
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym,
-              off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-              HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr, A_HALVES: gl.constexpr):
+def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc,
+              M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GROUP_N: gl.constexpr,
+              PERSIST: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+              FP8_BITS: gl.constexpr, A_HALVES: gl.constexpr):
+    if PERSIST:  # as _load_partition; n: tiles done, the gated hand-over barriers' phase
+        it = 0
+        n = 0
+        for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
+            off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+            it = _consumer_tile(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr,
+                                y_ptr, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, it, n & 1, HALF, PERSIST,
+                                GATED, ACT, HAS_BIAS, FP8_BITS, A_HALVES)
+            n += 1
+    else:
+        _consumer_tile(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M,
+                       N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 0, 0, HALF, PERSIST, GATED, ACT, HAS_BIAS,
+                       FP8_BITS, A_HALVES)
+
+
+@gluon.jit
+def _consumer_tile(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
+                   stride_ym, off_t, off_o, up_off, k_tiles, it, u_phase, HALF: gl.constexpr, PERSIST: gl.constexpr,
+                   GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr,
+                   A_HALVES: gl.constexpr):
+    """One tile's K loop and epilogue; ``it``: the stage ring's position at its start; returns it at its end."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
@@ -111,8 +167,8 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
     for k in range(k_tiles):
-        s = k % STAGES
-        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
+        s = (it + k) % STAGES
+        mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
         w8 = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0)
         if A_HALVES:
             # the step as two halves of K: the second half's A loaded and widened while the first half's wgmma run
@@ -146,11 +202,15 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr
             if HAS_BIAS:
                 y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         if HALF == 1:
+            if PERSIST:
+                mbarrier.wait(u_free, u_phase ^ 1)  # the last tile's u read (starts at phase 1 complete: free)
             u_buf.store(y)
             mbarrier.arrive(u_bar, count=1)
         else:
-            mbarrier.wait(u_bar, 0)
+            mbarrier.wait(u_bar, u_phase)
             y = _activation(y, ACT) * u_buf.load(acc_layout)
+            if PERSIST:
+                mbarrier.arrive(u_free, count=1)
     else:
         o = off_o + HALF * ROWS + gl.arange(0, ROWS, layout=rows_l)
         y = acc * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
@@ -163,6 +223,7 @@ def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr
         o = gl.convert_layout(o, gl.SliceLayout(1, out_layout))
         t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
         gl.store(y_ptr + t[None, :] * stride_ym + o[:, None], y, mask=(o < N_OUT)[:, None] & (t < M)[None, :])
+    return it + k_tiles
 
 
 @gluon.jit
@@ -178,16 +239,13 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
                      GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
                      ACT: gl.constexpr, HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr, U_PAD: gl.constexpr,
-                     A_HALVES: gl.constexpr, num_warps: gl.constexpr):
+                     A_HALVES: gl.constexpr, PERSIST: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
-    BLOCK_O: gl.constexpr = W_ROWS  # outputs per tile: 128 rows, gated 64 (gate, up)
-    # grouped order: GROUP_N output tiles share each token tile while it is in L2
-    pid_o, pid_t = _grouped(gl.program_id(0), gl.cdiv(N_OUT, BLOCK_O), gl.cdiv(M, BLOCK_T), GROUP_N)
-    off_o = pid_o * BLOCK_O
-    off_t = pid_t * BLOCK_T
+    # the program's tile (PERSIST: its first; the partitions walk the rest)
+    off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
 
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
@@ -205,16 +263,22 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
     else:
         u_layout: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [1, 0])
     u_buf = gl.allocate_shared_memory(gl.float32, [U_ROWS, BLOCK_T], u_layout)
-    u_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    u_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())  # u written
     mbarrier.init(u_bar, count=1)
+    u_free = u_bar  # u read (PERSIST: the buffer is reused by the next tile)
+    if PERSIST:
+        u_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+        mbarrier.init(u_free, count=1)
 
     gl.warp_specialize([
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS, FP8_BITS, A_HALVES)),
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-                     stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS, FP8_BITS, A_HALVES)),
-        (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
-                           GATED)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                     w_desc, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 0, GROUP_N, PERSIST, GATED, ACT,
+                     HAS_BIAS, FP8_BITS, A_HALVES)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                     w_desc, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 1, GROUP_N, PERSIST, GATED, ACT,
+                     HAS_BIAS, FP8_BITS, A_HALVES)),
+        (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
+                           k_tiles, GROUP_N, PERSIST, GATED)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -228,11 +292,14 @@ def default_config(M: int | None = None) -> dict:
     # FP8_BITS (e4m3 widened by bit placement, ALU only) ran slower there (fp8 down 177.7 -> 183.7, gated 409.5 ->
     # 444.5): the conversion unit is not what limits a K step; U_PAD (the gated hand-over buffer's rows padded): 409.8
     # alone, 404.3 with A_HALVES (401.5 without): within the run's spread. Both off.
+    # PERSIST: one program per SM walking the tiles, the next tile's loads under this one's epilogue (prepared in the
+    # thirty-second session: the gated layer at M=1024 runs 6.8 waves of 896 tiles, each ending in an epilogue the
+    # tensor cores sit out and a pipeline refill; predicted gated 401 -> ~385 µs, down (128 tiles) unchanged)
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
         return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                    U_PAD=0, A_HALVES=True)
+                    U_PAD=0, A_HALVES=True, PERSIST=False)
     return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                U_PAD=0, A_HALVES=True)
+                U_PAD=0, A_HALVES=True, PERSIST=False)
 
 
 SMALL_T_MAX_M = 1023
@@ -290,13 +357,16 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
     if up is not None:
         wu_desc, su, bu, up_off = _descriptor(up[0].contiguous(), [w_rows, bk]), up[1], up[2], 0
     b = wscale if bias is None else bias
-    grid = (triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows), )
+    tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
+    persist = cfg["PERSIST"]  # True: one program per SM; an int: that many programs (tests: several tiles each)
+    grid = (min(tiles, sm_count(x.device) if persist is True else int(persist)) if persist else tiles, )
     _w8a16_ws_kernel[grid](_descriptor(x, [bt, bk]), w_desc, wu_desc, wscale, su, b, b if bu is None else bu, out, M,
                            N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
                            STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                            GATED=gated, ACT=act, HAS_BIAS=bias is not None,
                            FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"],
-                           U_PAD=cfg["U_PAD"] if gated else 0, A_HALVES=cfg["A_HALVES"], num_warps=4)
+                           U_PAD=cfg["U_PAD"] if gated else 0, A_HALVES=cfg["A_HALVES"], PERSIST=bool(persist),
+                           num_warps=4)
     return out
 
 
