@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirty-first"): `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
+# usage: bash .ci/h200_next.sh energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirty-third"): `energy` first (~250 s). Done in the thirty-third: wsmid, gapclk (partly, by
+# hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
 # `sixteenth1`'s chain timing again (a candidate with the
@@ -45,6 +46,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  energy)  # thirty-third session, prepared after its last device call: mJ per block from NVML's energy counter over 2 s
+          # of back-to-back graph replays after 1 s of warm-up (.ci/energy.py), with the SM clock and the clock-event
+          # reasons. The thirty-third session saw SM 1602-1711 MHz in do_bench at M=1024 and NVML's "SW power cap"
+          # active at M=8192 (693 W mean, 1500 MHz): a capped block's sustained time is ~its energy / 700 W. Prediction: every block
+          # from M=1024 at 680-700 W with the cap reason set; int8 W8A16 M=1024 ~420 mJ against bf16 eager's ~400 (the
+          # widening's ALU work and the x tile reads cost joules cuBLAS does not spend); fp8 W8A8 ~230 mJ at 1024
+          timeout 400 python3 .ci/energy.py llama 1024,8192 "bf16 eager,ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,\
+ours int8 W8A8,torchao fp8 rowwise + compile" 2>&1 | filt | grep -v "^W1\|_warn" | tee "$OUT/energy.txt" | tail -14 ;;
   wsmid)  # thirty-second session, after wspair (A_HALVES and the pair route now on): the Gluon W8A16 GEMM with
          # 128-token tiles below M=1024 (w8a16_ws.default_config(M)), timed per shape against split activations from
          # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768

@@ -34,7 +34,8 @@ def label(c, M=None):
     c = dict(default_config(M), **c)
     bits, pad = " bits" if c["FP8_BITS"] else "", f" pad{c['U_PAD']}" if c["U_PAD"] else ""
     halves = " halves" if c["A_HALVES"] else ""
-    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}"
+    persist = f" persist{'' if c['PERSIST'] is True else c['PERSIST']}" if c["PERSIST"] else ""
+    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}{persist}"
 
 
 def ref(x, q, s):

@@ -684,9 +684,11 @@ W8A16_WS_MAX_M = int(os.environ.get("FUSED_W8A16_WS_MAX_M", "4096"))
 
 # The Gluon GEMM below WIDEN_MIN_M too, with 128-token tiles (w8a16_ws.default_config(M)), timed per shape against
 # split activations (the W8A16 path there). Why: at M=512 a Llama int8 W8A16 block runs split at 346-365 µs, above bf16
-# eager; 128-token Gluon tiles at the 256-token form's rate (~660 TFLOP/s) would take it to ~300. Prepared in the
-# thirty-first session, compiled for sm_90 (8 HGMMA 64x128x16 in 2 groups, no spill), not yet run on a GPU: off
-# (FUSED_W8A16_WS_MIN_M=512 turns it on from M=512; `bash .ci/h200_next.sh wsmid`).
+# eager; 128-token Gluon tiles at the 256-token form's rate (~660 TFLOP/s) would take it to ~300. Measured (H200,
+# thirty-third session, `bash .ci/h200_next.sh wsmid`, route timings µs split / Gluon): M=512 gated 169.0 / 227.8, down
+# 112.6 / 123.3; M=768 361.3 / 415.8, 192.3 / 244.2 (fp8 weights alike): the 128-token tiles run at 430-480 TFLOP/s,
+# not 660, and split wins every shape, so the block is unchanged (M=512 346.2, 768 554.9). Off (FUSED_W8A16_WS_MIN_M
+# =512 turns it on from M=512).
 W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 
 

@@ -68,10 +68,11 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     ref = linear_ref(x.float(), q, s, b, act)
     # None: the config for this M (128-token tiles below 1024); the 256-token tile dispatch runs from M=1024 at odd M
     # too; FP8_BITS: e4m3 widened by bit placement
-    # PERSIST=5: five programs walking every tile (the stage ring and its phases carried across tiles)
+    # PERSIST=5: five programs walking every tile (the stage ring and its phases carried across tiles); 256-token
+    # tiles with the small-M config's 6 stages would not fit shared memory, hence STAGES=4 beside BLOCK_T=256
     for cfg in (None, dict(BLOCK_T=256, STAGES=4), dict(BLOCK_T=256, STAGES=3), dict(FP8_BITS=True),
                 dict(A_HALVES=False), dict(BLOCK_T=256, STAGES=4, A_HALVES=False), dict(PERSIST=5),
-                dict(BLOCK_T=256, PERSIST=True)):
+                dict(BLOCK_T=256, STAGES=4, PERSIST=True)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, config=cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -90,7 +91,7 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
     ref = gated_ref(x.float(), q, s, b, act)
     for cfg in (None, dict(BLOCK_T=256, GATED_STAGES=3), dict(BLOCK_T=256, GATED_STAGES=4), dict(FP8_BITS=True),
                 dict(U_PAD=4), dict(BLOCK_T=256, GATED_STAGES=3, U_PAD=4, A_HALVES=False),  # U_PAD: rows padded
-                dict(PERSIST=3), dict(BLOCK_T=256, PERSIST=True)):  # PERSIST=3: the hand-over buffer reused
+                dict(PERSIST=3), dict(BLOCK_T=256, GATED_STAGES=3, PERSIST=True)):  # PERSIST=3: u_buf reused
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg

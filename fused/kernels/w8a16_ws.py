@@ -20,7 +20,8 @@ stores.
 
 Config switches (the cuda tests cover each): A_HALVES (each K step's A widened in two halves; on), FP8_BITS (e4m3
 widened by bit placement; off: slower), U_PAD (the gated hand-over buffer's rows padded against 8-way bank conflicts;
-off: no clear gain), 128-token tiles below M=1024 (default_config(M); a route only from FUSED_W8A16_WS_MIN_M).
+off: no clear gain), PERSIST (one program per SM walking the tiles; off: slower gated, down unchanged), 128-token
+tiles below M=1024 (default_config(M); a route only from FUSED_W8A16_WS_MIN_M, off: split activations win there).
 
 H200 (thirty-first session, `.ci/h200_next.sh ppwait` / `ppturn`, do_bench µs, Llama layers): down M=1024 175-183
 (bf16 cuBLAS on a bf16 copy 149, widen + cuBLAS 198-200), gated gate/up 375-393 (widen + cuBLAS + scale_epilogue
@@ -283,8 +284,8 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
 
 
 def default_config(M: int | None = None) -> dict:
-    """The launch config; ``M`` below SMALL_T_MAX_M: 128-token tiles (prepared for M < 1024 where 256-token tiles
-    leave SMs idle; not yet run on a GPU)."""
+    """The launch config; ``M`` below SMALL_T_MAX_M: 128-token tiles (for M < 1024, where 256-token tiles leave SMs
+    idle; timed on the H200 in the thirty-third session, slower there than split activations)."""
     # 64 x 256 accumulator per consumer (128 registers of the 168 a 9-warp kernel gets), 4 stages of 40 KB; the
     # gated form's hand-over buffer (64 KB) leaves room for 3
     # A_HALVES: each K step's A widened in two halves, the second under the first half's wgmma (thirty-second session,
@@ -292,9 +293,13 @@ def default_config(M: int | None = None) -> dict:
     # FP8_BITS (e4m3 widened by bit placement, ALU only) ran slower there (fp8 down 177.7 -> 183.7, gated 409.5 ->
     # 444.5): the conversion unit is not what limits a K step; U_PAD (the gated hand-over buffer's rows padded): 409.8
     # alone, 404.3 with A_HALVES (401.5 without): within the run's spread. Both off.
-    # PERSIST: one program per SM walking the tiles, the next tile's loads under this one's epilogue (prepared in the
-    # thirty-second session: the gated layer at M=1024 runs 6.8 waves of 896 tiles, each ending in an epilogue the
-    # tensor cores sit out and a pipeline refill; predicted gated 401 -> ~385 µs, down (128 tiles) unchanged)
+    # PERSIST: one program per SM walking the tiles, the next tile's loads under this one's epilogue (the gated layer
+    # at M=1024 runs 6.8 waves of 896 tiles). Predicted gated 401 -> ~385 µs; measured (thirty-third session, H200, two
+    # probes in one call, `.ci/ws_probe.py 1024`): gated 405.7 / 401.5 -> 415.9 / 414.8, down 175.1 / 176.5 -> 176.0 /
+    # 176.4 (one wave of 128 tiles: nothing to overlap). Its gated form keeps more live state across the tile loop
+    # (336-byte stack frame against 144 on sm_90) and the consumers' epilogue still runs between their K loops. Off.
+    # 128-token tiles (M < 1024) lost their route timings at M=512 to split activations (gated 228 vs 169 µs, down 123
+    # vs 113) and at 768 (414 vs 361, 246 vs 193): the mid route stays off (dispatch.W8A16_WS_MIN_M).
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
         return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
                     U_PAD=0, A_HALVES=True, PERSIST=False)
