@@ -91,6 +91,40 @@ def sustained(replay, nvml, warm_s=1.0, window_s=2.0, chunk=10):
     return ms * 1e3 / n, (e1 - e0) / n, (e1 - e0) / ms, sum(mhz) / len(mhz), why
 
 
+class CublasGemms:
+    """The block's two GEMMs alone on cuBLAS (gate | up stacked as one), no activation, no quantization pass: the
+    MMA work's own joules, bf16 or fp8 rowwise (torch._scaled_mm with fast accumulation, as torchao's rowwise
+    config), for comparing a block against. The second GEMM's input is a fixed random h per M."""
+
+    def __init__(self, base, fp8: bool):
+        lins = [m.weight.detach() for m in base.modules() if isinstance(m, torch.nn.Linear)]
+        self.w1 = torch.cat(lins[:2]) if len(lins) == 3 else lins[0]
+        self.w2 = lins[-1]
+        self.fp8 = fp8
+        if fp8:
+            (self.w1, s1), (self.w2, s2) = self._rowwise(self.w1), self._rowwise(self.w2)
+            self.s1, self.s2 = s1.t().contiguous(), s2.t().contiguous()  # [1, N]
+        self._h = {}
+
+    @staticmethod
+    def _rowwise(w):
+        s = w.float().abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 448.0
+        return (w.float() / s).to(torch.float8_e4m3fn), s
+
+    def __call__(self, x):
+        M = x.shape[0]
+        if M not in self._h:  # made on the first (uncaptured) call
+            h = torch.randn(M, self.w2.shape[1], device=x.device, dtype=torch.bfloat16)
+            self._h[M] = (self._rowwise(x), self._rowwise(h)) if self.fp8 else (None, h)
+        xa, ha = self._h[M]
+        if not self.fp8:
+            x @ self.w1.t()
+            return ha @ self.w2.t()
+        mm = torch._scaled_mm
+        mm(xa[0], self.w1.t(), xa[1], self.s1, out_dtype=torch.bfloat16, use_fast_accum=True)
+        return mm(ha[0], self.w2.t(), ha[1], self.s2, out_dtype=torch.bfloat16, use_fast_accum=True)
+
+
 def _torchao(base, cfg):
     """A copy of the block quantized by torchao's ``cfg``, compiled (as the bench's baselines)."""
     from torchao.quantization import quantize_
@@ -114,6 +148,8 @@ def main():
     if cuda:
         for n, cfg in _torchao_configs().items():
             makers[n] = lambda cfg=cfg: _torchao(base, cfg())
+        makers["cublas bf16 GEMMs only"] = lambda: CublasGemms(base, fp8=False)
+        makers["cublas fp8 rowwise GEMMs only"] = lambda: CublasGemms(base, fp8=True)
     unknown = [n for n in names if n not in makers]
     if unknown:
         raise SystemExit(f"unknown config(s) {unknown}; known: {sorted(makers)}")
@@ -137,8 +173,9 @@ def main():
                 if g is None:
                     print(f"{kind} {name} M={M}: could not be captured")
                     continue
-                time.sleep(1.0)  # cool down: each block starts from the same state
-                us, mj, w, mhz, why = sustained(g.replay, nvml)
+                time.sleep(float(os.environ.get("ENERGY_COOL_S", 1.0)))  # each block starts from the same state
+                us, mj, w, mhz, why = sustained(g.replay, nvml, float(os.environ.get("ENERGY_WARM_S", 1.0)),
+                                                float(os.environ.get("ENERGY_WINDOW_S", 2.0)))
                 flags = "+".join(f for bit, f in ((SW_POWER_CAP, "sw power cap"), (HW_SLOWDOWN, "hw slowdown"))
                                  if why & bit) or "none"
                 print(f"{kind} {name:24s} M={M:5d}: {us:8.1f} µs {mj:8.1f} mJ per block, {w:5.0f} W, "

@@ -51,9 +51,10 @@ case "${1:-}" in
           # reasons. The thirty-third session saw SM 1602-1711 MHz in do_bench at M=1024 and NVML's "SW power cap"
           # active at M=8192 (693 W mean, 1500 MHz): a capped block's sustained time is ~its energy / 700 W. Prediction: every block
           # from M=1024 at 680-700 W with the cap reason set; int8 W8A16 M=1024 ~420 mJ against bf16 eager's ~400 (the
-          # widening's ALU work and the x tile reads cost joules cuBLAS does not spend); fp8 W8A8 ~230 mJ at 1024
+          # widening's ALU work and the x tile reads cost joules cuBLAS does not spend); fp8 W8A8 ~230 mJ at 1024; the
+          # cuBLAS GEMMs alone (bf16, fp8 rowwise): each block's MMA joules, so its excess over them is its passes' cost
           timeout 400 python3 .ci/energy.py llama 1024,8192 "bf16 eager,ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,\
-ours int8 W8A8,torchao fp8 rowwise + compile" 2>&1 | filt | grep -v "^W1\|_warn" | tee "$OUT/energy.txt" | tail -14 ;;
+ours int8 W8A8,torchao fp8 rowwise + compile,cublas bf16 GEMMs only,cublas fp8 rowwise GEMMs only" 2>&1 | filt | grep -v "^W1\|_warn" | tee "$OUT/energy.txt" | tail -14 ;;
   wsmid)  # thirty-second session, after wspair (A_HALVES and the pair route now on): the Gluon W8A16 GEMM with
          # 128-token tiles below M=1024 (w8a16_ws.default_config(M)), timed per shape against split activations from
          # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768
