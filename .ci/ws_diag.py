@@ -39,7 +39,8 @@ def check(M, N, K, gated, fp8):
                   f"sqnr {sqnr(ref, y.float()):.1f} nan {int(torch.isnan(y).sum())} bad {int(bad.sum())} "
                   f"(token tile, 64-output block) {tiles[:12]}", flush=True)
         except Exception:
-            print(f"{'gated' if gated else 'plain'} {'fp8' if fp8 else 'int8'} M={M} N={N} K={K} {cfg}: ERROR", flush=True)
+            name = f"{'gated' if gated else 'plain'} {'fp8' if fp8 else 'int8'}"
+            print(f"{name} M={M} N={N} K={K} {cfg}: ERROR", flush=True)
             traceback.print_exc(limit=-3)
 
 
