@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-third"): `energy` first (~250 s). Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
@@ -46,6 +46,13 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  parts)  # thirty-fourth session, after `energy` (fp8 W8A8 237.5 / 1719.4 mJ at M=1024 / 8192 against 199.5 / 1531.5 for
+         # cuBLAS's fp8 GEMMs alone; int8 W8A16 426.5 against 376.6 bf16): mJ per kernel of each block's parts, each its
+         # own graph on the block's operands (.ci/energy_parts.py). Prediction: at M=8192 the bf16 round trip
+         # (scale_epilogue + act_quant(h), ~1.4 GB) ~120-140 mJ of fp8 W8A8's 188 mJ excess; the Gluon W8A16 gated GEMM
+         # ~10% above cuBLAS bf16's joules at M=1024
+         timeout 560 python3 .ci/energy_parts.py 1024,8192 fp8a8,int8a16 2>&1 | filt | grep -v "^W1\|_warn" \
+           | tee "$OUT/energy_parts.txt" | tail -30 ;;
   energy)  # thirty-third session, prepared after its last device call: mJ per block from NVML's energy counter over 2 s
           # of back-to-back graph replays after 1 s of warm-up (.ci/energy.py), with the SM clock and the clock-event
           # reasons. The thirty-third session saw SM 1602-1711 MHz in do_bench at M=1024 and NVML's "SW power cap"
