@@ -3,7 +3,7 @@ M=1024 at the 700 W cap (fp8 W8A8 237.5 mJ at M=1024 and 1719.4 at 8192 against 
 GEMMs alone; int8 W8A16 426.5 against 376.6 for cuBLAS's bf16 GEMMs): which parts spend the difference? Each part is
 captured as its own CUDA graph on the block's real operands and timed sustained as energy.py does (mJ and µs per
 replay, W, SM clock).
-usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16]; on the CPU: a smoke run of the part list (no NVML)."""
+usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg]; on the CPU: a smoke run of the part list (no NVML)."""
 import copy
 import os
 import sys
@@ -67,6 +67,33 @@ def parts_int8a16(blk, M, d, dev):
     return x, out
 
 
+def configs_fp8a8(blk, M, d, dev):
+    """The gated fp8 W8A8 GEMM (x quantized, silu·mul epilogue, h bf16) once per tuner candidate of w8_gemm
+    (pointer tiles, and the persistent TMA tiles where FUSED_W8_TMA=1), beside cuBLAS's rowwise GEMM of the same
+    product (bf16 y of twice h's width, no epilogue): which tile spends the fewest joules at the cap?"""
+    from fused.kernels import w8_gemm as wg
+    from fused.kernels import w8a8_tma
+    from fused.kernels.act_quant import act_quant
+
+    w1, s1 = blk.gate_up.qweight, blk.gate_up.scale
+    H, K = w1.shape[0] // 2, w1.shape[1]
+    x = torch.randn(M, d, device=dev, dtype=torch.bfloat16)
+    xq, xs = act_quant(x, fp8=True)
+    cands = wg._candidates(M, H, K, True, True) + w8a8_tma.candidates(M, H, K, True)
+    if dev != "cuda":
+        cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=1)]
+    out = {}
+    for c in cands:
+        name = ("tma " if c.get("TMA") else "") + "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} s{num_stages} w{num_warps}".format(**c) \
+            + (" tmaY" if c.get("TMA_Y") else "") + (f" sk{c['SPLIT_K']}" if c.get("SPLIT_K", 1) > 1 else "")
+        out[name] = lambda c=c: wg.w8_gemm(xq, w1, s1, None, "silu", True, x_scale=xs, out_dtype=torch.bfloat16,
+                                            config=c)
+    if dev == "cuda":
+        out["cublas gated rowwise (y bf16)"] = lambda: torch._scaled_mm(
+            xq, w1.t(), xs[:, None], s1[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)
+    return x, out
+
+
 def main():
     Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,8192").split(",")]
     kinds = (sys.argv[2] if len(sys.argv) > 2 else "fp8a8,int8a16").split(",")
@@ -81,13 +108,15 @@ def main():
         nvml = Nvml()
         print(f"enforced power limit {nvml.limit_w():.0f} W")
     for kind in kinds:
-        name, maker = {"fp8a8": ("ours fp8 W8A8", parts_fp8a8), "int8a16": ("ours int8 W8A16", parts_int8a16)}[kind]
+        name, maker = {"fp8a8": ("ours fp8 W8A8", parts_fp8a8), "int8a16": ("ours int8 W8A16", parts_int8a16),
+                       "fp8a8cfg": ("ours fp8 W8A8", configs_fp8a8)}[kind]
         model = fused.quantize(copy.deepcopy(base), OURS[name](), blocks=True)
         blk = next(m for m in model.modules() if hasattr(m, "gate_up"))
         with torch.no_grad():
             for M in Ms:
                 x, parts = maker(blk, M, d, dev)
-                parts = dict({"whole block": lambda: model(x)}, **parts)
+                if kind != "fp8a8cfg":
+                    parts = dict({"whole block": lambda: model(x)}, **parts)
                 for pname, fn in parts.items():
                     for _ in range(3):
                         fn()  # tuning, route timings
