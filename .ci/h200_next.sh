@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-third"): `energy` first (~250 s). Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
@@ -46,6 +46,15 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wsfp8a8)  # thirty-fourth session, after `gcfg` (no Triton tile of the gated fp8 GEMM under 157 mJ at M=1024, 1229 at
+           # 8192; cuBLAS 133 / 1038): the Gluon fp8 W8A8 GEMM (fused/kernels/w8a8_ws.py: TMA partition, two consumer
+           # warpgroups, wgmma from shared memory with a group in flight) - its cuda tests, then its joules beside
+           # cuBLAS and the Triton pick. Prediction: gated M=1024 within 5% of cuBLAS's 133 mJ with h written, 8192
+           # ~1050; down even with cuBLAS
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -x tests/test_w8a8_ws.py 2>&1 | filt \
+      | tee "$OUT/w8a8_ws_tests.txt" | tail -6
+    ENERGY_CANDS=0 ENERGY_COOL_S=0.5 timeout 330 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt \
+      | grep -v "^W1\|_warn" | tee "$OUT/energy_wsfp8a8.txt" | tail -20 ;;
   gcfg)  # thirty-fourth session, after `parts` (the Triton gated fp8 GEMM 158.9 / 1228.8 mJ at M=1024 / 8192 against
         # cuBLAS's 132.2 / 1013.2 for the same product, +20%; the down GEMM even): each tuner candidate's joules,
         # pointer and TMA tiles. Prediction: the 128x128 gated tiles (an n256 product per x tile) 5-10% under the

@@ -1,0 +1,103 @@
+"""The warp-specialized Gluon fp8 W8A8 GEMM (fused/kernels/w8a8_ws.py): plain and gated, bias, every activation.
+Gluon does not run in Triton's interpreter, so the products are checked on the GPU (cuda) against the fp32 product of
+the dequantized operands; the CPU checks the clear errors, and tests/test_triton36_compile.py compiles it for sm_90."""
+import pytest
+import torch
+
+from fused.reference import gated_ref, linear_ref
+from lowbit.metrics import sqnr
+
+sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                          reason="Hopper (sm_90) GPU")
+
+
+def test_bad_operands_get_clear_errors():
+    from fused.kernels.w8a8_ws import supports, w8a8_ws
+
+    xq = torch.zeros(4, 64, dtype=torch.float8_e4m3fn)
+    xs = torch.ones(4)
+    q = torch.zeros(8, 64, dtype=torch.float8_e4m3fn)
+    s = torch.ones(8)
+    with pytest.raises(TypeError, match="both float8_e4m3fn"):
+        w8a8_ws(xq.view(torch.int8), xs, q.view(torch.int8), s)  # int8: not offered
+    with pytest.raises(TypeError, match="both float8_e4m3fn"):
+        w8a8_ws(xq, xs, q[:, :32], s)
+    with pytest.raises(TypeError, match="both float8_e4m3fn"):
+        w8a8_ws(xq[None], xs, q, s)  # 3-D: the caller flattens
+    with pytest.raises(ValueError, match="multiple of 16"):
+        w8a8_ws(torch.zeros(4, 40, dtype=torch.float8_e4m3fn), xs, torch.zeros(8, 40, dtype=torch.float8_e4m3fn), s)
+    with pytest.raises(ValueError, match="even row count"):
+        w8a8_ws(xq, xs, q[:7], s[:7], gated=True)
+    with pytest.raises(ValueError, match="act must be"):
+        w8a8_ws(xq, xs, q, s, act="tanh")
+    with pytest.raises(ValueError, match="token scales"):
+        w8a8_ws(xq, torch.ones(5), q, s)
+    with pytest.raises(TypeError, match="out_dtype"):
+        w8a8_ws(xq, xs, q, s, out_dtype=torch.float32)
+    with pytest.raises(ValueError, match="contiguous"):
+        w8a8_ws(xq, xs, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
+    assert supports(xq, q) == "Hopper (sm_90) only"  # CPU tensors
+
+
+def _operands(M, N, K, seed, bias):
+    """act_quant's e4m3 rows of a random x (with padding rows past M, as the hand-off makes them), e4m3 weights
+    (every value but NaN, subnormals included), scales, bias; and the dequantized x in fp32 for the reference."""
+    from fused.kernels.act_quant import act_quant
+
+    torch.manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    xq, xs = act_quant(x, fp8=True, rows=M + 5)
+    q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
+    q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
+    s = torch.rand(N, device="cuda") * 0.01 + 1e-3
+    b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
+    return xq, xs, q, s, b, xq[:M].float() * xs[:, None]
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1040), (17, 4136, 528), (300, 4096, 14336)])
+@pytest.mark.parametrize("act,bias", [("none", False), ("gelu_tanh", True), ("relu", True), ("silu", False),
+                                      ("gelu", True)])
+def test_ws_matches_reference_cuda(M, N, K, act, bias):
+    from fused.kernels.w8a8_ws import w8a8_ws
+
+    xq, xs, q, s, b, xf = _operands(M, N, K, M + N, bias)
+    ref = linear_ref(xf, q, s, b, act)
+    for cfg in (None, dict(BLOCK_K=64, STAGES=6), dict(STAGES=3)):
+        for dtype in (torch.bfloat16, torch.float16):
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)  # poisoned
+            y = w8a8_ws(xq, xs, q, s, b, act, out_dtype=dtype, config=cfg, out=out)
+            assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
+            assert sqnr(ref, y.float()) > 40, (cfg, dtype)
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1000, 4096)])
+@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("relu", False), ("none", True)])
+def test_ws_gated_matches_reference_cuda(M, H, K, act, bias):
+    from fused.kernels.w8a8_ws import w8a8_ws
+
+    xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H, bias)
+    ref = gated_ref(xf, q, s, b, act)
+    for cfg in (None, dict(BLOCK_K=64, GATED_STAGES=4)):
+        out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        y = w8a8_ws(xq, xs, q, s, b, act, gated=True, config=cfg, out=out)
+        assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
+
+
+@pytest.mark.cuda
+@sm90
+def test_ws_views_cuda():
+    """A row slice of a wider buffer (unaligned for TMA: copied) and the hand-off's padded rows give the same y."""
+    from fused.kernels.w8a8_ws import w8a8_ws
+
+    xq, xs, q, s, _, xf = _operands(37, 320, 512, 5, False)
+    wide = torch.zeros(37, 520, device="cuda", dtype=torch.float8_e4m3fn)
+    v = wide[:, 8:]
+    v.copy_(xq[:37])
+    assert not v.is_contiguous()
+    ref = linear_ref(xf, q, s)
+    assert sqnr(ref, w8a8_ws(v, xs, q, s).float()) > 40
+    assert torch.equal(w8a8_ws(v, xs, q, s), w8a8_ws(xq, xs, q, s))
