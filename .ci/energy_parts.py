@@ -93,8 +93,12 @@ def configs_fp8a8(blk, M, d, dev):
     if dev == "cuda":
         from fused.kernels.w8a8_ws import w8a8_ws
 
-        for c in ({}, dict(BLOCK_K=64, GATED_STAGES=4), dict(BLOCK_K=64, GATED_STAGES=5)):
+        for c in ({}, dict(STAGES=4), dict(BLOCK_K=64, STAGES=10)):
             out[f"gluon w8a8_ws {c}"] = lambda c=c: w8a8_ws(xq, xs, w1, s1, None, "silu", True, config=c)
+        # the same product as one plain GEMM ([2H, K], y of 2H columns): is the gap the gated form's or the shape's?
+        out["gluon w8a8_ws plain on gate|up"] = lambda: w8a8_ws(xq, xs, w1, s1, None, "none", False)
+        out["triton w8_gemm plain on gate|up"] = lambda: wg.w8_gemm(xq, w1, s1, None, "none", False, x_scale=xs,
+                                                                    out_dtype=torch.bfloat16)
         out["cublas gated rowwise (y bf16)"] = lambda: torch._scaled_mm(
             xq, w1.t(), xs[:, None], s1[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)
         w2, s2 = blk.down.qweight, blk.down.scale
@@ -102,7 +106,7 @@ def configs_fp8a8(blk, M, d, dev):
         hq, hs = act_quant(h, fp8=True)
         out["triton down w8_gemm (tuner pick)"] = lambda: wg.w8_gemm(hq, w2, s2, None, "none", False, x_scale=hs,
                                                                       out_dtype=torch.bfloat16)
-        for c in ({}, dict(BLOCK_K=64, STAGES=6)):
+        for c in ({}, dict(BLOCK_K=64, STAGES=10)):
             out[f"gluon down w8a8_ws {c}"] = lambda c=c: w8a8_ws(hq, hs, w2, s2, None, "none", False, config=c)
         out["cublas down rowwise"] = lambda: torch._scaled_mm(
             hq, w2.t(), hs[:, None], s2[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)

@@ -49,9 +49,12 @@ case "${1:-}" in
   wsfp8a8)  # thirty-fourth session, after `gcfg` (no Triton tile of the gated fp8 GEMM under 157 mJ at M=1024, 1229 at
            # 8192; cuBLAS 133 / 1038): the Gluon fp8 W8A8 GEMM (fused/kernels/w8a8_ws.py: TMA partition, two consumer
            # warpgroups, wgmma from shared memory with a group in flight) - its cuda tests, then its joules beside
-           # cuBLAS and the Triton pick. Prediction: gated M=1024 within 5% of cuBLAS's 133 mJ with h written, 8192
-           # ~1050; down even with cuBLAS
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -x tests/test_w8a8_ws.py 2>&1 | filt \
+           # cuBLAS and the Triton pick. First form (both consumers on one 256-token tile, gated up values handed
+           # over): gated 160.7 / 1297-1325 mJ, no better than Triton; down even. Second form (now): persistent,
+           # ping-pong (each consumer owns every other tile, its epilogue under the other's K loop; gated gate and
+           # up in one consumer, no hand-over). Prediction: gated M=1024 ~140 mJ (the short K loop's per-tile
+           # epilogue hidden), 8192 ~1080; "plain on gate|up" says whether the gap is the gated form's or K=4096's
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -n 4 tests/test_w8a8_ws.py 2>&1 | filt \
       | tee "$OUT/w8a8_ws_tests.txt" | tail -6
     ENERGY_CANDS=0 ENERGY_COOL_S=0.5 timeout 330 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt \
       | grep -v "^W1\|_warn" | tee "$OUT/energy_wsfp8a8.txt" | tail -20 ;;

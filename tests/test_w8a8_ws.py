@@ -64,8 +64,9 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias):
 
     xq, xs, q, s, b, xf = _operands(M, N, K, M + N, bias)
     ref = linear_ref(xf, q, s, b, act)
-    for cfg in (None, dict(BLOCK_K=64, STAGES=6), dict(STAGES=3)):
-        for dtype in (torch.bfloat16, torch.float16):
+    # PROGRAMS=3: three programs walk every tile (each consumer's ring positions and phases across tiles)
+    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64)):
+        for dtype in ((torch.bfloat16, torch.float16) if cfg is None else (torch.bfloat16, )):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)  # poisoned
             y = w8a8_ws(xq, xs, q, s, b, act, out_dtype=dtype, config=cfg, out=out)
             assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -81,7 +82,7 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias):
 
     xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H, bias)
     ref = gated_ref(xf, q, s, b, act)
-    for cfg in (None, dict(BLOCK_K=64, GATED_STAGES=4)):
+    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(PROGRAMS=2)):
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a8_ws(xq, xs, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg

@@ -31,63 +31,74 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from fused.kernels.w8a16_ws import ACTS, _activation, _instr_n, _load_partition, _tile_offsets
+from fused.kernels import sm_count
+from fused.kernels.w8a16_ws import ACTS, _activation, _instr_n, _load_partition, _n_tiles, _tile_offsets
 
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT,
-              stride_ym, off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-              HAS_BIAS: gl.constexpr):
+def _consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+              stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
+              ACT: gl.constexpr, HAS_BIAS: gl.constexpr):
+    """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
+    then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
-    BLOCK_K: gl.constexpr = x_bufs.type.shape[2]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, _instr_n(BLOCK_T), 32])
-    acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
-    for k in range(k_tiles):
-        s = k % STAGES
-        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-        w8 = w8_bufs.index(s).slice(HALF * ROWS, ROWS, dim=0)
-        acc = warpgroup_mma(w8, x_bufs.index(s).permute((1, 0)), acc, is_async=True)
-        # one group in flight: the one just issued; the one before it is done, so its stage goes back to the loader
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-        if k > 0:
-            mbarrier.arrive(empty.index((k - 1) % STAGES), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    mbarrier.arrive(empty.index((k_tiles - 1) % STAGES), count=1)
-
-    # epilogue on yᵀ's tile [rows, tokens]: s_w along rows, s_x along tokens, bias, act (gated: up handed over)
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
-    xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
-    accf = acc * xs
-    if GATED:
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    nprog = gl.num_programs(0)
+    j = PART  # the tile's place among the program's: its stages start at ring position j * k_tiles
+    for tile in range(gl.program_id(0) + PART * nprog, _n_tiles(M, N_OUT, x_desc, w_desc), 2 * nprog):
+        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+        it = j * k_tiles
+        acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        for k in range(k_tiles):
+            s = (it + k) % STAGES
+            mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
+            xt = x_bufs.index(s).permute((1, 0))
+            acc0 = warpgroup_mma(w8_bufs.index(s).slice(0, ROWS, dim=0), xt, acc0, is_async=True)
+            acc1 = warpgroup_mma(w8_bufs.index(s).slice(ROWS, ROWS, dim=0), xt, acc1, is_async=True)
+            # this step's two groups in flight; the step before is done, so its stage goes back to the loader
+            acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
+            if k > 0:
+                mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
+        acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
+
+        # epilogue on yᵀ's tile [rows, tokens]: s_w along rows, s_x along tokens, bias, act; gated: rows 0-63 are
+        # gate rows and 64-127 the same outputs' up rows (row up_off + o of the scales and bias)
+        t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
+        xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
-        if HALF == 1:  # up: row up_off + o of (su, bu)
-            y = accf * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
-            if HAS_BIAS:
-                y += gl.load(bu_ptr + up_off + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
-            u_buf.store(y)
-            mbarrier.arrive(u_bar, count=1)
-        else:
-            y = accf * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
-            if HAS_BIAS:
-                y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
-            mbarrier.wait(u_bar, 0)
-            y = _activation(y, ACT) * u_buf.load(acc_layout)
-    else:
-        o = off_o + HALF * ROWS + gl.arange(0, ROWS, layout=rows_l)
-        y = accf * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+        y = acc0 * xs * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
         if HAS_BIAS:
             y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         y = _activation(y, ACT)
-    if HALF == 0 or not GATED:
-        out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
-        y = gl.convert_layout(y.to(y_ptr.dtype.element_ty), out_layout)
-        o = gl.convert_layout(o, gl.SliceLayout(1, out_layout))
-        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        gl.store(y_ptr + t[None, :] * stride_ym + o[:, None], y, mask=(o < N_OUT)[:, None] & (t < M)[None, :])
+        if GATED:
+            u = acc1 * xs * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
+            if HAS_BIAS:
+                u += gl.load(bu_ptr + up_off + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+            _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        else:
+            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            o1 = o + ROWS
+            y1 = acc1 * xs * gl.load(ws_ptr + o1, mask=o1 < N_OUT, other=0.0)[:, None]
+            if HAS_BIAS:
+                y1 += gl.load(b_ptr + o1, mask=o1 < N_OUT, other=0.0).to(gl.float32)[:, None]
+            _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        j += 2
+
+
+@gluon.jit
+def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
+    """yᵀ's [rows, tokens] tile stored transposed (tokens along memory's slow axis, rows in 16-byte runs)."""
+    y = gl.convert_layout(y.to(y_ptr.dtype.element_ty), out_layout)
+    o = gl.convert_layout(o, gl.SliceLayout(1, out_layout))
+    gl.store(y_ptr + t[None, :] * stride_ym + o[:, None], y, mask=(o < N_OUT)[:, None] & (t < M)[None, :])
 
 
 @gluon.jit
@@ -98,35 +109,30 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
-    off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
-
+    off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
     x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
     w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES, TILE_ROWS, BLOCK_K], w_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
-    U_ROWS: gl.constexpr = TILE_ROWS // 2 if GATED else 1  # the gated hand-over buffer (fp32 up values)
-    u_buf = gl.allocate_shared_memory(gl.float32, [U_ROWS, BLOCK_T], gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))
-    u_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    mbarrier.init(u_bar, count=1)
-
+        mbarrier.init(empty.index(i), count=1)  # a stage belongs to one tile, so to one consumer
     gl.warp_specialize([
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M,
-                     N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT, HAS_BIAS)),
-        (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M,
-                     N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT, HAS_BIAS)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
+                     N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
+                     N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS)),
         (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
-                           k_tiles, GROUP_N, False, GATED)),
+                           k_tiles,
+                           GROUP_N, True, GATED)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
 def default_config() -> dict:
-    """256 tokens x 128 weight rows per tile (a 64 x 256 accumulator per consumer), 128-byte K steps (48 KB a
-    stage): 4 stages, 3 for the gated form (its 64 KB hand-over buffer)."""
-    return dict(BLOCK_T=256, BLOCK_K=128, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232)
+    """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
+    steps: 32 KB a stage, 6 stages."""
+    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=6, GROUP_N=8, CONSUMER_REGS=232)
 
 
 def supports(xq: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -188,8 +194,9 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
-    _w8a8_ws_kernel[(tiles, )](_descriptor(xq, [bt, bk]), w_desc, w_desc, x_scale, wscale, wscale, b, b, out, M,
+    progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
+    _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, w_desc, x_scale, wscale, wscale, b, b, out, M,
                                N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
-                               STAGES=cfg["GATED_STAGES" if gated else "STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
+                               STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, num_warps=4)
     return out
