@@ -48,9 +48,11 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 case "${1:-}" in
   ws8diag)  # thirty-fourth session: the ping-pong w8a8_ws faulted in its cuda tests at M=17 N=4136 K=528 (first
             # multi-tile programs there): each case in its own process, then the energy probe if the Llama cases run
-    timeout 300 python3 .ci/ws8_diag.py 2>&1 | filt | tee "$OUT/ws8_diag.txt"
+    # (then: the consumers take turns at the stage ring; the cases that hung or faulted first)
+    timeout 100 python3 .ci/ws8_diag.py 2>&1 | filt | tee "$OUT/ws8_diag.txt"
     if grep -q "(1024, 28672, 4096, True, None) ok" "$OUT/ws8_diag.txt"; then
-      ENERGY_CANDS=0 ENERGY_COOL_S=0.5 timeout 250 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt \
+      ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 120 python3 .ci/energy_parts.py \
+        1024,8192 fp8a8cfg 2>&1 | filt \
         | grep -v "^W1\|_warn" | tee "$OUT/energy_wsfp8a8.txt" | tail -20
     fi ;;
   wsfp8a8)  # thirty-fourth session, after `gcfg` (no Triton tile of the gated fp8 GEMM under 157 mJ at M=1024, 1229 at

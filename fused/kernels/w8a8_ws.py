@@ -36,7 +36,7 @@ from fused.kernels.w8a16_ws import ACTS, _activation, _instr_n, _load_partition,
 
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
               stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
               ACT: gl.constexpr, HAS_BIAS: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
@@ -50,11 +50,17 @@ def _consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
     out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
     nprog = gl.num_programs(0)
     j = PART  # the tile's place among the program's: its stages start at ring position j * k_tiles
+    n = 0  # this consumer's tiles so far
     for tile in range(gl.program_id(0) + PART * nprog, _n_tiles(M, N_OUT, x_desc, w_desc), 2 * nprog):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
         it = j * k_tiles
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
         acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        # the two take turns at the stage ring: a tile's K loop starts once the other consumer has waited on its
+        # tile's last stage, so every wait is for the ring's next position (a consumer a tile ahead would wait on a
+        # barrier whose parity still reads as a phase of one ring cycle before: it would pass before the load).
+        # Consumer 0's first turn passes (a fresh barrier's phase before 0 counts as complete)
+        mbarrier.wait(turn.index(PART), (n & 1) ^ (1 - PART))
         for k in range(k_tiles):
             s = (it + k) % STAGES
             mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
@@ -65,6 +71,7 @@ def _consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
             acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
             if k > 0:
                 mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
+        mbarrier.arrive(turn.index(1 - PART), count=1)
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
 
@@ -91,6 +98,7 @@ def _consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
                 y1 += gl.load(b_ptr + o1, mask=o1 < N_OUT, other=0.0).to(gl.float32)[:, None]
             _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
         j += 2
+        n += 1
 
 
 @gluon.jit
@@ -118,14 +126,16 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)  # a stage belongs to one tile, so to one consumer
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # consumer c may start its K loop
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
-                     N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS)),
-        (_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
-                     N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS)),
+        (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS)),
         (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
-                           k_tiles,
-                           GROUP_N, True, GATED)),
+                           k_tiles, GROUP_N, True, GATED)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
