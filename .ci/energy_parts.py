@@ -135,7 +135,7 @@ def main():
             for M in Ms:
                 x, parts = maker(blk, M, d, dev)
                 if kind != "fp8a8cfg":
-                    parts = dict({"whole block": lambda: model(x)}, **parts)
+                    parts = dict({"whole block": lambda model=model, x=x: model(x)}, **parts)
                 for pname, fn in parts.items():
                     for _ in range(3):
                         fn()  # tuning, route timings

@@ -813,7 +813,18 @@ def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
 # launches / cuBLAS / first_layer): fp8 M=128 52.3 / 52.8 / 58.7, int8 54.0 / 71.3 / 58.8; M=1024 fp8 220.3 / 229.5 /
 # 325.8, int8 252.6 / 334.6 / 320.0. It never wins, so it stays off (FUSED_FIRST_LAYER=1: a route candidate).
 FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
-_H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer"}
+# The fp8 first layer on the Gluon W8A8 GEMM (fused.kernels.w8a8_ws: persistent, ping-pong consumers, wgmma from shared
+# memory), a fourth candidate of the "h out" route: act_quant(x), the GEMM with its epilogue, act_quant(h). Why: from
+# M=1024 the fp8 blocks run at the 700 W cap, where time is joules / ~690 W. Joules per Llama gate/up product at
+# M=1024 (H200, thirty-fourth session, `.ci/energy_parts.py`, 1-2 s of graph replays each): Triton's gated tiles
+# 157-159 mJ (every tuner candidate), Gluon 142.9, cuBLAS 133.5 without the SiLU-mul pass it then needs (+16 mJ);
+# at 8192 Triton 1229, Gluon 1087 (4 stages), cuBLAS 1013-1069 + 122 for scale_epilogue. Predicted fp8 W8A8 Llama
+# block at the cap: M=1024 ~339 -> ~315 µs (217.5 mJ), 8192 ~2490 -> ~2430. Not yet timed in a block, and the route
+# timing's 20 ms windows run at boost clocks (FUSED_LONG_ROUTE_US lowered to ~150 times it sustained): opt-in,
+# FUSED_W8A8_WS=1.
+W8A8_WS = os.environ.get("FUSED_W8A8_WS", "0") == "1"
+_H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
+                "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant"}
 
 
 def _h_out_key(op, M, qweight, xdtype, bias, act) -> tuple:
@@ -837,16 +848,32 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
 
         return QuantizedAct(*first_layer(x2, qweight, wscale, bias, act, gated, rows=_handoff_rows(M)), M, x2.dtype)
 
+    def gluon():
+        from fused.kernels.w8a8_ws import w8a8_ws
+
+        xq, xs = _triton_kernels().act_quant(x2, fp8=True)
+        return _quantized(w8a8_ws(xq, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype), fp8)
+
+    others = {"first_layer": first_layer} if FIRST_LAYER else {}
+    if W8A8_WS and x2.is_cuda and _w8a8_ws_ok(x2, qweight, gated):
+        others["gluon"] = gluon
     pick = "triton"
     use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
-    if x2.is_cuda and _forced is None and (use_cublas or FIRST_LAYER):
+    if x2.is_cuda and _forced is None and (use_cublas or others):
         key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
-        pick = _graph_pick(key, triton, cublas if use_cublas else None, op,
-                           others={"first_layer": first_layer} if FIRST_LAYER else None)
+        pick = _graph_pick(key, triton, cublas if use_cublas else None, op, others=others or None)
     elif FIRST_LAYER and _forced == "triton" and not x2.is_cuda:
         pick = "first_layer"  # the interpreter (CI): the one-launch route untimed, as measure_route would take it
     stats[(op, _H_OUT_PATHS.get(pick, path + "+act_quant") + " (h out)")] += 1
-    return {"cublas": cublas, "first_layer": first_layer}.get(pick, triton)()
+    return {"cublas": cublas, "first_layer": first_layer, "gluon": gluon}.get(pick, triton)()
+
+
+def _w8a8_ws_ok(x2, qweight, gated) -> bool:
+    """Whether the Gluon W8A8 GEMM takes this layer (W8A8_WS): fp8 weights on an sm_90 GPU, K a multiple of 16,
+    bf16 / fp16 activations."""
+    from fused.kernels.w8a8_ws import supports
+
+    return x2.dtype in (torch.bfloat16, torch.float16) and supports(qweight, gated) is None
 
 
 def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):

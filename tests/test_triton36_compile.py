@@ -108,6 +108,35 @@ for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4,
     stack = re.search(r'STACK:(\d+)', usage)
     if not stack or (not gated and int(stack.group(1))):
         out.append(f'{label}: spills ({stack and stack.group(0)})')
+from fused.kernels import w8a8_ws as w8s
+# the Gluon fp8 W8A8 GEMM: per consumer one group of 4 wgmma (both operands in shared memory) per accumulator and K
+# step, 16 in all; no spill
+for gated, act, bias in ((False, 'none', False), (True, 'silu', False), (True, 'gelu_tanh', True)):
+    cfg = w8s.default_config()
+    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
+    xl = gl.NVMMASharedLayout.get_default_for([bt, bk], gl.float8e4nv)
+    wl = gl.NVMMASharedLayout.get_default_for([wr, bk], gl.float8e4nv)
+    sig = {'x_desc': f'tensordesc<fp8e4nv[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<fp8e4nv[{wr}, {bk}],{wl!r}>',
+           'wu_desc': f'tensordesc<fp8e4nv[{wr}, {bk}],{wl!r}>', 'xs_ptr': '*fp32', 'ws_ptr': '*fp32',
+           'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32',
+           'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
+    consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
+                  ACT=act, HAS_BIAS=bias, num_warps=4)
+    sig.update({k: 'constexpr' for k in consts})
+    k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
+                       options=dict(num_warps=4))
+    label = f'w8a8_ws gated={gated} {act} bias={bias}'
+    with _tf.NamedTemporaryFile(suffix='.cubin') as f:
+        f.write(k.asm['cubin'])
+        f.flush()
+        sass = _sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout
+        usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
+    lines = [line for line in sass.splitlines() if 'GMMA' in line]
+    if len(lines) != 16 or sum('gsb0' in line for line in lines) != 4:
+        out.append(f'{label}: {len(lines)} GMMA in {sum("gsb0" in line for line in lines)} groups (16 in 4 expected)')
+    stack = re.search(r'STACK:(\d+)', usage)
+    if not stack or int(stack.group(1)):
+        out.append(f'{label}: spills ({stack and stack.group(0)})')
 print(out)
 """
 

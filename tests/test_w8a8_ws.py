@@ -36,7 +36,7 @@ def test_bad_operands_get_clear_errors():
         w8a8_ws(xq, xs, q, s, out_dtype=torch.float32)
     with pytest.raises(ValueError, match="contiguous"):
         w8a8_ws(xq, xs, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
-    assert supports(xq, q) == "Hopper (sm_90) only"  # CPU tensors
+    assert supports(q) == "Hopper (sm_90) only"  # CPU tensors
 
 
 def _operands(M, N, K, seed, bias):

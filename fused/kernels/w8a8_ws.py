@@ -5,22 +5,29 @@ out.
 Why: on the H200 the 8-bit blocks from M=1024 run at the 700 W power cap, so a block's sustained time is its joules
 over ~690 W. The energy counter (thirty-fourth session, `.ci/energy_parts.py`) put Triton's gated fp8 GEMM (tl.dot
 tiles, every tuner candidate, pointer or TMA loads) at 157-159 mJ per Llama gate/up product at M=1024 and 1229-1240
-at 8192, against 132-133 and 1013-1038 for cuBLAS's: ~20% more energy, ~35% more cycles per product under the cap.
-The down GEMM was even. This is w8a16_ws's layout with both operands straight from shared memory:
+at 8192, against 132-133 and 1013-1069 for cuBLAS's plain GEMM of the same product (which then needs a SiLU-mul pass):
+the down GEMM was even. The layout:
 
-* the same 1-warp TMA partition (w8a16_ws._load_partition) streams x [BLOCK_T tokens, BLOCK_K] and W [128 rows,
-  BLOCK_K] (gated: 64 gate rows and their 64 up rows) into a ring of stages;
-* two consumer warpgroups, 64 weight rows each, issue yᵀ = W · xᵀ as wgmma with A and B in shared memory (no
-  register operand: nothing to widen), one group left in flight while the next stage's wgmma is issued, and release
-  a stage once the group reading it is done;
-* the epilogue scales by s_w (rows) and s_x (tokens), adds the bias, applies the activation; gated: the up consumer
-  hands its values over through shared memory (as w8a16_ws).
+* a 1-warp TMA partition (w8a16_ws._load_partition, persistent: one program per SM) streams x [BLOCK_T tokens,
+  BLOCK_K] and W [128 rows, BLOCK_K] tiles (gated: 64 gate rows and the same outputs' 64 up rows) into one ring of
+  stages, tile after tile;
+* two consumer warpgroups in ping-pong: each owns every other tile of the program (two 64-row accumulators: gate and
+  up, or the tile's two row halves), issues yᵀ = W · xᵀ as wgmma with both operands in shared memory (one step's
+  groups in flight while the next are issued), and runs its epilogue (s_w along rows, s_x along tokens, bias,
+  activation, act(g) · u in registers) while the other consumer's K loop keeps the tensor cores busy. They take
+  turns at the ring (`turn` barriers): a consumer a whole tile ahead of the loader would wait on a stage barrier
+  whose parity still reads as the phase one ring cycle before and pass before its load (it hung or faulted whenever
+  a tile had more K steps than the ring has stages).
+
+A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
+160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
+(1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1, so dispatch offers it for first layers only.
 
 The products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
-rowwise_fast). int8 is not offered: triton 3.6 cannot lower an int8 wgmma with this B operand (the transposed x tile;
-"WGMMA type or shape is not supported" at compile time). Gluon kernels do not run in Triton's interpreter: tested on the GPU
-(tests/test_w8a8_ws.py, cuda) and compiled for sm_90 on the CPU with the H200's triton
-(tests/test_triton36_compile.py).
+rowwise_fast). int8 is not offered: the first form's int8 build failed in triton 3.6 ("WGMMA type or shape is not
+supported", the x tile as a transposed B operand), and int8 W8A8 meets its targets with Triton. Gluon kernels do not
+run in Triton's interpreter: tested on the GPU (tests/test_w8a8_ws.py, cuda; .ci/ws8_diag.py) and compiled for sm_90
+on the CPU with the H200's triton (tests/test_triton36_compile.py).
 """
 from __future__ import annotations
 
@@ -145,12 +152,13 @@ def default_config() -> dict:
     return dict(BLOCK_T=128, BLOCK_K=128, STAGES=6, GROUP_N=8, CONSUMER_REGS=232)
 
 
-def supports(xq: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str | None:
-    """None if w8a8_ws runs these operands, else why not (dispatch offers it only then)."""
-    if not (xq.is_cuda and torch.cuda.get_device_capability(xq.device) == (9, 0)):
+def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
+    """None if w8a8_ws runs on these weights (x then comes from act_quant: e4m3 rows), else why not (dispatch offers
+    it only then)."""
+    if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
-    if qweight.dtype != torch.float8_e4m3fn or xq.dtype != qweight.dtype:
-        return "e4m3 weights and x quantized to e4m3"
+    if qweight.dtype != torch.float8_e4m3fn:
+        return "e4m3 weights only (triton 3.6 cannot lower this int8 wgmma)"
     if qweight.shape[1] % 16:
         return "K a multiple of 16 (TMA rows)"
     if gated and qweight.shape[0] % 2:
