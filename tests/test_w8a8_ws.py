@@ -102,3 +102,33 @@ def test_ws_views_cuda():
     ref = linear_ref(xf, q, s)
     assert sqnr(ref, w8a8_ws(v, xs, q, s).float()) > 40
     assert torch.equal(w8a8_ws(v, xs, q, s), w8a8_ws(xq, xs, q, s))
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("gated,act", [(True, "silu"), (False, "gelu_tanh")])
+def test_block_route_on_gluon_cuda(monkeypatch, gated, act):
+    """The fp8 W8A8 block with its first layer's h-out route forced to "gluon" (FUSED_W8A8_WS) against the reference
+    and the Triton route (the same quantization; the GEMMs' rounding apart); the stats name the route."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "W8A8_WS", True)
+    torch.manual_seed(3)
+    M, K, H, D = 300, 512, 1000, 512
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-448, 448).to(torch.float8_e4m3fn)
+    s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
+    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-448, 448).to(torch.float8_e4m3fn)
+    s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
+    op = "gated" if gated else "linear"
+    key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
+    outs = {}
+    for route in ("triton", "gluon"):
+        monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
+        dispatch.stats.clear()
+        outs[route] = dispatch.mlp_block(x, q1, s1, None, q2, s2, None, act, gated, dynamic=True)
+    assert dispatch.stats[(op, "triton:act_quant+gluon:w8a8_ws+act_quant (h out)")] == 1
+    ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
+    ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
+    assert sqnr(ref.float(), outs["gluon"].float()) > 30
+    assert sqnr(outs["triton"].float(), outs["gluon"].float()) > 30
