@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirty-third"): `energy` first (~250 s). Done in the thirty-third: wsmid, gapclk (partly, by
+# usage: bash .ci/h200_next.sh wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
+# parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
 # the Gluon W8A16 GEMMs' first timings (.ci/ws_probe.py). Before:
@@ -46,6 +47,31 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  wsblock1)  # thirty-fourth session, prepared after its last device call: the ping-pong w8a8_ws (fixed: the consumers
+            # take turns at the stage ring) through its cuda tests (acts, bias, fp16, 64-token tiles, 3 programs, the
+            # block route forced onto it), then the fp8 W8A8 Llama block with the route offered (FUSED_W8A8_WS=1), and
+            # with it timed sustained (FUSED_LONG_ROUTE_US=150: the route timing's 20 ms windows run at boost clocks,
+            # where Triton's tiles were as fast; under the cap the Gluon one spends 10% fewer joules). Prediction:
+            # off 323-344 / 2436-2581 µs (earlier runs); on, sustained: M=1024 ~315, 8192 ~2430 (217.5 / 1678 mJ)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
+      | filt | tail -4 | tee "$OUT/w8a8_ws_tests.txt"
+    for v in "FUSED_W8A8_WS=0" "FUSED_W8A8_WS=1" "FUSED_W8A8_WS=1 FUSED_LONG_ROUTE_US=150"; do
+      env $v timeout 110 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines --configs "ours fp8 W8A8" \
+        --out "$OUT/${v// /_}" > "$OUT/${v// /_}.log" 2>&1
+      echo "$v"; grep "^| " "$OUT/${v// /_}.log" | grep -v "^|--" | head -4
+      python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if 'route' in k and 'h out' in k:
+        print('  ', k[:90], sorted(v))" "$OUT/${v// /_}/bench.json"
+    done 2>&1 | tee "$OUT/wsblock1.txt" ;;
+  wsblock2)  # after wsblock1: the same three settings through .ci/energy.py (mJ per block, 2 s sustained windows),
+            # torchao fp8 rowwise + compile and cuBLAS's fp8 GEMMs alone beside them
+    for v in "FUSED_W8A8_WS=0" "FUSED_W8A8_WS=1" "FUSED_W8A8_WS=1 FUSED_LONG_ROUTE_US=150"; do
+      echo "$v"; env $v timeout 150 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8" 2>&1 | filt | grep "^llama"
+    done 2>&1 | tee "$OUT/wsblock2.txt"
+    timeout 150 python3 .ci/energy.py llama 1024,8192 "torchao fp8 rowwise + compile,cublas fp8 rowwise GEMMs only" \
+      2>&1 | filt | grep "^llama" | tee -a "$OUT/wsblock2.txt" ;;
   ws8diag)  # thirty-fourth session: the ping-pong w8a8_ws faulted in its cuda tests at M=17 N=4136 K=528 (first
             # multi-tile programs there): each case in its own process, then the energy probe if the Llama cases run
     # (then: the consumers take turns at the stage ring; the cases that hung or faulted first)
