@@ -91,6 +91,14 @@ def sustained(replay, nvml, warm_s=1.0, window_s=2.0, chunk=10):
     return ms * 1e3 / n, (e1 - e0) / n, (e1 - e0) / ms, sum(mhz) / len(mhz), why
 
 
+def measure(replay, nvml):
+    """sustained() after ENERGY_COOL_S of idle (each measurement starts from the same state), with the warm-up and
+    window from ENERGY_WARM_S / ENERGY_WINDOW_S (default 1 s / 2 s)."""
+    time.sleep(float(os.environ.get("ENERGY_COOL_S", 1.0)))
+    return sustained(replay, nvml, float(os.environ.get("ENERGY_WARM_S", 1.0)),
+                     float(os.environ.get("ENERGY_WINDOW_S", 2.0)))
+
+
 class CublasGemms:
     """The block's two GEMMs alone on cuBLAS (gate | up stacked as one), no activation, no quantization pass: the
     MMA work's own joules, bf16 or fp8 rowwise (torch._scaled_mm with fast accumulation, as torchao's rowwise
@@ -173,9 +181,7 @@ def main():
                 if g is None:
                     print(f"{kind} {name} M={M}: could not be captured")
                     continue
-                time.sleep(float(os.environ.get("ENERGY_COOL_S", 1.0)))  # each block starts from the same state
-                us, mj, w, mhz, why = sustained(g.replay, nvml, float(os.environ.get("ENERGY_WARM_S", 1.0)),
-                                                float(os.environ.get("ENERGY_WINDOW_S", 2.0)))
+                us, mj, w, mhz, why = measure(g.replay, nvml)
                 flags = "+".join(f for bit, f in ((SW_POWER_CAP, "sw power cap"), (HW_SLOWDOWN, "hw slowdown"))
                                  if why & bit) or "none"
                 print(f"{kind} {name:24s} M={M:5d}: {us:8.1f} µs {mj:8.1f} mJ per block, {w:5.0f} W, "

@@ -7,7 +7,6 @@ usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg]; on the CPU: a
 import copy
 import os
 import sys
-import time
 
 import torch
 
@@ -122,7 +121,7 @@ def main():
     base = make_block("llama", d, hdim, dev)
     nvml = None
     if cuda:
-        from energy import Nvml, sustained
+        from energy import Nvml, measure
 
         nvml = Nvml()
         print(f"enforced power limit {nvml.limit_w():.0f} W")
@@ -146,9 +145,7 @@ def main():
                     if g is None:
                         print(f"{kind} M={M:5d} {pname:42s}: could not be captured")
                         continue
-                    time.sleep(float(os.environ.get("ENERGY_COOL_S", 1.0)))
-                    us, mj, w, mhz, why = sustained(g.replay, nvml, float(os.environ.get("ENERGY_WARM_S", 1.0)),
-                                                    float(os.environ.get("ENERGY_WINDOW_S", 2.0)))
+                    us, mj, w, mhz, why = measure(g.replay, nvml)
                     print(f"{kind} M={M:5d} {pname:42s}: {us:8.1f} µs {mj:8.2f} mJ, {w:4.0f} W, SM {mhz:5.0f} MHz, "
                           f"reasons 0x{why:x}", flush=True)
                     del g

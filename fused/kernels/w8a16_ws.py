@@ -228,6 +228,20 @@ def _consumer_tile(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, 
 
 
 @gluon.jit
+def stage_ring(x_desc, w_desc, STAGES: gl.constexpr, TILE_ROWS: gl.constexpr, RELEASES: gl.constexpr):
+    """The shared-memory ring a TMA partition fills: STAGES x tiles and W tiles of TILE_ROWS rows, a ready mbarrier
+    per stage (the loads' bytes) and an empty one that RELEASES consumer arrivals complete."""
+    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES] + x_desc.block_type.shape, x_desc.layout)
+    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES, TILE_ROWS, x_desc.block_type.shape[1]], w_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=RELEASES)
+    return x_bufs, w8_bufs, ready, empty
+
+
+@gluon.jit
 def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
     """(tile along a, tile along b) of program ``pid``: GROUP consecutive a tiles per b tile."""
     per_group = GROUP * tiles_b
@@ -249,13 +263,8 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
 
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
-    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES, TILE_ROWS, BLOCK_K], w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)  # each consumer releases a stage once its wgmma on it is done
+    # each consumer releases a stage once its wgmma on it is done
+    x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
     U_ROWS: gl.constexpr = TILE_ROWS // 2 if GATED else 1  # the gated hand-over buffer (fp32 up values)
     if U_PAD:
         # rows padded by U_PAD fp32: a warp's accumulator store covers 8 rows x 4 column pairs, all in the same 8
@@ -316,6 +325,11 @@ def supports(x: torch.Tensor, qweight: torch.Tensor, gated: bool = False) -> str
         return "Hopper (sm_90) only"
     if x.dtype != torch.bfloat16 or qweight.dtype not in _W_DTYPES:
         return "bf16 activations and int8 / e4m3 weights only"
+    return weight_shape_reason(qweight, gated)
+
+
+def weight_shape_reason(qweight: torch.Tensor, gated: bool) -> str | None:
+    """Why TMA tiles of this weight cannot run (rows of K bytes 16-byte aligned; a stacked gate | up pair), or None."""
     if qweight.shape[1] % 16:
         return "K a multiple of 16 (TMA rows)"
     if gated and qweight.shape[0] % 2:

@@ -39,7 +39,8 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fused.kernels import sm_count
-from fused.kernels.w8a16_ws import ACTS, _activation, _instr_n, _load_partition, _n_tiles, _tile_offsets
+from fused.kernels.w8a16_ws import (ACTS, _activation, _instr_n, _load_partition, _n_tiles, _tile_offsets, stage_ring,
+                                    weight_shape_reason)
 
 
 @gluon.jit
@@ -120,19 +121,12 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym,
                     up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, num_warps: gl.constexpr):
-    BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
-    k_tiles = gl.cdiv(K, BLOCK_K)
+    k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
-    x_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BLOCK_T, BLOCK_K], x_desc.layout)
-    w8_bufs = gl.allocate_shared_memory(w_desc.dtype, [STAGES, TILE_ROWS, BLOCK_K], w_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=1)  # a stage belongs to one tile, so to one consumer
+    # a stage belongs to one tile, so to one consumer
+    x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 1)
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # consumer c may start its K loop
     for i in gl.static_range(2):
         mbarrier.init(turn.index(i), count=1)
@@ -158,12 +152,8 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
     if qweight.dtype != torch.float8_e4m3fn:
-        return "e4m3 weights only (triton 3.6 cannot lower this int8 wgmma)"
-    if qweight.shape[1] % 16:
-        return "K a multiple of 16 (TMA rows)"
-    if gated and qweight.shape[0] % 2:
-        return "a stacked gate | up weight has an even row count"
-    return None
+        return "e4m3 weights only (int8: see the module's docstring)"
+    return weight_shape_reason(qweight, gated)
 
 
 def _descriptor(t: torch.Tensor, block):
