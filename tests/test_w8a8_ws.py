@@ -36,7 +36,13 @@ def test_bad_operands_get_clear_errors():
         w8a8_ws(xq, xs, q, s, out_dtype=torch.float32)
     with pytest.raises(ValueError, match="contiguous"):
         w8a8_ws(xq, xs, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
-    assert supports(q) == "Hopper (sm_90) only"  # CPU tensors
+    with pytest.raises(TypeError, match="float32"):
+        w8a8_ws(xq, xs.double(), q, s)
+    with pytest.raises(ValueError, match="one value per weight row"):
+        w8a8_ws(xq, xs, q, s[:5])
+    with pytest.raises(RuntimeError, match="one CUDA device"):
+        w8a8_ws(xq, xs, q, s)  # CPU tensors
+    assert supports(q) == "Hopper (sm_90) only"
 
 
 def _operands(M, N, K, seed, bias):

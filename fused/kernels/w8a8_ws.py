@@ -170,8 +170,8 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     if given (contiguous)."""
     if (xq.dim() != 2 or qweight.dtype != torch.float8_e4m3fn or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
-        raise TypeError("w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn; got {xq.dtype} {tuple(xq.shape)} and {qweight.dtype} "
-                        f"{tuple(qweight.shape)}")
+        raise TypeError(f"w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn; got {xq.dtype} "
+                        f"{tuple(xq.shape)} and {qweight.dtype} {tuple(qweight.shape)}")
     if act not in ACTS:
         raise ValueError(f"w8a8_ws: act must be one of {ACTS}, got {act!r}")
     if out_dtype not in (torch.bfloat16, torch.float16):
@@ -180,9 +180,17 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
         raise ValueError(f"w8a8_ws: K must be a multiple of 16 (TMA rows), got {qweight.shape[1]}")
     if gated and qweight.shape[0] % 2:
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
+    if x_scale.dim() != 1 or x_scale.dtype != torch.float32 or wscale.dtype != torch.float32:
+        raise TypeError(f"w8a8_ws: x_scale [M] and wscale [N] must be float32, got {x_scale.dtype} "
+                        f"{tuple(x_scale.shape)} and {wscale.dtype}")
+    if wscale.shape != (qweight.shape[0],) or (bias is not None and bias.shape != (qweight.shape[0],)):
+        raise ValueError(f"w8a8_ws: wscale and bias need one value per weight row ({qweight.shape[0]})")
     M = x_scale.shape[0]
     if xq.shape[0] < M:
         raise ValueError(f"w8a8_ws: {M} token scales for {xq.shape[0]} rows of xq")
+    # the kernel reads the scales and the bias as dense vectors
+    x_scale, wscale = x_scale.contiguous(), wscale.contiguous()
+    bias = bias.contiguous() if bias is not None else None
     K = xq.shape[1]
     cfg = dict(default_config(), **(config or {}))
     N = qweight.shape[0]
@@ -191,6 +199,9 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
         out = torch.empty((M, N_OUT), device=xq.device, dtype=out_dtype)
     elif out.shape != (M, N_OUT) or out.dtype != out_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{M}, {N_OUT}] {out_dtype} tensor")
+    devices = {t.device for t in (xq, x_scale, qweight, wscale, bias, out) if t is not None}
+    if len(devices) > 1 or not xq.is_cuda:
+        raise RuntimeError(f"w8a8_ws: every operand on one CUDA device, got {sorted(map(str, devices))}")
     if M == 0 or N_OUT == 0:
         return out
     xq = xq[:M]
