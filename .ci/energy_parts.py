@@ -3,7 +3,8 @@ M=1024 at the 700 W cap (fp8 W8A8 237.5 mJ at M=1024 and 1719.4 at 8192 against 
 GEMMs alone; int8 W8A16 426.5 against 376.6 for cuBLAS's bf16 GEMMs): which parts spend the difference? Each part is
 captured as its own CUDA graph on the block's real operands and timed sustained as energy.py does (mJ and µs per
 replay, W, SM clock).
-usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg]; on the CPU: a smoke run of the part list (no NVML)."""
+usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg]; on the CPU: a smoke run of the part list (no
+NVML)."""
 import copy
 import os
 import sys
@@ -85,8 +86,8 @@ def configs_fp8a8(blk, M, d, dev):
         cands = [dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=1)]
     out = {}
     for c in cands:
-        name = ("tma " if c.get("TMA") else "") + "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} s{num_stages} w{num_warps}".format(**c) \
-            + (" tmaY" if c.get("TMA_Y") else "") + (f" sk{c['SPLIT_K']}" if c.get("SPLIT_K", 1) > 1 else "")
+        name = ("tma " if c.get("TMA") else "") + "{BLOCK_M}x{BLOCK_N}x{BLOCK_K} s{num_stages} w{num_warps}".format(
+            **c) + (" tmaY" if c.get("TMA_Y") else "") + (f" sk{c['SPLIT_K']}" if c.get("SPLIT_K", 1) > 1 else "")
         out[name] = lambda c=c: wg.w8_gemm(xq, w1, s1, None, "silu", True, x_scale=xs, out_dtype=torch.bfloat16,
                                             config=c)
     if dev == "cuda":
