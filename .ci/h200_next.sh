@@ -65,10 +65,12 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if 'route' in k and 'h out' in k:
         print('  ', k[:90], sorted(v))" "$OUT/${v// /_}/bench.json"
     done 2>&1 | tee "$OUT/wsblock1.txt" ;;
-  wsblock2)  # after wsblock1: the same three settings through .ci/energy.py (mJ per block, 2 s sustained windows),
-            # torchao fp8 rowwise + compile and cuBLAS's fp8 GEMMs alone beside them
+  wsblock2)  # after wsblock1: the same three settings through .ci/energy.py (mJ per block, 2 s sustained windows), int8
+            # W8A8 too (w8a8_ws takes int8 since the end of the thirty-fourth session: compiled, never run; prediction
+            # ~-10% joules as fp8), torchao fp8 rowwise + compile and cuBLAS's fp8 GEMMs alone beside them
     for v in "FUSED_W8A8_WS=0" "FUSED_W8A8_WS=1" "FUSED_W8A8_WS=1 FUSED_LONG_ROUTE_US=150"; do
-      echo "$v"; env $v timeout 150 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8" 2>&1 | filt | grep "^llama"
+      echo "$v"; env $v timeout 150 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt \
+        | grep "^llama"
     done 2>&1 | tee "$OUT/wsblock2.txt"
     timeout 150 python3 .ci/energy.py llama 1024,8192 "torchao fp8 rowwise + compile,cublas fp8 rowwise GEMMs only" \
       2>&1 | filt | grep "^llama" | tee -a "$OUT/wsblock2.txt" ;;

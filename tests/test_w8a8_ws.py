@@ -1,4 +1,5 @@
-"""The warp-specialized Gluon fp8 W8A8 GEMM (fused/kernels/w8a8_ws.py): plain and gated, bias, every activation.
+"""The warp-specialized Gluon W8A8 GEMM (fused/kernels/w8a8_ws.py): e4m3 and int8, plain and gated, bias, every
+activation.
 Gluon does not run in Triton's interpreter, so the products are checked on the GPU (cuda) against the fp32 product of
 the dequantized operands; the CPU checks the clear errors, and tests/test_triton36_compile.py compiles it for sm_90."""
 import pytest
@@ -19,7 +20,9 @@ def test_bad_operands_get_clear_errors():
     q = torch.zeros(8, 64, dtype=torch.float8_e4m3fn)
     s = torch.ones(8)
     with pytest.raises(TypeError, match="both float8_e4m3fn"):
-        w8a8_ws(xq.view(torch.int8), xs, q.view(torch.int8), s)  # int8: not offered
+        w8a8_ws(xq.view(torch.int8), xs, q, s)  # formats differ
+    with pytest.raises(TypeError, match="both float8_e4m3fn"):
+        w8a8_ws(xq.view(torch.uint8), xs, q.view(torch.uint8), s)
     with pytest.raises(TypeError, match="both float8_e4m3fn"):
         w8a8_ws(xq, xs, q[:, :32], s)
     with pytest.raises(TypeError, match="both float8_e4m3fn"):
@@ -45,16 +48,20 @@ def test_bad_operands_get_clear_errors():
     assert supports(q) == "Hopper (sm_90) only"
 
 
-def _operands(M, N, K, seed, bias):
-    """act_quant's e4m3 rows of a random x (with padding rows past M, as the hand-off makes them), e4m3 weights
-    (every value but NaN, subnormals included), scales, bias; and the dequantized x in fp32 for the reference."""
+def _operands(M, N, K, seed, bias, fp8=True):
+    """act_quant's rows of a random x (with padding rows past M, as the hand-off makes them), weights (e4m3: every
+    value but NaN, subnormals included; int8: -127..127), scales, bias; and the dequantized x in fp32 for the
+    reference."""
     from fused.kernels.act_quant import act_quant
 
     torch.manual_seed(seed)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    xq, xs = act_quant(x, fp8=True, rows=M + 5)
-    q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
-    q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
+    xq, xs = act_quant(x, fp8=fp8, rows=M + 5)
+    if fp8:
+        q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
+        q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
+    else:
+        q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
     s = torch.rand(N, device="cuda") * 0.01 + 1e-3
     b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
     return xq, xs, q, s, b, xq[:M].float() * xs[:, None]
@@ -63,12 +70,13 @@ def _operands(M, N, K, seed, bias):
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1040), (17, 4136, 528), (300, 4096, 14336)])
-@pytest.mark.parametrize("act,bias", [("none", False), ("gelu_tanh", True), ("relu", True), ("silu", False),
-                                      ("gelu", True)])
-def test_ws_matches_reference_cuda(M, N, K, act, bias):
+@pytest.mark.parametrize("act,bias,fp8", [("none", False, True), ("gelu_tanh", True, True), ("relu", True, True),
+                                          ("silu", False, True), ("gelu", True, True), ("none", False, False),
+                                          ("gelu_tanh", True, False)])
+def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     from fused.kernels.w8a8_ws import w8a8_ws
 
-    xq, xs, q, s, b, xf = _operands(M, N, K, M + N, bias)
+    xq, xs, q, s, b, xf = _operands(M, N, K, M + N, bias, fp8)
     ref = linear_ref(xf, q, s, b, act)
     # PROGRAMS=3: three programs walk every tile (each consumer's ring positions and phases across tiles)
     for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64)):
@@ -82,11 +90,12 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias):
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1000, 4096)])
-@pytest.mark.parametrize("act,bias", [("silu", False), ("gelu_tanh", True), ("relu", False), ("none", True)])
-def test_ws_gated_matches_reference_cuda(M, H, K, act, bias):
+@pytest.mark.parametrize("act,bias,fp8", [("silu", False, True), ("gelu_tanh", True, True), ("relu", False, True),
+                                          ("none", True, True), ("silu", False, False), ("gelu", True, False)])
+def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
     from fused.kernels.w8a8_ws import w8a8_ws
 
-    xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H, bias)
+    xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H, bias, fp8)
     ref = gated_ref(xf, q, s, b, act)
     for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(PROGRAMS=2)):
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
@@ -112,8 +121,8 @@ def test_ws_views_cuda():
 
 @pytest.mark.cuda
 @sm90
-@pytest.mark.parametrize("gated,act", [(True, "silu"), (False, "gelu_tanh")])
-def test_block_route_on_gluon_cuda(monkeypatch, gated, act):
+@pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
+def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     """The fp8 W8A8 block with its first layer's h-out route forced to "gluon" (FUSED_W8A8_WS) against the reference
     and the Triton route (the same quantization; the GEMMs' rounding apart); the stats name the route."""
     from fused import dispatch
@@ -122,9 +131,10 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act):
     torch.manual_seed(3)
     M, K, H, D = 300, 512, 1000, 512
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-448, 448).to(torch.float8_e4m3fn)
+    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
+    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
     s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
-    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-448, 448).to(torch.float8_e4m3fn)
+    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-lim, lim).to(wdt)
     s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
     op = "gated" if gated else "linear"
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)

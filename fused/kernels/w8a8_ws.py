@@ -1,6 +1,6 @@
 """W8A8 GEMM for Hopper as a warp-specialized Gluon kernel: y = act(x_q · W_qᵀ · (s_x ⊗ s_w) + b), or the gated form
-act(gate) ⊙ up on a stacked gate | up weight; x_q e4m3 quantized per token (act_quant), e4m3 weights, bf16 or fp16
-out.
+act(gate) ⊙ up on a stacked gate | up weight; x_q quantized per token (act_quant) to the weights' format, e4m3 or
+int8; bf16 or fp16 out.
 
 Why: on the H200 the 8-bit blocks from M=1024 run at the 700 W power cap, so a block's sustained time is its joules
 over ~690 W. The energy counter (thirty-fourth session, `.ci/energy_parts.py`) put Triton's gated fp8 GEMM (tl.dot
@@ -23,10 +23,10 @@ A first form with both consumers on one 256-token tile and the up values handed 
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
 (1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1, so dispatch offers it for first layers only.
 
-The products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
-rowwise_fast). int8 is not offered: the first form's int8 build failed in triton 3.6 ("WGMMA type or shape is not
-supported", the x tile as a transposed B operand), and int8 W8A8 meets its targets with Triton. Gluon kernels do not
-run in Triton's interpreter: tested on the GPU (tests/test_w8a8_ws.py, cuda; .ci/ws8_diag.py) and compiled for sm_90
+e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
+rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
+not supported" for its 256-token instruction; the 128-token one builds.) Gluon kernels do not run in Triton's
+interpreter: tested on the GPU (tests/test_w8a8_ws.py, cuda; .ci/ws8_diag.py) and compiled for sm_90
 on the CPU with the H200's triton (tests/test_triton36_compile.py).
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ from fused.kernels.w8a16_ws import (ACTS, _activation, _instr_n, _load_partition
 @gluon.jit
 def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
               stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
-              ACT: gl.constexpr, HAS_BIAS: gl.constexpr):
+              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -62,8 +62,8 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
     for tile in range(gl.program_id(0) + PART * nprog, _n_tiles(M, N_OUT, x_desc, w_desc), 2 * nprog):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
         it = j * k_tiles
-        acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
-        acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+        acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         # the two take turns at the stage ring: a tile's K loop starts once the other consumer has waited on its
         # tile's last stage, so every wait is for the ring's next position (a consumer a tile ahead would wait on a
         # barrier whose parity still reads as a phase of one ring cycle before: it would pass before the load).
@@ -89,19 +89,19 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
         t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        y = acc0 * xs * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+        y = acc0.to(gl.float32) * xs * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
         if HAS_BIAS:
             y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
         y = _activation(y, ACT)
         if GATED:
-            u = acc1 * xs * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
+            u = acc1.to(gl.float32) * xs * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
             if HAS_BIAS:
                 u += gl.load(bu_ptr + up_off + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
             _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
         else:
             _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
             o1 = o + ROWS
-            y1 = acc1 * xs * gl.load(ws_ptr + o1, mask=o1 < N_OUT, other=0.0)[:, None]
+            y1 = acc1.to(gl.float32) * xs * gl.load(ws_ptr + o1, mask=o1 < N_OUT, other=0.0)[:, None]
             if HAS_BIAS:
                 y1 += gl.load(b_ptr + o1, mask=o1 < N_OUT, other=0.0).to(gl.float32)[:, None]
             _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
@@ -120,7 +120,8 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 @gluon.jit
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym,
                     up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                    GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, num_warps: gl.constexpr):
+                    GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
+                    num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
@@ -132,9 +133,9 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
         mbarrier.init(turn.index(i), count=1)
     gl.warp_specialize([
         (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS)),
+                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
         (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS)),
+                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
         (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
                            k_tiles, GROUP_N, True, GATED)),
     ], [4, 1], [CONSUMER_REGS, 24])
@@ -151,26 +152,29 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     it only then)."""
     if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
-    if qweight.dtype != torch.float8_e4m3fn:
-        return "e4m3 weights only (int8: see the module's docstring)"
+    if qweight.dtype not in _DTYPES:
+        return "int8 or e4m3 weights"
     return weight_shape_reason(qweight, gated)
 
 
+_DTYPES = {torch.int8: gl.int8, torch.float8_e4m3fn: gl.float8e4nv}
+
+
 def _descriptor(t: torch.Tensor, block):
-    return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv))
+    return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, _DTYPES[t.dtype]))
 
 
 def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
             bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
             out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
             out: torch.Tensor | None = None) -> torch.Tensor:
-    """xq [M, K] float8_e4m3fn (act_quant's rows; rows past M are not read), x_scale [M] fp32, qweight [N, K]
-    float8_e4m3fn, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
+    """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32, qweight
+    [N, K] of xq's dtype, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
     qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out``
     if given (contiguous)."""
-    if (xq.dim() != 2 or qweight.dtype != torch.float8_e4m3fn or xq.dtype != qweight.dtype
+    if (xq.dim() != 2 or qweight.dtype not in _DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
-        raise TypeError(f"w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn; got {xq.dtype} "
+        raise TypeError(f"w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn or both int8; got {xq.dtype} "
                         f"{tuple(xq.shape)} and {qweight.dtype} {tuple(qweight.shape)}")
     if act not in ACTS:
         raise ValueError(f"w8a8_ws: act must be one of {ACTS}, got {act!r}")
@@ -217,5 +221,6 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, w_desc, x_scale, wscale, wscale, b, b, out, M,
                                N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
                                STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
-                               GATED=gated, ACT=act, HAS_BIAS=bias is not None, num_warps=4)
+                               GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
+                               num_warps=4)
     return out
