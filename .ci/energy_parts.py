@@ -3,8 +3,8 @@ M=1024 at the 700 W cap (fp8 W8A8 237.5 mJ at M=1024 and 1719.4 at 8192 against 
 GEMMs alone; int8 W8A16 426.5 against 376.6 for cuBLAS's bf16 GEMMs): which parts spend the difference? Each part is
 captured as its own CUDA graph on the block's real operands and timed sustained as energy.py does (mJ and µs per
 replay, W, SM clock).
-usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg]; on the CPU: a smoke run of the part list (no
-NVML)."""
+usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg,int8a8cfg]; on the CPU: a smoke run of the part
+list (no NVML)."""
 import copy
 import os
 import sys
@@ -113,6 +113,31 @@ def configs_fp8a8(blk, M, d, dev):
     return x, out
 
 
+def configs_int8a8(blk, M, d, dev):
+    """The int8 W8A8 block's GEMMs: Triton's tuner pick and the Gluon kernel, gated and down (x and h quantized per
+    token), beside torch._int_mm (cuBLAS, int32 out, no epilogue)."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.w8_gemm import w8_gemm
+
+    w1, s1, w2, s2 = blk.gate_up.qweight, blk.gate_up.scale, blk.down.qweight, blk.down.scale
+    x = torch.randn(M, d, device=dev, dtype=torch.bfloat16)
+    xq, xs = act_quant(x, fp8=False)
+    h = torch.randn(M, w2.shape[1], device=dev, dtype=torch.bfloat16)
+    hq, hs = act_quant(h, fp8=False)
+    out = {"triton gated w8_gemm (tuner pick)": lambda: w8_gemm(xq, w1, s1, None, "silu", True, x_scale=xs,
+                                                                 out_dtype=torch.bfloat16),
+           "triton down w8_gemm (tuner pick)": lambda: w8_gemm(hq, w2, s2, None, "none", False, x_scale=hs,
+                                                                out_dtype=torch.bfloat16)}
+    if dev == "cuda":
+        from fused.kernels.w8a8_ws import w8a8_ws
+
+        out["gluon gated w8a8_ws"] = lambda: w8a8_ws(xq, xs, w1, s1, None, "silu", True)
+        out["gluon down w8a8_ws"] = lambda: w8a8_ws(hq, hs, w2, s2, None, "none", False)
+        out["cublas gated _int_mm (int32 y)"] = lambda: torch._int_mm(xq, w1.t())
+        out["cublas down _int_mm"] = lambda: torch._int_mm(hq, w2.t())
+    return x, out
+
+
 def main():
     Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,8192").split(",")]
     kinds = (sys.argv[2] if len(sys.argv) > 2 else "fp8a8,int8a16").split(",")
@@ -128,13 +153,14 @@ def main():
         print(f"enforced power limit {nvml.limit_w():.0f} W")
     for kind in kinds:
         name, maker = {"fp8a8": ("ours fp8 W8A8", parts_fp8a8), "int8a16": ("ours int8 W8A16", parts_int8a16),
-                       "fp8a8cfg": ("ours fp8 W8A8", configs_fp8a8)}[kind]
+                       "fp8a8cfg": ("ours fp8 W8A8", configs_fp8a8),
+                       "int8a8cfg": ("ours int8 W8A8", configs_int8a8)}[kind]
         model = fused.quantize(copy.deepcopy(base), OURS[name](), blocks=True)
         blk = next(m for m in model.modules() if hasattr(m, "gate_up"))
         with torch.no_grad():
             for M in Ms:
                 x, parts = maker(blk, M, d, dev)
-                if kind != "fp8a8cfg":
+                if not kind.endswith("cfg"):
                     parts = dict({"whole block": lambda model=model, x=x: model(x)}, **parts)
                 for pname, fn in parts.items():
                     for _ in range(3):

@@ -73,7 +73,9 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         | grep "^llama"
     done 2>&1 | tee "$OUT/wsblock2.txt"
     timeout 150 python3 .ci/energy.py llama 1024,8192 "torchao fp8 rowwise + compile,cublas fp8 rowwise GEMMs only" \
-      2>&1 | filt | grep "^llama" | tee -a "$OUT/wsblock2.txt" ;;
+      2>&1 | filt | grep "^llama" | tee -a "$OUT/wsblock2.txt"
+    ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 100 python3 .ci/energy_parts.py 1024,8192 int8a8cfg \
+      2>&1 | filt | grep "^int8a8cfg" | tee -a "$OUT/wsblock2.txt" ;;
   ws8diag)  # thirty-fourth session: the ping-pong w8a8_ws faulted in its cuda tests at M=17 N=4136 K=528 (first
             # multi-tile programs there): each case in its own process, then the energy probe if the Llama cases run
     # (then: the consumers take turns at the stage ring; the cases that hung or faulted first)
