@@ -814,16 +814,14 @@ def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
 # 325.8, int8 252.6 / 334.6 / 320.0. It never wins, so it stays off (FUSED_FIRST_LAYER=1: a route candidate).
 FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 # The first layer on the Gluon W8A8 GEMM (fused.kernels.w8a8_ws: persistent, ping-pong consumers, wgmma from shared
-# memory; e4m3 or int8), a fourth candidate of the "h out" route: act_quant(x), the GEMM with its epilogue, act_quant(h).
-# Why: from
-# M=1024 the fp8 blocks run at the 700 W cap, where time is joules / ~690 W. Joules per Llama gate/up product at
-# M=1024 (H200, thirty-fourth session, `.ci/energy_parts.py`, 1-2 s of graph replays each): Triton's gated tiles
-# 157-159 mJ (every tuner candidate), Gluon 142.9, cuBLAS 133.5 without the SiLU-mul pass it then needs (+16 mJ);
-# at 8192 Triton 1229, Gluon 1087 (4 stages), cuBLAS 1013-1069 + 122 for scale_epilogue. Predicted fp8 W8A8 Llama
-# block at the cap: M=1024 ~339 -> ~315 µs (217.5 mJ), 8192 ~2490 -> ~2430 (int8's joules not measured: it compiled
-# only after the session's device time). Not yet timed in a block, and the route
-# timing's 20 ms windows run at boost clocks (FUSED_LONG_ROUTE_US lowered to ~150 times it sustained): opt-in,
-# FUSED_W8A8_WS=1.
+# memory; e4m3 or int8), a fourth candidate of the "h out" route: act_quant(x), the GEMM with its epilogue,
+# act_quant(h). Why: from M=1024 the fp8 blocks run at the 700 W cap, where time is joules / ~690 W. Joules per Llama
+# gate/up product at M=1024 (H200, thirty-fourth session, `.ci/energy_parts.py`, 1-2 s of graph replays each):
+# Triton's gated tiles 157-159 mJ (every tuner candidate), Gluon 142.9, cuBLAS 133.5 without the SiLU-mul pass it
+# then needs (+16 mJ); at 8192 Triton 1229, Gluon 1087 (4 stages), cuBLAS 1013-1069 + 122 for scale_epilogue.
+# Predicted fp8 W8A8 Llama block at the cap: M=1024 ~339 -> ~315 µs (217.5 mJ), 8192 ~2490 -> ~2430 (int8's joules
+# not measured: it compiled only after the session's device time). Not yet timed in a block, and the route timing's
+# 20 ms windows run at boost clocks (FUSED_LONG_ROUTE_US lowered to ~150 times it sustained): opt-in, FUSED_W8A8_WS=1.
 W8A8_WS = os.environ.get("FUSED_W8A8_WS", "0") == "1"
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
                 "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant"}
