@@ -148,7 +148,7 @@ def default_config() -> dict:
 
 
 def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
-    """None if w8a8_ws runs on these weights (x then comes from act_quant: e4m3 rows), else why not (dispatch offers
+    """None if w8a8_ws runs on these weights (x then comes from act_quant in their format), else why not (dispatch offers
     it only then)."""
     if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
