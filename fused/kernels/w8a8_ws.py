@@ -44,8 +44,8 @@ from fused.kernels.w8a16_ws import (ACTS, _activation, _instr_n, _load_partition
 
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
-              stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
+def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
+              N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
               ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
@@ -148,8 +148,8 @@ def default_config() -> dict:
 
 
 def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
-    """None if w8a8_ws runs on these weights (x then comes from act_quant in their format), else why not (dispatch offers
-    it only then)."""
+    """None if w8a8_ws runs on these weights (x then comes from act_quant in their format), else why not (dispatch
+    offers it only then)."""
     if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
     if qweight.dtype not in _DTYPES:
