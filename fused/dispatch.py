@@ -32,6 +32,7 @@ signature (`eager`). Every call is counted in ``stats`` so `explain`/profile out
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import warnings
 from collections import Counter
@@ -707,17 +708,18 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     return WS_PATH if pick == "ws" else path
 
 
-def _ws_supports(x2, w, gated=False) -> str | None:
-    """w8a16_ws.supports(), or why not where this triton has no Gluon (the kernel needs triton >= 3.6's)."""
+def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:
+    """``kernel``'s supports() (w8a16_ws: x and the weight; w8a8_ws: the weight), or why not where this triton has no
+    Gluon (the kernels need triton >= 3.6's)."""
     try:
-        from fused.kernels.w8a16_ws import supports
+        supports = importlib.import_module(f"fused.kernels.{kernel}").supports
     except (ImportError, AttributeError) as e:
         return f"no Gluon in this triton ({type(e).__name__}: {e})"
-    return supports(x2, w, gated)
+    return supports(x2, w, gated) if kernel == "w8a16_ws" else supports(w, gated)
 
 
-def _offer_ws(others: dict, op: str, run) -> None:
-    """Adds the Gluon GEMM ``run`` to a route's candidates as "ws" (_offer); its trial turns a Gluon compile error,
+def _offer_ws(others: dict, op: str, run, name: str = "ws", what: str = "Gluon W8A16") -> None:
+    """Adds the Gluon GEMM ``run`` to a route's candidates as ``name`` (_offer); its trial turns a Gluon compile error,
     no RuntimeError, into one, so the candidate is left out with a warning like a library refusing a shape."""
     def trial():
         try:
@@ -725,7 +727,7 @@ def _offer_ws(others: dict, op: str, run) -> None:
         except Exception as e:
             raise RuntimeError(f"{type(e).__name__}: {e}") from e
 
-    _offer(others, "ws", trial, run, op, "Gluon W8A16")
+    _offer(others, name, trial, run, op, what)
 
 
 def _w8a16_ws(x2, qweight, wscale, bias, act, gated):
@@ -854,26 +856,19 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
         xq, xs = _triton_kernels().act_quant(x2, fp8=fp8)
         return _quantized(w8a8_ws(xq, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype), fp8)
 
+    key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
     others = {"first_layer": first_layer} if FIRST_LAYER else {}
-    if W8A8_WS and x2.is_cuda and _w8a8_ws_ok(x2, qweight, gated):
-        others["gluon"] = gluon
+    if (W8A8_WS and x2.is_cuda and x2.dtype in (torch.bfloat16, torch.float16) and _may_time(key, x2)
+            and _ws_supports(x2, qweight, gated, kernel="w8a8_ws") is None):  # offered when the route is timed
+        _offer_ws(others, op, gluon, name="gluon", what="Gluon W8A8")
     pick = "triton"
     use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
-    if x2.is_cuda and _forced is None and (use_cublas or others):
-        key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
+    if x2.is_cuda and _forced is None and (use_cublas or others or key in _dense_routes):
         pick = _graph_pick(key, triton, cublas if use_cublas else None, op, others=others or None)
     elif FIRST_LAYER and _forced == "triton" and not x2.is_cuda:
         pick = "first_layer"  # the interpreter (CI): the one-launch route untimed, as measure_route would take it
     stats[(op, _H_OUT_PATHS.get(pick, path + "+act_quant") + " (h out)")] += 1
     return {"cublas": cublas, "first_layer": first_layer, "gluon": gluon}.get(pick, triton)()
-
-
-def _w8a8_ws_ok(x2, qweight, gated) -> bool:
-    """Whether the Gluon W8A8 GEMM takes this layer (W8A8_WS): 8-bit weights on an sm_90 GPU, K a multiple of 16,
-    bf16 / fp16 activations."""
-    from fused.kernels.w8a8_ws import supports
-
-    return x2.dtype in (torch.bfloat16, torch.float16) and supports(qweight, gated) is None
 
 
 def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):

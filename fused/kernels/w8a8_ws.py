@@ -36,11 +36,10 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fused.kernels import sm_count
-from fused.kernels.w8a16_ws import (ACTS, _activation, _instr_n, _load_partition, _n_tiles, _tile_offsets, stage_ring,
-                                    weight_shape_reason)
+from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
+                                    _tile_offsets, stage_ring, weight_shape_reason)
 
 
 @gluon.jit
@@ -152,16 +151,9 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     offers it only then)."""
     if not (qweight.is_cuda and torch.cuda.get_device_capability(qweight.device) == (9, 0)):
         return "Hopper (sm_90) only"
-    if qweight.dtype not in _DTYPES:
+    if qweight.dtype not in _W_DTYPES:
         return "int8 or e4m3 weights"
     return weight_shape_reason(qweight, gated)
-
-
-_DTYPES = {torch.int8: gl.int8, torch.float8_e4m3fn: gl.float8e4nv}
-
-
-def _descriptor(t: torch.Tensor, block):
-    return TensorDescriptor.from_tensor(t, block, gl.NVMMASharedLayout.get_default_for(block, _DTYPES[t.dtype]))
 
 
 def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
@@ -172,7 +164,7 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     [N, K] of xq's dtype, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
     qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out``
     if given (contiguous)."""
-    if (xq.dim() != 2 or qweight.dtype not in _DTYPES or xq.dtype != qweight.dtype
+    if (xq.dim() != 2 or qweight.dtype not in _W_DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
         raise TypeError(f"w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn or both int8; got {xq.dtype} "
                         f"{tuple(xq.shape)} and {qweight.dtype} {tuple(qweight.shape)}")
