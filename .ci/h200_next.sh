@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -47,6 +47,23 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  thirty5a)  # thirty-fifth session: w8a8_ws on by default and a timed candidate of both W8A8 block layers (h out, h
+            # in). Its cuda tests (the block route test now forces both layers onto it), then the Llama block at
+            # M=1024 / 8192 with bf16 compile and torchao fp8 rowwise + compile in the same process, then joules.
+            # Prediction: int8 W8A8 M=1024 ~307 µs (~213 mJ), 8192 ~2460 (its Gluon down GEMM -52 mJ); fp8 as in
+            # wsblock1 (314 / 2500-2540: Triton's down GEMM keeps its route)
+    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
+      tests/test_handoff.py tests/test_dispatch.py 2>&1 | filt | tail -4 | tee "$OUT/tests.txt"
+    timeout 270 python3 -m fused bench --blocks llama --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8" \
+      --baselines "bf16 compile,torchao fp8 rowwise + compile" --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -8 | tee "$OUT/thirty5a.txt"
+    python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if 'w8a8_route' in k and ('h out' in k or 'h in' in k):
+        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5a.txt"
+    timeout 140 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
+      | tee -a "$OUT/thirty5a.txt" ;;
   wsblock1)  # thirty-fourth session, prepared after its last device call: the ping-pong w8a8_ws (fixed: the consumers
             # take turns at the stage ring) through its cuda tests (acts, bias, fp16, 64-token tiles, 3 programs, the
             # block route forced onto it), then the fp8 W8A8 Llama block with the route offered (FUSED_W8A8_WS=1), and

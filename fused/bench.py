@@ -194,12 +194,15 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
         device=None, d=4096, h=None, log=print, sparse_baselines=False, floor=False) -> list[Row]:
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     rows: list[Row] = []
+
+    def want(name):  # ``baselines``: True (all), False, or the names to run
+        return baselines is True or bool(baselines) and name in baselines
     torch._dynamo.config.cache_size_limit = 64
     for kind in blocks:
         hidden = h or (14336 if kind == "llama" else 16384)
         base = make_block(kind, d, hidden, device)
         variants: dict[str, tuple] = {"bf16 eager": (base, None)}
-        if baselines:
+        if want("bf16 compile"):
             variants["bf16 compile"] = (torch.compile(base), None)  # default settings: what users type
         for name, cfg in (configs or OURS).items():
             m = copy.deepcopy(base)
@@ -213,6 +216,8 @@ def run(blocks=("llama", "gpt"), Ms=(1, 16, 128, 1024, 8192), configs=None, base
             from torchao.quantization import quantize_
 
             for name, cfg in _torchao_configs().items():
+                if not want(name):
+                    continue
                 m = copy.deepcopy(base)
                 try:
                     quantize_(m, cfg())
@@ -366,7 +371,15 @@ def main(args) -> int:
             print(f"fused bench: unknown config(s) {unknown}; choose from {list(known)}", file=sys.stderr)
             return 2
         configs = {n: known[n] for n in names}
-    rows = run(blocks=args.blocks.split(","), Ms=Ms, configs=configs, baselines=not args.no_baselines, device=device,
+    baselines = not args.no_baselines
+    if baselines and getattr(args, "baselines", None):
+        baselines = {n.strip() for n in args.baselines.split(",") if n.strip()}
+        unknown = baselines - {"bf16 compile", *_torchao_configs()}
+        if unknown:
+            print(f"fused bench: unknown baseline(s) {sorted(unknown)}; choose from "
+                  f"{['bf16 compile', *_torchao_configs()]}", file=sys.stderr)
+            return 2
+    rows = run(blocks=args.blocks.split(","), Ms=Ms, configs=configs, baselines=baselines, device=device,
                d=d, h=h, sparse_baselines=getattr(args, "sparse_baselines", False), floor=getattr(args, "floor", False))
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bench.json"), "w") as f:

@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--h", type=int, default=None, help="hidden width (default 14336 llama / 16384 gpt on GPU)")
     b.add_argument("--full", action="store_true", help="full sizes on the CPU too")
     b.add_argument("--no-baselines", action="store_true", help="skip torch.compile and torchao baselines")
+    b.add_argument("--baselines", default=None,
+                   help="comma list of the baselines to run (default: all): bf16 compile, torchao ... + compile")
     b.add_argument("--sparse-baselines", action="store_true",
                    help="also torchao's fp8 2:4 + compile and PyTorch's bf16 semi-structured (2:4-pruned copies)")
     b.add_argument("--configs", default=None,

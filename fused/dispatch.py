@@ -822,11 +822,17 @@ FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 # Triton's gated tiles 157-159 mJ (every tuner candidate), Gluon 142.9, cuBLAS 133.5 without the SiLU-mul pass it
 # then needs (+16 mJ); at 8192 Triton 1229, Gluon 1087 (4 stages), cuBLAS 1013-1069 + 122 for scale_epilogue.
 # Predicted fp8 W8A8 Llama block at the cap: M=1024 ~339 -> ~315 µs (217.5 mJ), 8192 ~2490 -> ~2430 (int8's joules
-# not measured: it compiled only after the session's device time). Not yet timed in a block, and the route timing's
-# 20 ms windows run at boost clocks (FUSED_LONG_ROUTE_US lowered to ~150 times it sustained): opt-in, FUSED_W8A8_WS=1.
-W8A8_WS = os.environ.get("FUSED_W8A8_WS", "0") == "1"
+# not measured: it compiled only after the session's device time). Measured in the block (H200, thirty-fifth session,
+# `bash .ci/h200_next.sh wsblock1` / `wsblock2`, off -> on): fp8 W8A8 Llama M=1024 325.0 -> 314.5 graph µs (bench),
+# 239.5 -> 223.3 mJ (344.9 -> 323.1 µs sustained), M=8192 2498.5 -> 2543.7 µs, 1800 -> 1786 mJ (route timings within 1%
+# of cuBLAS's there); int8 W8A8 M=1024 236.6 -> 216.7 mJ (342.7 -> 312.7 µs), M=8192 1858 -> 1717-1801 mJ (2728 ->
+# 2530 µs). Sustained route timing (FUSED_LONG_ROUTE_US=150) picked the same. The second layer (h in) takes it as a
+# candidate too: int8 down 66.0 vs Triton 69.6 mJ at M=1024, 504 vs 556 at 8192 (fp8: 70.6 vs 66.1, 541 vs 511,
+# thirty-fourth). Offered on sm_90 where this triton has Gluon; FUSED_W8A8_WS=0: off.
+W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
                 "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant"}
+_H_IN_PATHS = {"cublas": CUBLAS_PATH, "gluon": "gluon:w8a8_ws"}
 
 
 def _h_out_key(op, M, qweight, xdtype, bias, act) -> tuple:
@@ -884,12 +890,23 @@ def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
     def cublas():
         return _cublas_w8a8(None, qweight, wscale, bias, act, False, q_in=qa)
 
+    def gluon():
+        from fused.kernels.w8a8_ws import w8a8_ws
+
+        return w8a8_ws(qa.q, qa.s, qweight, wscale, bias, act, out_dtype=qa.dtype)
+
     pick = "triton"
-    if qa.q.is_cuda and _forced is None and CUBLAS_W8A8 and _cublas_ok(qweight):
+    if qa.q.is_cuda and _forced is None:
         key = (op, m_bucket(qa.m), tuple(qweight.shape), qweight.dtype, qa.dtype, bias is None, act, "h in")
-        pick = _graph_pick(key, triton, cublas, op)
-    stats[(op, (CUBLAS_PATH if pick == "cublas" else "triton:w8_gemm_w8a8") + " (h in)")] += 1
-    return cublas() if pick == "cublas" else triton()
+        others = {}
+        if (W8A8_WS and qa.dtype in (torch.bfloat16, torch.float16) and _may_time(key, qa.q)
+                and _ws_supports(None, qweight, kernel="w8a8_ws") is None):
+            _offer_ws(others, op, gluon, name="gluon", what="Gluon W8A8")
+        use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
+        if use_cublas or others or key in _dense_routes:
+            pick = _graph_pick(key, triton, cublas if use_cublas else None, op, others=others or None)
+    stats[(op, _H_IN_PATHS.get(pick, "triton:w8_gemm_w8a8") + " (h in)")] += 1
+    return {"cublas": cublas, "gluon": gluon}.get(pick, triton)()
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of

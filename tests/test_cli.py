@@ -71,3 +71,22 @@ def test_unknown_bench_config_exits_2(capsys):
     assert main(["bench", "--configs", "ours int3", "--no-baselines"]) == 2
     err = capsys.readouterr().err
     assert "unknown config(s) ['ours int3']" in err and "ours int8 W8A16" in err
+
+
+def test_unknown_bench_baseline_exits_2(capsys):
+    assert main(["bench", "--baselines", "bf16 compile,torchao int3"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown baseline(s) ['torchao int3']" in err and "torchao fp8 rowwise + compile" in err
+
+
+def test_bench_runs_only_the_named_baselines(tmp_path):
+    """`--baselines` names the baselines that run: a torchao one only (CUDA-only, so none here) leaves out bf16
+    compile."""
+    import json
+
+    for names, want in (("torchao fp8 rowwise + compile", set()), ("bf16 compile", {"bf16 compile"})):
+        out = tmp_path / names.replace(" ", "_")
+        assert main(["bench", "--baselines", names, "--configs", "ours int8 W8A8", "--blocks", "llama", "--m", "1",
+                     "--out", str(out)]) == 0
+        got = {r["config"] for r in json.load(open(out / "bench.json"))["rows"]}
+        assert got == {"bf16 eager", "ours int8 W8A8"} | want

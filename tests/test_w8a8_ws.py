@@ -123,13 +123,13 @@ def test_ws_views_cuda():
 @sm90
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
 def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
-    """The fp8 W8A8 block with its first layer's h-out route forced to "gluon" (FUSED_W8A8_WS) against the reference
-    and the Triton route (the same quantization; the GEMMs' rounding apart); the stats name the route."""
+    """The W8A8 block with both layers' routes (h out, h in) forced to "gluon" (FUSED_W8A8_WS) against the reference
+    and the Triton routes (the same quantization; the GEMMs' rounding apart); the stats name the routes."""
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "W8A8_WS", True)
     torch.manual_seed(3)
-    M, K, H, D = 300, 512, 1000, 512
+    M, K, H, D = 300, 512, 1008, 512  # H: the down GEMM's K, a multiple of 16 for TMA
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
     q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
@@ -138,12 +138,15 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
     op = "gated" if gated else "linear"
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
+    key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
     outs = {}
     for route in ("triton", "gluon"):
         monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
+        monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
         outs[route] = dispatch.mlp_block(x, q1, s1, None, q2, s2, None, act, gated, dynamic=True)
     assert dispatch.stats[(op, "triton:act_quant+gluon:w8a8_ws+act_quant (h out)")] == 1
+    assert dispatch.stats[("linear", "gluon:w8a8_ws (h in)")] == 1
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30

@@ -21,7 +21,8 @@ the down GEMM was even. The layout:
 
 A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
-(1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1, so dispatch offers it for first layers only.
+(1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1 (int8: 66.0 against 69.6, thirty-fifth), so
+dispatch offers it to both layers of a W8A8 block as a timed route candidate.
 
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
