@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -47,6 +47,28 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  thirty5b)  # thirty-fifth session, after `stages`: w8a8_ws's gated form on 4 stages. The Llama block at M=128 / 1024 /
+            # 8192, our four dense configs with bf16 compile and torchao's int8 dyn, fp8 rowwise and fp8 wo (+ compile)
+            # in the same process (the README table's columns), then joules. Prediction: fp8 W8A8 8192 2542 ->
+            # ~2460-2480 (the route takes Gluon over cuBLAS), int8 W8A8 8192 2457 -> ~2350-2370; 1024 as in thirty5a
+            # (312 / 290); M=128 W8A8 no slower than the README's 77.6 / 83.2 (the route is timed)
+    timeout 400 python3 -m fused bench --blocks llama --m 128,1024,8192 \
+      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" \
+      --baselines "bf16 compile,torchao int8 dyn + compile,torchao fp8 rowwise + compile,torchao fp8 wo + compile" \
+      --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -12 | tee "$OUT/thirty5b.txt"
+    python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if 'w8a8_route_graph' in k and ('h out' in k or 'h in' in k):
+        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5b.txt"
+    timeout 130 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
+      | tee -a "$OUT/thirty5b.txt" ;;
+  stages)  # thirty-fifth session: w8a8_ws's ring depth by M, in joules (1 s windows): fp8 gated 6 stages 1252 mJ
+           # (739 W, unsettled) vs 4 stages 1087 at 8192 in the thirty-fourth; the fp8 route there took cuBLAS (1704
+           # vs Gluon 1732 µs). Prediction: 4 stages >= 5% under 6 at 8192 for fp8 and int8, even at 1024
+    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 280 python3 .ci/energy_parts.py \
+      1024,8192 fp8a8cfg,int8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "triton\|plain" | tee "$OUT/stages.txt" ;;
   thirty5a)  # thirty-fifth session: w8a8_ws on by default and a timed candidate of both W8A8 block layers (h out, h
             # in). Its cuda tests (the block route test now forces both layers onto it), then the Llama block at
             # M=1024 / 8192 with bf16 compile and torchao fp8 rowwise + compile in the same process, then joules.

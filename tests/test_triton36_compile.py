@@ -113,7 +113,7 @@ from fused.kernels import w8a8_ws as w8s
 # step, 16 in all; no spill
 for gated, act, bias, int8 in ((False, 'none', False, False), (True, 'silu', False, False),
                                (True, 'gelu_tanh', True, False), (True, 'silu', False, True)):
-    cfg = w8s.default_config()
+    cfg = w8s.default_config(gated)
     bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
     dt, ds = (gl.int8, 'i8') if int8 else (gl.float8e4nv, 'fp8e4nv')
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], dt)

@@ -141,10 +141,13 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config() -> dict:
+def default_config(gated: bool = False) -> dict:
     """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
-    steps: 32 KB a stage, 6 stages."""
-    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=6, GROUP_N=8, CONSUMER_REGS=232)
+    steps: 32 KB a stage; 6 stages, 4 gated. Why 4 gated: at M=8192 (Llama gate/up, 1 s windows at the cap, H200,
+    thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
+    1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
+    down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024)."""
+    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated else 6, GROUP_N=8, CONSUMER_REGS=232)
 
 
 def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -189,7 +192,7 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     x_scale, wscale = x_scale.contiguous(), wscale.contiguous()
     bias = bias.contiguous() if bias is not None else None
     K = xq.shape[1]
-    cfg = dict(default_config(), **(config or {}))
+    cfg = dict(default_config(gated), **(config or {}))
     N = qweight.shape[0]
     N_OUT = N // 2 if gated else N
     if out is None:
