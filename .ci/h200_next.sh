@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -47,6 +47,21 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  thirty5c)  # thirty-fifth session, after thirty5b: route timing sustained from 150 µs (FUSED_LONG_ROUTE_US, was 1000):
+            # fp8 W8A8's gated route at M=1024 timed Gluon within Triton's 3% at boost clocks and kept Triton. The
+            # block at M=1024, our four dense configs beside torchao fp8 rowwise + compile, then joules. Prediction:
+            # fp8 W8A8 ~312-315 µs (Gluon picked), int8 W8A8 ~290, W8A16 rows within 2% of thirty5b's 617
+    timeout 200 python3 -m fused bench --blocks llama --m 1024 \
+      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" --baselines "torchao fp8 rowwise + compile" \
+      --out "$OUT/bench" > "$OUT/bench.log" 2>&1
+    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -7 | tee "$OUT/thirty5c.txt"
+    python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if 'route_graph' in k and k[1] in ('gated', 'linear'):
+        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5c.txt"
+    timeout 90 python3 .ci/energy.py llama 1024 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
+      | tee -a "$OUT/thirty5c.txt" ;;
   thirty5b)  # thirty-fifth session, after `stages`: w8a8_ws's gated form on 4 stages. The Llama block at M=128 / 1024 /
             # 8192, our four dense configs with bf16 compile and torchao's int8 dyn, fp8 rowwise and fp8 wo (+ compile)
             # in the same process (the README table's columns), then joules. Prediction: fp8 W8A8 8192 2542 ->
