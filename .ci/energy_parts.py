@@ -6,6 +6,7 @@ replay, W, SM clock).
 usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg,int8a8cfg]; on the CPU: a smoke run of the part
 list (no NVML)."""
 import copy
+import json
 import os
 import sys
 
@@ -93,7 +94,8 @@ def configs_fp8a8(blk, M, d, dev):
     if dev == "cuda":
         from fused.kernels.w8a8_ws import w8a8_ws
 
-        for c in ({}, dict(STAGES=4), dict(STAGES=5)):  # (BLOCK_K=64, STAGES=10: 1342 mJ at 8192, thirty-fourth)
+        # (BLOCK_K=64, STAGES=10: 1342 mJ at 8192, thirty-fourth); ENERGY_WS_CFGS: a JSON list of configs instead
+        for c in json.loads(os.environ.get("ENERGY_WS_CFGS", '[{}, {"STAGES": 6}, {"STAGES": 5}]')):
             out[f"gluon w8a8_ws {c}"] = lambda c=c: w8a8_ws(xq, xs, w1, s1, None, "silu", True, config=c)
         # the same product as one plain GEMM ([2H, K], y of 2H columns): is the gap the gated form's or the shape's?
         out["gluon w8a8_ws plain on gate|up"] = lambda: w8a8_ws(xq, xs, w1, s1, None, "none", False)
@@ -106,7 +108,7 @@ def configs_fp8a8(blk, M, d, dev):
         hq, hs = act_quant(h, fp8=True)
         out["triton down w8_gemm (tuner pick)"] = lambda: wg.w8_gemm(hq, w2, s2, None, "none", False, x_scale=hs,
                                                                       out_dtype=torch.bfloat16)
-        for c in ({}, dict(BLOCK_K=64, STAGES=10)):
+        for c in json.loads(os.environ.get("ENERGY_WS_DOWN_CFGS", '[{}, {"BLOCK_K": 64, "STAGES": 10}]')):
             out[f"gluon down w8a8_ws {c}"] = lambda c=c: w8a8_ws(hq, hs, w2, s2, None, "none", False, config=c)
         out["cublas down rowwise"] = lambda: torch._scaled_mm(
             hq, w2.t(), hs[:, None], s2[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -47,6 +47,14 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  stages2)  # thirty-fifth session, the last ~200 device-s: 6 -> 5 -> 4 stages cut the gated fp8 GEMM's joules at 8192
+            # (1248 / 1232 / 1064 mJ; the deeper rings drew 744-750 W). Below 4, and the L2 grouping (GROUP_N) at 4:
+            # does the tile order's L2 reuse decide it? Prediction: 3 stages within 3% of 4 (or slower: too little
+            # in flight); a GROUP_N that changes the joules by >3% says L2 traffic is the lever
+    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
+      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"GROUP_N": 32}]' \
+      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"GROUP_N": 32}]' timeout 150 python3 .ci/energy_parts.py 8192 \
+      fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" | tee "$OUT/stages2.txt" ;;
   thirty5c)  # thirty-fifth session, after thirty5b: route timing sustained from 150 µs (FUSED_LONG_ROUTE_US, was 1000):
             # fp8 W8A8's gated route at M=1024 timed Gluon within Triton's 3% at boost clocks and kept Triton. The
             # block at M=1024, our four dense configs beside torchao fp8 rowwise + compile, then joules. Prediction:
