@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -47,6 +47,18 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  perlayer)  # thirty-fifth session, prepared after its last device call: the Gluon W8A8 GEMM offered to the per-layer
+            # W8A8 routes too (linear, gated, and torch.compile's gated_pair through w8a8_ws_pair), not only to a
+            # block's hand-off. Its new cuda tests (the pair, the routes forced onto it), then the Llama block per
+            # Linear + compile against the block conversion, fp8 and int8 W8A8, FUSED_W8A8_WS_LAYER=0 / 1 (opt-in
+            # until this runs; if right and faster, make it the default). Prediction:
+            # per-Linear + compile at M=1024 -5-8% with it (the gated GEMM's joules), 8192 -3-6%
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
+      | filt | tail -4 | tee "$OUT/perlayer.txt"
+    for v in 0 1; do
+      echo "FUSED_W8A8_WS_LAYER=$v"; FUSED_W8A8_WS_LAYER=$v PAIR_CONFIGS="fp8 W8A8,int8 W8A8" timeout 170 python3 \
+        .ci/pair_probe.py 1024,8192 2>&1 | filt | grep "^M=" | grep -v "bf16 eager"
+    done 2>&1 | tee -a "$OUT/perlayer.txt" ;;
   stages2)  # thirty-fifth session, the last ~200 device-s: 6 -> 5 -> 4 stages cut the gated fp8 GEMM's joules at 8192
             # (1248 / 1232 / 1064 mJ; the deeper rings drew 744-750 W). Below 4, and the L2 grouping (GROUP_N) at 4:
             # does the tile order's L2 reuse decide it? Prediction: 3 stages within 3% of 4 (or slower: too little

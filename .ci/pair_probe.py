@@ -19,8 +19,10 @@ from fused.bench import make_block  # noqa: E402
 Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,8192").split(",")]
 base = make_block("llama", 4096, 14336, "cuda")
 models = {}
-for label, cfg in (("int8 W8A16", fused.FusedInt8MLP()), ("fp8 W8A16", fused.FusedFloat8MLP(weight_only=True)),
-                   ("fp8 W8A8", fused.FusedFloat8MLP())):
+CONFIGS = {"int8 W8A16": fused.FusedInt8MLP(), "fp8 W8A16": fused.FusedFloat8MLP(weight_only=True),
+           "fp8 W8A8": fused.FusedFloat8MLP(), "int8 W8A8": fused.FusedInt8MLP(weight_only=False)}
+wanted = os.environ.get("PAIR_CONFIGS", "int8 W8A16,fp8 W8A16,fp8 W8A8").split(",")  # (int8 W8A8 since the 35th)
+for label, cfg in ((k, CONFIGS[k]) for k in wanted):
     models[f"{label} block"] = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
     models[f"{label} per-Linear + compile"] = torch.compile(fused.quantize(copy.deepcopy(base), cfg, blocks=False),
                                                             fullgraph=True, dynamic=True)

@@ -13,7 +13,7 @@ sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device
 
 
 def test_bad_operands_get_clear_errors():
-    from fused.kernels.w8a8_ws import supports, w8a8_ws
+    from fused.kernels.w8a8_ws import supports, w8a8_ws, w8a8_ws_pair
 
     xq = torch.zeros(4, 64, dtype=torch.float8_e4m3fn)
     xs = torch.ones(4)
@@ -46,6 +46,16 @@ def test_bad_operands_get_clear_errors():
     with pytest.raises(RuntimeError, match="one CUDA device"):
         w8a8_ws(xq, xs, q, s)  # CPU tensors
     assert supports(q) == "Hopper (sm_90) only"
+    with pytest.raises(ValueError, match="must match"):
+        w8a8_ws_pair(xq, xs, q, s, None, q[:4], s[:4], None)
+    with pytest.raises(ValueError, match="biases both or neither"):
+        w8a8_ws_pair(xq, xs, q, s, s.bfloat16(), q, s, None)
+    with pytest.raises(TypeError, match="float32"):
+        w8a8_ws_pair(xq, xs, q, s, None, q, s.double(), None)  # the up scales too
+    with pytest.raises(ValueError, match="one value per weight row"):
+        w8a8_ws_pair(xq, xs, q, s, None, q, s[:5], None)
+    with pytest.raises(RuntimeError, match="one CUDA device"):
+        w8a8_ws_pair(xq, xs, q, s, None, q, s, None)
 
 
 def _operands(M, N, K, seed, bias, fp8=True):
@@ -105,6 +115,25 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
 
 @pytest.mark.cuda
 @sm90
+@pytest.mark.parametrize("M,H,K", [(3, 64, 64), (300, 1000, 528)])
+@pytest.mark.parametrize("act,bias,fp8", [("silu", False, True), ("gelu_tanh", True, True), ("silu", True, False)])
+def test_ws_pair_matches_stacked_cuda(M, H, K, act, bias, fp8):
+    """w8a8_ws_pair (gate and up in tensors of their own) against the reference and bit-equal to w8a8_ws on the same
+    rows stacked (the same tiles and epilogue)."""
+    from fused.kernels.w8a8_ws import w8a8_ws, w8a8_ws_pair
+
+    xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H + 7, bias, fp8)
+    wg, wu = q[:H].clone(), q[H:].clone()
+    bg, bu = (b[:H].clone(), b[H:].clone()) if bias else (None, None)
+    ref = gated_ref(xf, q, s, b, act)
+    out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+    y = w8a8_ws_pair(xq, xs, wg, s[:H].clone(), bg, wu, s[H:].clone(), bu, act, out=out)
+    assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40
+    assert torch.equal(y, w8a8_ws(xq, xs, q, s, b, act, gated=True))
+
+
+@pytest.mark.cuda
+@sm90
 def test_ws_views_cuda():
     """A row slice of a wider buffer (unaligned for TMA: copied) and the hand-off's padded rows give the same y."""
     from fused.kernels.w8a8_ws import w8a8_ws
@@ -151,3 +180,38 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30
     assert sqnr(outs["triton"].float(), outs["gluon"].float()) > 30
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
+@pytest.mark.parametrize("fp8", [True, False])
+def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8):
+    """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
+    forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
+    from fused import dispatch
+    from fused.reference import gated_pair_ref
+
+    monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", True)  # (the forced route needs no offer; as it will run)
+    torch.manual_seed(11)
+    M, K, N = 300, 512, 1008  # N and K multiples of 16: the routes' condition (_cublas_ok)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
+    rows = N if op == "linear" else 2 * N
+    q = (torch.randn(rows, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
+    s = torch.rand(rows, device="cuda") * 0.01 + 1e-3
+    b = torch.randn(rows, device="cuda", dtype=torch.bfloat16)
+    act = "gelu_tanh" if op == "linear" else "silu"
+    w = q[:N] if op == "gated_pair" else q
+    key = (op, dispatch.m_bucket(M), tuple(w.shape), wdt, x.dtype, False, act)
+    monkeypatch.setitem(dispatch._dense_routes, key, ("gluon", "gluon"))
+    dispatch.stats.clear()
+    if op == "gated_pair":
+        args = (q[:N].clone(), s[:N].clone(), b[:N].clone(), q[N:].clone(), s[N:].clone(), b[N:].clone())
+        y = dispatch.gated_pair(x, *args, act=act, dynamic=True)
+        ref = gated_pair_ref(x, *args, act=act, dynamic=True)
+    else:
+        y = getattr(dispatch, op)(x, q, s, b, act, dynamic=True)
+        ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act, dynamic=True)
+    assert dispatch.stats[(op, dispatch.W8A8_WS_PATH)] == 1
+    assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 35

@@ -22,7 +22,8 @@ the down GEMM was even. The layout:
 A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
 (1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1 (int8: 66.0 against 69.6, thirty-fifth), so
-dispatch offers it to both layers of a W8A8 block as a timed route candidate.
+dispatch offers it to both layers of a W8A8 block as a timed route candidate, and to the per-layer W8A8 routes
+(w8a8_ws_pair: gate and up in tensors of their own, torch.compile's gated_pair).
 
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
@@ -160,14 +161,8 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     return weight_shape_reason(qweight, gated)
 
 
-def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
-            bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
-            out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32, qweight
-    [N, K] of xq's dtype, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
-    qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out``
-    if given (contiguous)."""
+def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None):
+    """Checks, output and launch of w8a8_ws / w8a8_ws_pair; ``up``: the pair's (wu, su, bu)."""
     if (xq.dim() != 2 or qweight.dtype not in _W_DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
         raise TypeError(f"w8a8_ws: xq [M, K] and qweight [N, K], both float8_e4m3fn or both int8; got {xq.dtype} "
@@ -178,28 +173,32 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
         raise TypeError(f"w8a8_ws: out_dtype must be bfloat16 or float16, got {out_dtype}")
     if qweight.shape[1] % 16:
         raise ValueError(f"w8a8_ws: K must be a multiple of 16 (TMA rows), got {qweight.shape[1]}")
-    if gated and qweight.shape[0] % 2:
+    if gated and up is None and qweight.shape[0] % 2:
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
-    if x_scale.dim() != 1 or x_scale.dtype != torch.float32 or wscale.dtype != torch.float32:
-        raise TypeError(f"w8a8_ws: x_scale [M] and wscale [N] must be float32, got {x_scale.dtype} "
-                        f"{tuple(x_scale.shape)} and {wscale.dtype}")
-    if wscale.shape != (qweight.shape[0],) or (bias is not None and bias.shape != (qweight.shape[0],)):
-        raise ValueError(f"w8a8_ws: wscale and bias need one value per weight row ({qweight.shape[0]})")
+    scales = (x_scale, wscale) if up is None else (x_scale, wscale, up[1])
+    if x_scale.dim() != 1 or any(t.dtype != torch.float32 for t in scales):
+        raise TypeError(f"w8a8_ws: x_scale [M] and the weight scales must be float32, got {x_scale.dtype} "
+                        f"{tuple(x_scale.shape)} and {', '.join(str(t.dtype) for t in scales[1:])}")
+    rows = (qweight.shape[0],)
+    if any(t is not None and t.shape != rows for t in (wscale, bias) + (up[1:] if up else ())):
+        raise ValueError(f"w8a8_ws: scales and biases need one value per weight row ({qweight.shape[0]})")
     M = x_scale.shape[0]
     if xq.shape[0] < M:
         raise ValueError(f"w8a8_ws: {M} token scales for {xq.shape[0]} rows of xq")
-    # the kernel reads the scales and the bias as dense vectors
+    # the kernel reads the scales and the biases as dense vectors
     x_scale, wscale = x_scale.contiguous(), wscale.contiguous()
     bias = bias.contiguous() if bias is not None else None
+    if up is not None:
+        up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
     K = xq.shape[1]
     cfg = dict(default_config(gated), **(config or {}))
     N = qweight.shape[0]
-    N_OUT = N // 2 if gated else N
+    N_OUT = N // 2 if gated and up is None else N
     if out is None:
         out = torch.empty((M, N_OUT), device=xq.device, dtype=out_dtype)
     elif out.shape != (M, N_OUT) or out.dtype != out_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{M}, {N_OUT}] {out_dtype} tensor")
-    devices = {t.device for t in (xq, x_scale, qweight, wscale, bias, out) if t is not None}
+    devices = {t.device for t in (xq, x_scale, qweight, wscale, bias, out) + (up or ()) if t is not None}
     if len(devices) > 1 or not xq.is_cuda:
         raise RuntimeError(f"w8a8_ws: every operand on one CUDA device, got {sorted(map(str, devices))}")
     if M == 0 or N_OUT == 0:
@@ -212,11 +211,38 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     w_rows = 64 if gated else 128
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
+    # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
+    wu_desc, su, bu, up_off = w_desc, wscale, b, N_OUT
+    if up is not None:
+        wu_desc, su, bu, up_off = _descriptor(up[0].contiguous(), [w_rows, bk]), up[1], up[2], 0
+        bu = b if bu is None else bu
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
     progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
-    _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, w_desc, x_scale, wscale, wscale, b, b, out, M,
-                               N_OUT, K, out.stride(0), N_OUT, GROUP_N=cfg["GROUP_N"],
+    _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, wu_desc, x_scale, wscale, su, b, bu, out, M,
+                               N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
                                STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
                                num_warps=4)
     return out
+
+
+def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
+            bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+            out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
+            out: torch.Tensor | None = None) -> torch.Tensor:
+    """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32, qweight
+    [N, K] of xq's dtype, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
+    qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out``
+    if given (contiguous)."""
+    return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out)
+
+
+def w8a8_ws_pair(xq: torch.Tensor, x_scale: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor,
+                 bg: torch.Tensor | None, wu: torch.Tensor, su: torch.Tensor, bu: torch.Tensor | None,
+                 act: str = "silu", out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
+                 out: torch.Tensor | None = None) -> torch.Tensor:
+    """w8a8_ws(gated=True) with gate (wg [H, K], sg, bg) and up (wu, su, bu) in tensors of their own (the pair that
+    fused.compile_passes makes of two per-Linear modules): y = act(x·Wgᵀ·sg·s_x + bg) ⊙ (x·Wuᵀ·su·s_x + bu)."""
+    if wu.shape != wg.shape or wu.dtype != wg.dtype or (bg is None) != (bu is None):
+        raise ValueError("w8a8_ws_pair: gate and up weights must match in shape and dtype, biases both or neither")
+    return _launch(xq, x_scale, wg, sg, bg, act, True, out_dtype, config, out, up=(wu, su, bu))
