@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirty-fourth"): `wsblock1` first (~5 min), then `wsblock2`. Done in the thirty-fourth: energy,
+# Next session (NOTES "thirty-fifth"): `perlayer` first (~6 min), then `stages2` (~4 min). Done in the thirty-fifth:
+# wsblock1, wsblock2, thirty5a, stages, thirty5b, thirty5c. Earlier: (NOTES "thirty-fourth") `wsblock1` first (~5 min),
+# then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
 # wsroute, wsfp8. Earlier: (NOTES "thirtieth") `wsmore` first. Done in the thirtieth: swappersist (the swap route then removed),
@@ -38,6 +40,13 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
         best = [r for r in v if isinstance(r[1], dict) and (r[1].get(fam) or 0) > (fam == 'STAGES')][:1]
         print('    best', fam, best[0] if best else '-')" "$1" "$2"
 }
+picks() {  # picks BENCH_JSON PATTERN...: the route timings whose key holds every PATTERN (one of a|b as a|b)
+  python3 -c "
+import json, sys
+for k, v in json.load(open(sys.argv[1]))['timings'].items():
+    if all(any(p in k for p in alt.split('|')) for alt in sys.argv[2:]):
+        print('  ', k[:100], sorted(v))" "$@"
+}
 ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per value of env VAR, its table rows
   local var=$1 vals=$2 rows=$3 limit=$4; shift 4
   for v in $vals; do
@@ -63,23 +72,22 @@ case "${1:-}" in
             # (1248 / 1232 / 1064 mJ; the deeper rings drew 744-750 W). Below 4, and the L2 grouping (GROUP_N) at 4:
             # does the tile order's L2 reuse decide it? Prediction: 3 stages within 3% of 4 (or slower: too little
             # in flight); a GROUP_N that changes the joules by >3% says L2 traffic is the lever
+            # At 1024 too, with 64-token tiles (twice the tiles: 7.6 -> 15 waves of 132 programs)
     ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
-      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"GROUP_N": 32}]' \
-      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"GROUP_N": 32}]' timeout 150 python3 .ci/energy_parts.py 8192 \
-      fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" | tee "$OUT/stages2.txt" ;;
+      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"BLOCK_T": 64}]' \
+      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"STAGES": 8}, {"BLOCK_T": 64}]' timeout 250 \
+      python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" \
+      | tee "$OUT/stages2.txt" ;;
   thirty5c)  # thirty-fifth session, after thirty5b: route timing sustained from 150 µs (FUSED_LONG_ROUTE_US, was 1000):
             # fp8 W8A8's gated route at M=1024 timed Gluon within Triton's 3% at boost clocks and kept Triton. The
             # block at M=1024, our four dense configs beside torchao fp8 rowwise + compile, then joules. Prediction:
             # fp8 W8A8 ~312-315 µs (Gluon picked), int8 W8A8 ~290, W8A16 rows within 2% of thirty5b's 617
     timeout 200 python3 -m fused bench --blocks llama --m 1024 \
-      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" --baselines "torchao fp8 rowwise + compile" \
+      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" \
+      --baselines "torchao fp8 rowwise + compile" \
       --out "$OUT/bench" > "$OUT/bench.log" 2>&1
     grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -7 | tee "$OUT/thirty5c.txt"
-    python3 -c "
-import json, sys
-for k, v in json.load(open(sys.argv[1]))['timings'].items():
-    if 'route_graph' in k and k[1] in ('gated', 'linear'):
-        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5c.txt"
+    picks "$OUT/bench/bench.json" route_graph | tee -a "$OUT/thirty5c.txt"  # (run: its filter printed nothing)
     timeout 90 python3 .ci/energy.py llama 1024 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
       | tee -a "$OUT/thirty5c.txt" ;;
   thirty5b)  # thirty-fifth session, after `stages`: w8a8_ws's gated form on 4 stages. The Llama block at M=128 / 1024 /
@@ -92,11 +100,7 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
       --baselines "bf16 compile,torchao int8 dyn + compile,torchao fp8 rowwise + compile,torchao fp8 wo + compile" \
       --out "$OUT/bench" > "$OUT/bench.log" 2>&1
     grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -12 | tee "$OUT/thirty5b.txt"
-    python3 -c "
-import json, sys
-for k, v in json.load(open(sys.argv[1]))['timings'].items():
-    if 'w8a8_route_graph' in k and ('h out' in k or 'h in' in k):
-        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5b.txt"
+    picks "$OUT/bench/bench.json" w8a8_route_graph "h out|h in" | tee -a "$OUT/thirty5b.txt"
     timeout 130 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
       | tee -a "$OUT/thirty5b.txt" ;;
   stages)  # thirty-fifth session: w8a8_ws's ring depth by M, in joules (1 s windows): fp8 gated 6 stages 1252 mJ
@@ -114,11 +118,7 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     timeout 270 python3 -m fused bench --blocks llama --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8" \
       --baselines "bf16 compile,torchao fp8 rowwise + compile" --out "$OUT/bench" > "$OUT/bench.log" 2>&1
     grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -8 | tee "$OUT/thirty5a.txt"
-    python3 -c "
-import json, sys
-for k, v in json.load(open(sys.argv[1]))['timings'].items():
-    if 'w8a8_route' in k and ('h out' in k or 'h in' in k):
-        print('  ', k[:100], sorted(v))" "$OUT/bench/bench.json" | tee -a "$OUT/thirty5a.txt"
+    picks "$OUT/bench/bench.json" w8a8_route "h out|h in" | tee -a "$OUT/thirty5a.txt"
     timeout 140 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
       | tee -a "$OUT/thirty5a.txt" ;;
   wsblock1)  # thirty-fourth session, prepared after its last device call: the ping-pong w8a8_ws (fixed: the consumers
