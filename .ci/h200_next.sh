@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session (NOTES "thirty-fifth"): `perlayer` first (~6 min), then `stages2` (~4 min). Done in the thirty-fifth:
-# wsblock1, wsblock2, thirty5a, stages, thirty5b, thirty5c. Earlier: (NOTES "thirty-fourth") `wsblock1` first (~5 min),
+# usage: bash .ci/h200_next.sh coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session (NOTES "thirty-fifth"): `coop` first (~7 min), `perlayer` (~6 min), then `stages2` (~4 min).
+# Done in the thirty-fifth: wsblock1, wsblock2, thirty5a, stages, thirty5b, thirty5c. Earlier: (NOTES "thirty-fourth") `wsblock1` first (~5 min),
 # then `wsblock2`. Done in the thirty-fourth: energy,
 # parts, gcfg, wsfp8a8, ws8diag. Earlier: (NOTES "thirty-third") `energy` first. Done in the thirty-third: wsmid, gapclk (partly, by
 # hand). Earlier: (NOTES "thirty-first") `wspair` first, then `wsmid`. Done in the thirty-first: wsmore, ppwait, ncupp, ppturn,
@@ -56,6 +56,25 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  coop)  # thirty-fifth session, prepared after its last device call: w8a8_ws's COOP form (256-row tiles shared by the
+         # two consumers, for plain GEMMs: the down projection; Triton's fp8 down, 7-13% faster than the 128-row Gluon
+         # tiles, runs 128 x 256). Its cuda tests (plain shapes with COOP, 3 programs, the block route with the second
+         # layer forced onto it), then joules per down GEMM, then the block with FUSED_W8A8_WS_COOP=0 / 1. Prediction:
+         # fp8 down with COOP within 2% of Triton's (516-527 mJ at 8192), int8 below the 128-row Gluon's 490; block
+         # fp8 W8A8 8192 2403 -> ~2370 if the route takes it
+    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
+      | filt | tail -4 | tee "$OUT/coop.txt"
+    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 ENERGY_WS_CFGS='[{}]' \
+      ENERGY_WS_DOWN_CFGS='[{}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}, {"COOP": true, "STAGES": 3}]' \
+      timeout 150 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep "down" \
+      | tee -a "$OUT/coop.txt"
+    for v in 0 1; do
+      FUSED_W8A8_WS_COOP=$v timeout 130 python3 -m fused bench --blocks llama --m 1024,8192 \
+        --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "torchao fp8 rowwise + compile" --out "$OUT/b$v" \
+        > "$OUT/b$v.log" 2>&1
+      echo "FUSED_W8A8_WS_COOP=$v"; grep "^| " "$OUT/b$v.log" | grep -v "^|--" | head -5
+      picks "$OUT/b$v/bench.json" w8a8_route_graph "h in"
+    done 2>&1 | tee -a "$OUT/coop.txt" ;;
   perlayer)  # thirty-fifth session, prepared after its last device call: the Gluon W8A8 GEMM offered to the per-layer
             # W8A8 routes too (linear, gated, and torch.compile's gated_pair through w8a8_ws_pair), not only to a
             # block's hand-off. Its new cuda tests (the pair, the routes forced onto it), then the Llama block per

@@ -842,14 +842,20 @@ W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 # until then (FUSED_W8A8_WS_LAYER=1; the routes are timed, so it then runs only where it wins its timing).
 W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "0") == "1"
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
+# The second layer (h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
+# shared-memory traffic per product; Triton's fp8 down GEMM, which beats the 128-row Gluon tiles by 7-13% there, runs
+# 128 x 256 tiles). Why: the fp8 W8A8 block at M=8192 is 2.3% over issue 4's 2350 µs and its down GEMM is Triton's
+# (629.7 µs vs Gluon 720.4, thirty5b). Prepared after the thirty-fifth session's last device call (compiled for sm_90:
+# 16 GMMA, no spill, 196 KB of shared memory), not yet run: opt-in FUSED_W8A8_WS_COOP=1 (`bash .ci/h200_next.sh coop`).
+W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "0") == "1"
 
 
-def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype) -> None:
+def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon") -> None:
     """Adds the Gluon W8A8 GEMM (``run``) to a W8A8 route's candidates where it runs: sm_90 with Gluon, a 16-bit
     output (x's dtype, or h's for a second layer), TMA-able weights; checked only when the route is to be timed."""
     if (W8A8_WS and x.is_cuda and out_dtype in (torch.bfloat16, torch.float16) and _may_time(key, x)
             and _ws_supports(x, w, gated, kernel="w8a8_ws") is None):
-        _offer_ws(others, op, run, name="gluon", what="Gluon W8A8")
+        _offer_ws(others, op, run, name=name, what=f"Gluon W8A8 ({name})")
 
 
 def _w8a8_ws_y(x2, qweight, wscale, bias, act, gated, up=None):
@@ -863,7 +869,7 @@ def _w8a8_ws_y(x2, qweight, wscale, bias, act, gated, up=None):
 
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
                 "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant"}
-_H_IN_PATHS = {"cublas": CUBLAS_PATH, "gluon": "gluon:w8a8_ws"}
+_H_IN_PATHS = {"cublas": CUBLAS_PATH, "gluon": "gluon:w8a8_ws", "gluon_coop": "gluon:w8a8_ws_coop"}
 
 
 def _h_out_key(op, M, qweight, xdtype, bias, act) -> tuple:
@@ -916,21 +922,26 @@ def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
     def cublas():
         return _cublas_w8a8(None, qweight, wscale, bias, act, False, q_in=qa)
 
-    def gluon():
+    def gluon(config=None):
         from fused.kernels.w8a8_ws import w8a8_ws
 
-        return w8a8_ws(qa.q, qa.s, qweight, wscale, bias, act, out_dtype=qa.dtype)
+        return w8a8_ws(qa.q, qa.s, qweight, wscale, bias, act, out_dtype=qa.dtype, config=config)
+
+    def gluon_coop():
+        return gluon(dict(COOP=True))
 
     pick = "triton"
     if qa.q.is_cuda and _forced is None:
         key = (op, m_bucket(qa.m), tuple(qweight.shape), qweight.dtype, qa.dtype, bias is None, act, "h in")
         others = {}
         _offer_w8a8_ws(others, key, op, qa.q, qweight, False, gluon, qa.dtype)
+        if W8A8_WS_COOP:
+            _offer_w8a8_ws(others, key, op, qa.q, qweight, False, gluon_coop, qa.dtype, name="gluon_coop")
         use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
         if use_cublas or others or key in _dense_routes:
             pick = _graph_pick(key, triton, cublas if use_cublas else None, op, others=others or None)
     stats[(op, _H_IN_PATHS.get(pick, "triton:w8_gemm_w8a8") + " (h in)")] += 1
-    return {"cublas": cublas, "gluon": gluon}.get(pick, triton)()
+    return {"cublas": cublas, "gluon": gluon, "gluon_coop": gluon_coop}.get(pick, triton)()
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of

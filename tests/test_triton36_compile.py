@@ -110,11 +110,12 @@ for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4,
         out.append(f'{label}: spills ({stack and stack.group(0)})')
 from fused.kernels import w8a8_ws as w8s
 # the Gluon fp8 W8A8 GEMM: per consumer one group of 4 wgmma (both operands in shared memory) per accumulator and K
-# step, 16 in all; no spill
-for gated, act, bias, int8 in ((False, 'none', False, False), (True, 'silu', False, False),
-                               (True, 'gelu_tanh', True, False), (True, 'silu', False, True)):
-    cfg = w8s.default_config(gated)
-    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
+# step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike
+for gated, act, bias, int8, coop in ((False, 'none', False, False, False), (True, 'silu', False, False, False),
+                                     (True, 'gelu_tanh', True, False, False), (True, 'silu', False, True, False),
+                                     (False, 'none', False, False, True), (False, 'gelu', True, True, True)):
+    cfg = w8s.default_config(gated, coop)
+    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 256 if coop else 64 if gated else 128
     dt, ds = (gl.int8, 'i8') if int8 else (gl.float8e4nv, 'fp8e4nv')
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], dt)
     wl = gl.NVMMASharedLayout.get_default_for([wr, bk], dt)
@@ -123,11 +124,11 @@ for gated, act, bias, int8 in ((False, 'none', False, False), (True, 'silu', Fal
            'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32',
            'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
-                  ACT=act, HAS_BIAS=bias, INT8=int8, num_warps=4)
+                  ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
-    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8}'
+    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop}'
     with _tf.NamedTemporaryFile(suffix='.cubin') as f:
         f.write(k.asm['cubin'])
         f.flush()

@@ -31,6 +31,8 @@ def test_bad_operands_get_clear_errors():
         w8a8_ws(torch.zeros(4, 40, dtype=torch.float8_e4m3fn), xs, torch.zeros(8, 40, dtype=torch.float8_e4m3fn), s)
     with pytest.raises(ValueError, match="even row count"):
         w8a8_ws(xq, xs, q[:7], s[:7], gated=True)
+    with pytest.raises(ValueError, match="plain GEMMs only"):
+        w8a8_ws(xq, xs, q, s, act="silu", gated=True, config=dict(COOP=True))
     with pytest.raises(ValueError, match="act must be"):
         w8a8_ws(xq, xs, q, s, act="tanh")
     with pytest.raises(ValueError, match="token scales"):
@@ -89,7 +91,9 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     xq, xs, q, s, b, xf = _operands(M, N, K, M + N, bias, fp8)
     ref = linear_ref(xf, q, s, b, act)
     # PROGRAMS=3: three programs walk every tile (each consumer's ring positions and phases across tiles)
-    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64)):
+    # COOP: 256-row tiles shared by the two consumers (PROGRAMS=3: each program several tiles, the ring across them)
+    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64), dict(COOP=True),
+                dict(COOP=True, PROGRAMS=3, STAGES=3)):
         for dtype in ((torch.bfloat16, torch.float16) if cfg is None else (torch.bfloat16, )):
             out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)  # poisoned
             y = w8a8_ws(xq, xs, q, s, b, act, out_dtype=dtype, config=cfg, out=out)
@@ -169,13 +173,16 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
     key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
     outs = {}
-    for route in ("triton", "gluon"):
-        monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
+    for route in ("triton", "gluon", "gluon_coop"):  # gluon_coop: the second layer on the COOP form
+        first = "triton" if route == "triton" else "gluon"
+        monkeypatch.setitem(dispatch._dense_routes, key, (first, first))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
         outs[route] = dispatch.mlp_block(x, q1, s1, None, q2, s2, None, act, gated, dynamic=True)
-    assert dispatch.stats[(op, "triton:act_quant+gluon:w8a8_ws+act_quant (h out)")] == 1
-    assert dispatch.stats[("linear", "gluon:w8a8_ws (h in)")] == 1
+        if route != "triton":
+            assert dispatch.stats[(op, "triton:act_quant+gluon:w8a8_ws+act_quant (h out)")] == 1
+            assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
+    assert sqnr(outs["gluon"].float(), outs["gluon_coop"].float()) > 40  # the same products, other tiles
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30

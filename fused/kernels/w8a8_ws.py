@@ -90,24 +90,71 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
         t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        y = acc0.to(gl.float32) * xs * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
-        if HAS_BIAS:
-            y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
-        y = _activation(y, ACT)
+        y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
         if GATED:
-            u = acc1.to(gl.float32) * xs * gl.load(su_ptr + up_off + o, mask=o < N_OUT, other=0.0)[:, None]
-            if HAS_BIAS:
-                u += gl.load(bu_ptr + up_off + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+            u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
             _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
         else:
             _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
             o1 = o + ROWS
-            y1 = acc1.to(gl.float32) * xs * gl.load(ws_ptr + o1, mask=o1 < N_OUT, other=0.0)[:, None]
-            if HAS_BIAS:
-                y1 += gl.load(b_ptr + o1, mask=o1 < N_OUT, other=0.0).to(gl.float32)[:, None]
+            y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
             _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
         j += 2
         n += 1
+
+
+@gluon.jit
+def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT, stride_ym,
+                   k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+                   INT8: gl.constexpr):
+    """COOP (plain GEMMs): consumer PART's 128 of each 256-row tile's weight rows, on every tile of the program. Both
+    consumers read each stage's x tile and release the stage together (its empty barrier counts two arrivals), so a
+    stage carries 256 weight rows for one x tile: a quarter less shared-memory traffic per product than two 128-row
+    tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down projection's 14336, 112 steps)
+    makes small, and the loader fills the ring meanwhile."""
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
+    ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                         instr_shape=[16, _instr_n(BLOCK_T), 32])
+    rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
+    for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
+        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+        acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+        acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+        for k in range(k_tiles):
+            s = (it + k) % STAGES
+            mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
+            xt = x_bufs.index(s).permute((1, 0))
+            acc0 = warpgroup_mma(w8_bufs.index(s).slice(2 * PART * ROWS, ROWS, dim=0), xt, acc0, is_async=True)
+            acc1 = warpgroup_mma(w8_bufs.index(s).slice((2 * PART + 1) * ROWS, ROWS, dim=0), xt, acc1, is_async=True)
+            acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
+            if k > 0:
+                mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
+        acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+        mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
+        it += k_tiles
+
+        t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
+        xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
+        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+        o = off_o + 2 * PART * ROWS + gl.arange(0, ROWS, layout=rows_l)
+        y = _scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
+        _store(_activation(y, ACT), o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        o1 = o + ROWS
+        y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
+        _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+
+
+@gluon.jit
+def _scaled(acc, xs, o, so, s_ptr, b_ptr, N_OUT, HAS_BIAS: gl.constexpr):
+    """An accumulator's rows o in fp32 with s_x along tokens, the weight scale and bias of rows so (o < N_OUT)."""
+    y = acc.to(gl.float32) * xs * gl.load(s_ptr + so, mask=o < N_OUT, other=0.0)[:, None]
+    if HAS_BIAS:
+        y += gl.load(b_ptr + so, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+    return y
 
 
 @gluon.jit
@@ -122,33 +169,45 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym,
                     up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    COOP: gl.constexpr, num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
-    # a stage belongs to one tile, so to one consumer
-    x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 1)
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # consumer c may start its K loop
-    for i in gl.static_range(2):
-        mbarrier.init(turn.index(i), count=1)
-    gl.warp_specialize([
-        (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
-        (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                     w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
-        (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
-                           k_tiles, GROUP_N, True, GATED)),
-    ], [4, 1], [CONSUMER_REGS, 24])
+    if COOP:  # plain only (the launcher checks): 256-row tiles shared by the two consumers
+        x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
+        gl.warp_specialize([
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+                              stride_ym, k_tiles, 0, GROUP_N, ACT, HAS_BIAS, INT8)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+                              stride_ym, k_tiles, 1, GROUP_N, ACT, HAS_BIAS, INT8)),
+            (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
+                               up_off, k_tiles, GROUP_N, True, False)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    else:
+        # a stage belongs to one tile, so to one consumer
+        x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 1)
+        # turn[c]: consumer c may start its K loop
+        turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(turn.index(i), count=1)
+        gl.warp_specialize([
+            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                         w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
+            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                         w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
+            (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
+                               k_tiles, GROUP_N, True, GATED)),
+        ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config(gated: bool = False) -> dict:
+def default_config(gated: bool = False, coop: bool = False) -> dict:
     """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
     steps: 32 KB a stage; 6 stages, 4 gated. Why 4 gated: at M=8192 (Llama gate/up, 1 s windows at the cap, H200,
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
-    down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024)."""
-    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated else 6, GROUP_N=8, CONSUMER_REGS=232)
+    down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
+    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
 
 
 def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -175,6 +234,8 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         raise ValueError(f"w8a8_ws: K must be a multiple of 16 (TMA rows), got {qweight.shape[1]}")
     if gated and up is None and qweight.shape[0] % 2:
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
+    if gated and (config or {}).get("COOP"):
+        raise ValueError("w8a8_ws: COOP (256-row tiles shared by both consumers) is for plain GEMMs only")
     scales = (x_scale, wscale) if up is None else (x_scale, wscale, up[1])
     if x_scale.dim() != 1 or any(t.dtype != torch.float32 for t in scales):
         raise TypeError(f"w8a8_ws: x_scale [M] and the weight scales must be float32, got {x_scale.dtype} "
@@ -191,7 +252,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if up is not None:
         up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
     K = xq.shape[1]
-    cfg = dict(default_config(gated), **(config or {}))
+    cfg = dict(default_config(gated, bool((config or {}).get("COOP"))), **(config or {}))
     N = qweight.shape[0]
     N_OUT = N // 2 if gated and up is None else N
     if out is None:
@@ -207,8 +268,8 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     # TMA wants 16-byte aligned rows and bases: other views are copied (the weight is contiguous from conversion)
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
-    bt, bk = cfg["BLOCK_T"], cfg["BLOCK_K"]
-    w_rows = 64 if gated else 128
+    bt, bk, coop = cfg["BLOCK_T"], cfg["BLOCK_K"], bool(cfg.get("COOP"))
+    w_rows = 256 if coop else 64 if gated else 128
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
     # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
@@ -222,7 +283,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
                                N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
                                STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
-                               num_warps=4)
+                               COOP=coop, num_warps=4)
     return out
 
 
