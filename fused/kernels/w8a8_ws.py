@@ -19,6 +19,11 @@ the down GEMM was even. The layout:
   whose parity still reads as the phase one ring cycle before and pass before its load (it hung or faulted whenever
   a tile had more K steps than the ring has stages).
 
+COOP (config, plain GEMMs only): 256-row tiles, consumer c on rows 128c..128c+127, both reading each stage's x tile
+and releasing the stage together; a quarter less shared-memory traffic per product (Triton's faster fp8 down GEMM
+runs 128 x 256 tiles), no ping-pong (a long K makes the epilogue small). Prepared after the thirty-fifth session's
+last device call: compiled for sm_90, not yet run (dispatch offers it only with FUSED_W8A8_WS_COOP=1).
+
 A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
 (1 s windows, 4 / 6 stages); the down shape 70.6 against Triton's 66.1 (int8: 66.0 against 69.6, thirty-fifth), so
