@@ -57,23 +57,25 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 }
 case "${1:-}" in
   coop)  # thirty-fifth session, prepared after its last device call: w8a8_ws's COOP form (256-row tiles shared by the
-         # two consumers, for plain GEMMs: the down projection; Triton's fp8 down, 7-13% faster than the 128-row Gluon
-         # tiles, runs 128 x 256). Its cuda tests (plain shapes with COOP, 3 programs, the block route with the second
-         # layer forced onto it), then joules per down GEMM, then the block with FUSED_W8A8_WS_COOP=0 / 1. Prediction:
-         # fp8 down with COOP within 2% of Triton's (516-527 mJ at 8192), int8 below the 128-row Gluon's 490; block
-         # fp8 W8A8 8192 2403 -> ~2370 if the route takes it
+         # two consumers; Triton's fp8 down, 7-13% faster than the 128-row Gluon tiles, runs 128 x 256; gated: 128
+         # outputs' gate and up rows, no ping-pong). Its cuda tests (plain and gated shapes with COOP, 3 programs, the
+         # block routes forced onto it), then joules per GEMM, then the block with FUSED_W8A8_WS_COOP=0 / 1.
+         # Prediction: fp8 down with COOP within 2% of Triton's (516-527 mJ at 8192); gated COOP within +-5% of the
+         # ping-pong one (less shared-memory traffic against the epilogue's stall); block fp8 W8A8 8192 2403 -> ~2370
+         # if the down route takes it
     timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
       | filt | tail -4 | tee "$OUT/coop.txt"
-    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 ENERGY_WS_CFGS='[{}]' \
+    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
+      ENERGY_WS_CFGS='[{}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}]' \
       ENERGY_WS_DOWN_CFGS='[{}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}, {"COOP": true, "STAGES": 3}]' \
-      timeout 150 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep "down" \
+      timeout 170 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v plain \
       | tee -a "$OUT/coop.txt"
     for v in 0 1; do
       FUSED_W8A8_WS_COOP=$v timeout 130 python3 -m fused bench --blocks llama --m 1024,8192 \
         --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "torchao fp8 rowwise + compile" --out "$OUT/b$v" \
         > "$OUT/b$v.log" 2>&1
       echo "FUSED_W8A8_WS_COOP=$v"; grep "^| " "$OUT/b$v.log" | grep -v "^|--" | head -5
-      picks "$OUT/b$v/bench.json" w8a8_route_graph "h in"
+      picks "$OUT/b$v/bench.json" w8a8_route_graph "h in|h out"
     done 2>&1 | tee -a "$OUT/coop.txt" ;;
   perlayer)  # thirty-fifth session, prepared after its last device call: the Gluon W8A8 GEMM offered to the per-layer
             # W8A8 routes too (linear, gated, and torch.compile's gated_pair through w8a8_ws_pair), not only to a
@@ -96,7 +98,9 @@ case "${1:-}" in
       ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"BLOCK_T": 64}]' \
       ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"STAGES": 8}, {"BLOCK_T": 64}]' timeout 250 \
       python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" \
-      | tee "$OUT/stages2.txt" ;;
+      | tee "$OUT/stages2.txt"
+    # where the fp8 W8A8 block's M=1024 time goes now (kernels, gaps, clocks): 312.7 µs against routes summing ~302
+    timeout 120 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -25 | tee -a "$OUT/stages2.txt" ;;
   thirty5c)  # thirty-fifth session, after thirty5b: route timing sustained from 150 µs (FUSED_LONG_ROUTE_US, was 1000):
             # fp8 W8A8's gated route at M=1024 timed Gluon within Triton's 3% at boost clocks and kept Triton. The
             # block at M=1024, our four dense configs beside torchao fp8 rowwise + compile, then joules. Prediction:

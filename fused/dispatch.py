@@ -842,11 +842,12 @@ W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 # until then (FUSED_W8A8_WS_LAYER=1; the routes are timed, so it then runs only where it wins its timing).
 W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "0") == "1"
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
-# The second layer (h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
+# Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beats the 128-row Gluon tiles by 7-13% there, runs
-# 128 x 256 tiles). Why: the fp8 W8A8 block at M=8192 is 2.3% over issue 4's 2350 µs and its down GEMM is Triton's
-# (629.7 µs vs Gluon 720.4, thirty5b). Prepared after the thirty-fifth session's last device call (compiled for sm_90:
-# 16 GMMA, no spill, 196 KB of shared memory), not yet run: opt-in FUSED_W8A8_WS_COOP=1 (`bash .ci/h200_next.sh coop`).
+# 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong). Why: the fp8 W8A8 block at M=8192 is 2.3%
+# over issue 4's 2350 µs and its down GEMM is Triton's (629.7 µs vs Gluon 720.4, thirty5b). Prepared after the
+# thirty-fifth session's last device call (compiled for sm_90: 16 GMMA, no spill, 196 KB of shared memory), not yet
+# run: opt-in FUSED_W8A8_WS_COOP=1 (`bash .ci/h200_next.sh coop`).
 W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "0") == "1"
 
 
@@ -858,17 +859,18 @@ def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype
         _offer_ws(others, op, run, name=name, what=f"Gluon W8A8 ({name})")
 
 
-def _w8a8_ws_y(x2, qweight, wscale, bias, act, gated, up=None):
+def _w8a8_ws_y(x2, qweight, wscale, bias, act, gated, up=None, config=None):
     """act_quant(x) and the Gluon W8A8 GEMM (``up``: a gated pair's (wu, su, bu)), y in x's dtype."""
     from fused.kernels import w8a8_ws as ws
 
     xq, xs = _triton_kernels().act_quant(x2, fp8=qweight.dtype == torch.float8_e4m3fn)
     if up is None:
-        return ws.w8a8_ws(xq, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype)
-    return ws.w8a8_ws_pair(xq, xs, qweight, wscale, bias, *up, act, out_dtype=x2.dtype)
+        return ws.w8a8_ws(xq, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype, config=config)
+    return ws.w8a8_ws_pair(xq, xs, qweight, wscale, bias, *up, act, out_dtype=x2.dtype, config=config)
 
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
-                "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant"}
+                "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant",
+                "gluon_coop": "triton:act_quant+gluon:w8a8_ws_coop+act_quant"}
 _H_IN_PATHS = {"cublas": CUBLAS_PATH, "gluon": "gluon:w8a8_ws", "gluon_coop": "gluon:w8a8_ws_coop"}
 
 
@@ -893,12 +895,17 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
 
         return QuantizedAct(*first_layer(x2, qweight, wscale, bias, act, gated, rows=_handoff_rows(M)), M, x2.dtype)
 
-    def gluon():
-        return _quantized(_w8a8_ws_y(x2, qweight, wscale, bias, act, gated), fp8)
+    def gluon(config=None):
+        return _quantized(_w8a8_ws_y(x2, qweight, wscale, bias, act, gated, config=config), fp8)
+
+    def gluon_coop():
+        return gluon(dict(COOP=True))
 
     key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
     others = {"first_layer": first_layer} if FIRST_LAYER else {}
     _offer_w8a8_ws(others, key, op, x2, qweight, gated, gluon, x2.dtype)
+    if W8A8_WS_COOP:
+        _offer_w8a8_ws(others, key, op, x2, qweight, gated, gluon_coop, x2.dtype, name="gluon_coop")
     pick = "triton"
     use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
     if x2.is_cuda and _forced is None and (use_cublas or others or key in _dense_routes):
@@ -906,7 +913,7 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     elif FIRST_LAYER and _forced == "triton" and not x2.is_cuda:
         pick = "first_layer"  # the interpreter (CI): the one-launch route untimed, as measure_route would take it
     stats[(op, _H_OUT_PATHS.get(pick, path + "+act_quant") + " (h out)")] += 1
-    return {"cublas": cublas, "first_layer": first_layer, "gluon": gluon}.get(pick, triton)()
+    return {"cublas": cublas, "first_layer": first_layer, "gluon": gluon, "gluon_coop": gluon_coop}.get(pick, triton)()
 
 
 def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):

@@ -113,9 +113,10 @@ from fused.kernels import w8a8_ws as w8s
 # step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike
 for gated, act, bias, int8, coop in ((False, 'none', False, False, False), (True, 'silu', False, False, False),
                                      (True, 'gelu_tanh', True, False, False), (True, 'silu', False, True, False),
-                                     (False, 'none', False, False, True), (False, 'gelu', True, True, True)):
+                                     (False, 'none', False, False, True), (False, 'gelu', True, True, True),
+                                     (True, 'silu', False, False, True), (True, 'gelu_tanh', True, True, True)):
     cfg = w8s.default_config(gated, coop)
-    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 256 if coop else 64 if gated else 128
+    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], (128 if gated else 256) if coop else 64 if gated else 128
     dt, ds = (gl.int8, 'i8') if int8 else (gl.float8e4nv, 'fp8e4nv')
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], dt)
     wl = gl.NVMMASharedLayout.get_default_for([wr, bk], dt)

@@ -31,8 +31,6 @@ def test_bad_operands_get_clear_errors():
         w8a8_ws(torch.zeros(4, 40, dtype=torch.float8_e4m3fn), xs, torch.zeros(8, 40, dtype=torch.float8_e4m3fn), s)
     with pytest.raises(ValueError, match="even row count"):
         w8a8_ws(xq, xs, q[:7], s[:7], gated=True)
-    with pytest.raises(ValueError, match="plain GEMMs only"):
-        w8a8_ws(xq, xs, q, s, act="silu", gated=True, config=dict(COOP=True))
     with pytest.raises(ValueError, match="act must be"):
         w8a8_ws(xq, xs, q, s, act="tanh")
     with pytest.raises(ValueError, match="token scales"):
@@ -111,7 +109,7 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
 
     xq, xs, q, s, b, xf = _operands(M, 2 * H, K, M + H, bias, fp8)
     ref = gated_ref(xf, q, s, b, act)
-    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(PROGRAMS=2)):
+    for cfg in (None, dict(BLOCK_K=64, STAGES=8), dict(PROGRAMS=2), dict(COOP=True), dict(COOP=True, PROGRAMS=3)):
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a8_ws(xq, xs, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
@@ -173,14 +171,13 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
     key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
     outs = {}
-    for route in ("triton", "gluon", "gluon_coop"):  # gluon_coop: the second layer on the COOP form
-        first = "triton" if route == "triton" else "gluon"
-        monkeypatch.setitem(dispatch._dense_routes, key, (first, first))
+    for route in ("triton", "gluon", "gluon_coop"):  # gluon_coop: both layers on the COOP form
+        monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
         outs[route] = dispatch.mlp_block(x, q1, s1, None, q2, s2, None, act, gated, dynamic=True)
         if route != "triton":
-            assert dispatch.stats[(op, "triton:act_quant+gluon:w8a8_ws+act_quant (h out)")] == 1
+            assert dispatch.stats[(op, f"triton:act_quant+gluon:w8a8_ws{route[5:]}+act_quant (h out)")] == 1
             assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
     assert sqnr(outs["gluon"].float(), outs["gluon_coop"].float()) > 40  # the same products, other tiles
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)

@@ -19,10 +19,11 @@ the down GEMM was even. The layout:
   whose parity still reads as the phase one ring cycle before and pass before its load (it hung or faulted whenever
   a tile had more K steps than the ring has stages).
 
-COOP (config, plain GEMMs only): 256-row tiles, consumer c on rows 128c..128c+127, both reading each stage's x tile
-and releasing the stage together; a quarter less shared-memory traffic per product (Triton's faster fp8 down GEMM
-runs 128 x 256 tiles), no ping-pong (a long K makes the epilogue small). Prepared after the thirty-fifth session's
-last device call: compiled for sm_90, not yet run (dispatch offers it only with FUSED_W8A8_WS_COOP=1).
+COOP (config): 256-row tiles (gated: 128 gate rows and their 128 up rows), each consumer on half of them (gated: 64
+gate rows and their up rows), both reading each stage's x tile and releasing the stage together; a quarter less
+shared-memory traffic per product (Triton's faster fp8 down GEMM runs 128 x 256 tiles), no ping-pong (a long K makes
+the epilogue small). Prepared after the thirty-fifth session's last device call: compiled for sm_90, not yet run
+(dispatch offers it, for the down projection, only with FUSED_W8A8_WS_COOP=1).
 
 A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
@@ -109,17 +110,20 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
 
 
 @gluon.jit
-def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT, stride_ym,
-                   k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
-                   INT8: gl.constexpr):
-    """COOP (plain GEMMs): consumer PART's 128 of each 256-row tile's weight rows, on every tile of the program. Both
-    consumers read each stage's x tile and release the stage together (its empty barrier counts two arrivals), so a
-    stage carries 256 weight rows for one x tile: a quarter less shared-memory traffic per product than two 128-row
-    tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down projection's 14336, 112 steps)
-    makes small, and the loader fills the ring meanwhile."""
+def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
+                   N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
+                   ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr):
+    """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
+    128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
+    act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
+    barrier counts two arrivals), so a stage carries 256 weight rows for one x tile: a quarter less shared-memory
+    traffic per product than 128-row tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down
+    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
+    ROW0: gl.constexpr = PART * ROWS if GATED else 2 * PART * ROWS  # acc0's first row in the stage's W tile
+    ROW1: gl.constexpr = 2 * ROWS + PART * ROWS if GATED else 2 * PART * ROWS + ROWS  # acc1's
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, _instr_n(BLOCK_T), 32])
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
@@ -133,8 +137,8 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, 
             s = (it + k) % STAGES
             mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
             xt = x_bufs.index(s).permute((1, 0))
-            acc0 = warpgroup_mma(w8_bufs.index(s).slice(2 * PART * ROWS, ROWS, dim=0), xt, acc0, is_async=True)
-            acc1 = warpgroup_mma(w8_bufs.index(s).slice((2 * PART + 1) * ROWS, ROWS, dim=0), xt, acc1, is_async=True)
+            acc0 = warpgroup_mma(w8_bufs.index(s).slice(ROW0, ROWS, dim=0), xt, acc0, is_async=True)
+            acc1 = warpgroup_mma(w8_bufs.index(s).slice(ROW1, ROWS, dim=0), xt, acc1, is_async=True)
             acc0, acc1 = warpgroup_mma_wait(num_outstanding=2, deps=(acc0, acc1))
             if k > 0:
                 mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
@@ -145,12 +149,16 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, 
         t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
         xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
         t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        o = off_o + 2 * PART * ROWS + gl.arange(0, ROWS, layout=rows_l)
-        y = _scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-        _store(_activation(y, ACT), o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-        o1 = o + ROWS
-        y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-        _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        o = off_o + ROW0 + gl.arange(0, ROWS, layout=rows_l)  # (gated: the outputs of the gate rows)
+        y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+        if GATED:
+            u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
+            _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        else:
+            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            o1 = o + ROWS
+            y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
+            _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
 @gluon.jit
@@ -179,15 +187,15 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
-    if COOP:  # plain only (the launcher checks): 256-row tiles shared by the two consumers
+    if COOP:  # 256-row tiles shared by the two consumers
         x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
         gl.warp_specialize([
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
-                              stride_ym, k_tiles, 0, GROUP_N, ACT, HAS_BIAS, INT8)),
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
-                              stride_ym, k_tiles, 1, GROUP_N, ACT, HAS_BIAS, INT8)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
+                              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
-                               up_off, k_tiles, GROUP_N, True, False)),
+                               up_off, k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         # a stage belongs to one tile, so to one consumer
@@ -239,8 +247,6 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         raise ValueError(f"w8a8_ws: K must be a multiple of 16 (TMA rows), got {qweight.shape[1]}")
     if gated and up is None and qweight.shape[0] % 2:
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
-    if gated and (config or {}).get("COOP"):
-        raise ValueError("w8a8_ws: COOP (256-row tiles shared by both consumers) is for plain GEMMs only")
     scales = (x_scale, wscale) if up is None else (x_scale, wscale, up[1])
     if x_scale.dim() != 1 or any(t.dtype != torch.float32 for t in scales):
         raise TypeError(f"w8a8_ws: x_scale [M] and the weight scales must be float32, got {x_scale.dtype} "
@@ -274,7 +280,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
     bt, bk, coop = cfg["BLOCK_T"], cfg["BLOCK_K"], bool(cfg.get("COOP"))
-    w_rows = 256 if coop else 64 if gated else 128
+    w_rows = (128 if gated else 256) if coop else 64 if gated else 128  # one TMA box (gated: the gate rows)
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
     # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
