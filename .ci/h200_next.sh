@@ -86,7 +86,8 @@ case "${1:-}" in
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
       | filt | tail -4 | tee "$OUT/perlayer.txt"
     for v in 0 1; do
-      echo "FUSED_W8A8_WS_LAYER=$v"; FUSED_W8A8_WS_LAYER=$v PAIR_CONFIGS="fp8 W8A8,int8 W8A8" timeout 170 python3 \
+      echo "FUSED_W8A8_WS_LAYER=$v"; FUSED_W8A8_WS_LAYER=$v PAIR_CONFIGS="fp8 W8A8,int8 W8A8" PAIR_BLOCK=$v \
+        timeout 190 python3 \
         .ci/pair_probe.py 1024,8192 2>&1 | filt | grep "^M=" | grep -v "bf16 eager"
     done 2>&1 | tee -a "$OUT/perlayer.txt" ;;
   stages2)  # thirty-fifth session, the last ~200 device-s: 6 -> 5 -> 4 stages cut the gated fp8 GEMM's joules at 8192

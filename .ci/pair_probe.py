@@ -23,7 +23,8 @@ CONFIGS = {"int8 W8A16": fused.FusedInt8MLP(), "fp8 W8A16": fused.FusedFloat8MLP
            "fp8 W8A8": fused.FusedFloat8MLP(), "int8 W8A8": fused.FusedInt8MLP(weight_only=False)}
 wanted = os.environ.get("PAIR_CONFIGS", "int8 W8A16,fp8 W8A16,fp8 W8A8").split(",")  # (int8 W8A8 since the 35th)
 for label, cfg in ((k, CONFIGS[k]) for k in wanted):
-    models[f"{label} block"] = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
+    if os.environ.get("PAIR_BLOCK", "1") == "1":  # PAIR_BLOCK=0: the per-Linear models only
+        models[f"{label} block"] = fused.quantize(copy.deepcopy(base), cfg, blocks=True)
     models[f"{label} per-Linear + compile"] = torch.compile(fused.quantize(copy.deepcopy(base), cfg, blocks=False),
                                                             fullgraph=True, dynamic=True)
 models["bf16 eager"] = base
