@@ -90,21 +90,9 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
 
-        # epilogue on yᵀ's tile [rows, tokens]: s_w along rows, s_x along tokens, bias, act; gated: rows 0-63 are
-        # gate rows and 64-127 the same outputs' up rows (row up_off + o of the scales and bias)
-        t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
-        xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
-        o = off_o + gl.arange(0, ROWS, layout=rows_l)
-        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
-        if GATED:
-            u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
-            _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-        else:
-            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-            o1 = o + ROWS
-            y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-            _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        # gated: rows 0-63 are gate rows and 64-127 the same outputs' up rows
+        _epilogue(acc0, acc1, off_o + gl.arange(0, ROWS, layout=rows_l), off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr,
+                  y_ptr, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, out_layout)
         j += 2
         n += 1
 
@@ -146,19 +134,30 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
         it += k_tiles
 
-        t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
-        xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
-        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        o = off_o + ROW0 + gl.arange(0, ROWS, layout=rows_l)  # (gated: the outputs of the gate rows)
-        y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
-        if GATED:
-            u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
-            _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-        else:
-            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-            o1 = o + ROWS
-            y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-            _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        # (gated: o the outputs of the gate rows)
+        _epilogue(acc0, acc1, off_o + ROW0 + gl.arange(0, ROWS, layout=rows_l), off_t, xs_ptr, ws_ptr, su_ptr, b_ptr,
+                  bu_ptr, y_ptr, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, out_layout)
+
+
+@gluon.jit
+def _epilogue(acc0, acc1, o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym, up_off,
+              GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, out_layout: gl.constexpr):
+    """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act.
+    o: acc0's rows. Gated: acc1 holds the same outputs' up rows (row up_off + o of the scales and bias), y =
+    act(gate) · up; else acc1 the next rows."""
+    BLOCK_T: gl.constexpr = acc0.shape[1]
+    t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc0.type.layout))
+    xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
+    t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+    y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+    if GATED:
+        u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
+        _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+    else:
+        _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        o1 = o + acc0.shape[0]
+        y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
+        _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
 @gluon.jit
