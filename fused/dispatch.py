@@ -843,12 +843,17 @@ W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "0") == "1"
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
-# shared-memory traffic per product; Triton's fp8 down GEMM, which beats the 128-row Gluon tiles by 7-13% there, runs
-# 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong). Why: the fp8 W8A8 block at M=8192 is 2.3%
-# over issue 4's 2350 µs and its down GEMM is Triton's (629.7 µs vs Gluon 720.4, thirty5b). Prepared after the
-# thirty-fifth session's last device call (compiled for sm_90: 16 GMMA, no spill, 196 KB of shared memory), not yet
-# run: opt-in FUSED_W8A8_WS_COOP=1 (`bash .ci/h200_next.sh coop`).
-W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "0") == "1"
+# shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
+# 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
+# Why: the fp8 W8A8 block at M=8192 was 2.3% over issue 4's 2350 µs with Triton's down GEMM. Predicted: fp8 down within
+# 2% of Triton's, block fp8 8192 2403 -> ~2370. Measured (H200, thirty-sixth session, `bash .ci/h200_next.sh coop`; 62
+# cuda tests passed): joules per fp8 down GEMM at 8192 Triton 505.4 mJ, COOP 509.8, ping-pong 526.9 (1024: 65.3 / 65.8
+# / 68.8); route timings (graph µs, COOP / ping-pong / Triton / cuBLAS) fp8 gated 1024 205.9 / 213.4 / 229.4 / 232.9,
+# 8192 1640.8 / 1681.0 / 1873.7 / 1705.0; fp8 down 8192 731.6 / 742.5 / 721.5 (Triton keeps it) / 737.5; int8 gated
+# 8192 1545.5 / 1598.1, down 648.0 / 701.2 / 778.4: COOP wins every route but fp8 down at 8192. Block (bench, COOP off /
+# on): fp8 W8A8 M=1024 309.0 / 307.6, 8192 2397.4 / 2399.5; int8 290.2 / 285.4, 2249.7 / 2243.7. FUSED_W8A8_WS_COOP=0:
+# off.
+W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 
 
 def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon") -> None:
