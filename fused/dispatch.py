@@ -419,8 +419,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
     elif path == WS_PATH:
         y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
-    elif path == W8A8_WS_PATH:
-        y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated")
+    elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
+        y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated", config=_WS_CONFIG[path])
     else:
         y = _triton_dense(path, x2, qweight, wscale, bias, act, op == "gated", dynamic)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
@@ -777,12 +777,12 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
     gated = op == "gated"
     others = {}
-    if W8A8_WS_LAYER:
-        _offer_w8a8_ws(others, key, op, x2, qweight, gated,
-                       lambda: _w8a8_ws_y(x2, qweight, wscale, bias, act, gated), x2.dtype)
+    for name, wpath in _layer_ws_paths():
+        _offer_w8a8_ws(others, key, op, x2, qweight, gated, lambda c=_WS_CONFIG[wpath]: _w8a8_ws_y(
+            x2, qweight, wscale, bias, act, gated, config=c), x2.dtype, name=name)
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True),
                        lambda: _cublas_w8a8(x2, qweight, wscale, bias, act, gated), op, others=others or None)
-    return {"cublas": CUBLAS_PATH, "gluon": W8A8_WS_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)
 
 
 # The quantized hand-off: in a block whose layers are both W8A8, above the GEMV range (where both quantize
@@ -837,11 +837,15 @@ FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 # thirty-fourth). Offered on sm_90 where this triton has Gluon; FUSED_W8A8_WS=0: off.
 W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 # Offered to the per-layer W8A8 routes too (a layer outside a block, torch.compile's per-Linear ops and gated_pair
-# through w8a8_ws_pair): act_quant(x), then the GEMM with its epilogue, bf16 / fp16 out. Prepared after the thirty-fifth
-# session's last device call: cuda tests written, not yet run or timed (`bash .ci/h200_next.sh perlayer`), so opt-in
-# until then (FUSED_W8A8_WS_LAYER=1; the routes are timed, so it then runs only where it wins its timing).
-W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "0") == "1"
+# through w8a8_ws_pair): act_quant(x), then the GEMM with its epilogue, bf16 / fp16 out; timed, so it runs only where
+# it wins. Predicted: Llama per-Linear + compile -5-8% at M=1024, -3-6% at 8192. Measured (H200, thirty-sixth
+# session, `bash .ci/h200_next.sh perlayer`, .ci/pair_probe.py graph µs, off -> on; 62 cuda tests passed): fp8 W8A8
+# M=1024 332.0 -> 310.3, 8192 2512.3 -> 2394.5; int8 321.6 -> 293.7, 2672.4 -> 2259.3 (the block conversion in the
+# same run: fp8 311.2 / 2395.3, int8 289.4 / 2271.2). FUSED_W8A8_WS_LAYER=0: off.
+W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "1") == "1"
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
+W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
+_WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True)}
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
 # 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
@@ -854,6 +858,11 @@ W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
 # on): fp8 W8A8 M=1024 309.0 / 307.6, 8192 2397.4 / 2399.5; int8 290.2 / 285.4, 2249.7 / 2243.7. FUSED_W8A8_WS_COOP=0:
 # off.
 W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
+
+
+def _layer_ws_paths() -> list:
+    """The per-layer W8A8 routes' Gluon candidates, (name, path): ping-pong (W8A8_WS_LAYER), COOP (and W8A8_WS_COOP)."""
+    return ([("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * W8A8_WS_COOP) if W8A8_WS_LAYER else []
 
 
 def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon") -> None:
@@ -1202,12 +1211,12 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         elif CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(wg):
             key = ("gated_pair", m_bucket(M), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act)
             others = {}
-            if W8A8_WS_LAYER:
-                _offer_w8a8_ws(others, key, op, x2, wg, True,
-                               lambda: _w8a8_ws_y(x2, wg, sg, bg, act, True, up=(wu, su, bu)), x2.dtype)
+            for name, wpath in _layer_ws_paths():
+                _offer_w8a8_ws(others, key, op, x2, wg, True, lambda c=_WS_CONFIG[wpath]: _w8a8_ws_y(
+                    x2, wg, sg, bg, act, True, up=(wu, su, bu), config=c), x2.dtype, name=name)
             pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, True),
                                lambda: _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act), op, others=others or None)
-            path = {"cublas": CUBLAS_PATH, "gluon": W8A8_WS_PATH}.get(pick, path)
+            path = {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
@@ -1224,8 +1233,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)
     elif path == CUBLAS_PATH:
         y = _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act)
-    elif path == W8A8_WS_PATH:
-        y = _w8a8_ws_y(x2, wg, sg, bg, act, True, up=(wu, su, bu))
+    elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
+        y = _w8a8_ws_y(x2, wg, sg, bg, act, True, up=(wu, su, bu), config=_WS_CONFIG[path])
     else:
         y = _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic)
     return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])

@@ -190,13 +190,15 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8):
+@pytest.mark.parametrize("route", ["gluon", "gluon_coop"])
+def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
     forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
     from fused import dispatch
     from fused.reference import gated_pair_ref
 
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", True)  # (the forced route needs no offer; as it will run)
+    monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     torch.manual_seed(11)
     M, K, N = 300, 512, 1008  # N and K multiples of 16: the routes' condition (_cublas_ok)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
@@ -208,7 +210,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8):
     act = "gelu_tanh" if op == "linear" else "silu"
     w = q[:N] if op == "gated_pair" else q
     key = (op, dispatch.m_bucket(M), tuple(w.shape), wdt, x.dtype, False, act)
-    monkeypatch.setitem(dispatch._dense_routes, key, ("gluon", "gluon"))
+    monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
     dispatch.stats.clear()
     if op == "gated_pair":
         args = (q[:N].clone(), s[:N].clone(), b[:N].clone(), q[N:].clone(), s[N:].clone(), b[N:].clone())
@@ -217,5 +219,5 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8):
     else:
         y = getattr(dispatch, op)(x, q, s, b, act, dynamic=True)
         ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act, dynamic=True)
-    assert dispatch.stats[(op, dispatch.W8A8_WS_PATH)] == 1
+    assert dispatch.stats[(op, dispatch.W8A8_WS_PATH if route == "gluon" else dispatch.W8A8_WS_COOP_PATH)] == 1
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 35
