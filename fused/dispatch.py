@@ -860,6 +860,40 @@ _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True)}
 W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 
 
+# A dense W8A8 block with h handed over per (token, 64 outputs) group (fused.kernels.w8a8_ws, quant_out / X_GROUPS):
+# the gated layer's epilogue quantizes its own tile of h (no bf16 h through memory, no act_quant pass over it), the
+# down GEMM scales each K step's product by its group's scales (DeepSeek-V3's fine-grained fp8 GEMM). Why: at M=8192
+# the fp8 W8A8 Llama block (2399.5 µs, thirty-sixth session) is 2% over issue 4's 2350 and act_quant(h) costs ~61 mJ
+# (~90 µs at the cap: h written in bf16, read back, written in fp8), at 1024 ~7 mJ (~10 µs) of 307.6 against 300.
+# Groups are finer than per token: h's quantization error goes down, not up. Predicted (the down GEMM with one
+# product in flight per consumer within +5% of the per-token one): fp8 block M=1024 307.6 -> ~300, 8192 2399 ->
+# ~2330; int8 alike. Built after the thirty-sixth session's device calls: compiled for sm_90 (no spill in the K
+# loops), not yet run, so opt-in (FUSED_W8A8_GROUPED=1: the block's W8A8 hand-off always takes it where it runs).
+W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") == "1"
+GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
+
+
+def _grouped_reason(x2, w1, w2, gated: bool) -> str | None:
+    """Why a W8A8 block cannot hand h over in groups (the Gluon kernels' needs), or None."""
+    if not (x2.is_cuda and x2.dtype in (torch.bfloat16, torch.float16)):
+        return "CUDA x in bf16 / fp16"
+    H = w1.shape[0] // 2 if gated else w1.shape[0]
+    if H % 16:
+        return "h's features a multiple of 16 (TMA rows of the down GEMM)"
+    return _ws_supports(x2, w1, gated, kernel="w8a8_ws") or _ws_supports(x2, w2, kernel="w8a8_ws")
+
+
+def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
+    """act_quant(x); the first layer with h quantized in its epilogue per (token, 64 outputs); the down GEMM on it."""
+    from fused.kernels import w8a8_ws as ws
+
+    xq, xs = _triton_kernels().act_quant(x2, fp8=w1.dtype == torch.float8_e4m3fn)
+    hq, hs = ws.w8a8_ws(xq, xs, w1, s1, b1, act, gated, config=dict(COOP=True), quant_out=True)
+    stats[("gated" if gated else "linear", GROUPED_PATHS[0])] += 1
+    stats[("linear", GROUPED_PATHS[1])] += 1
+    return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype)
+
+
 def _layer_ws_paths() -> list:
     """The per-layer W8A8 routes' Gluon candidates, (name, path): ping-pong (W8A8_WS_LAYER), COOP (and W8A8_WS_COOP)."""
     return ([("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * W8A8_WS_COOP) if W8A8_WS_LAYER else []
@@ -1936,8 +1970,11 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
     def per_layer():
         if handoff:  # see HANDOFF
             x1 = reference.smooth_input(x, smooth1).reshape(-1, x.shape[-1])
-            qa = _dense_q_out("gated" if gated else "linear", x1, w1, s1, b1, act)
-            y = _dense_q_in(qa, w2, s2, b2, "none")
+            if W8A8_GROUPED and _forced is None and _grouped_reason(x1, w1, w2, gated) is None:
+                y = _grouped_block(x1, w1, s1, b1, act, gated, w2, s2, b2)
+            else:
+                qa = _dense_q_out("gated" if gated else "linear", x1, w1, s1, b1, act)
+                y = _dense_q_in(qa, w2, s2, b2, "none")
             return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
         return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)

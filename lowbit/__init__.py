@@ -7,7 +7,9 @@ from lowbit.formats import FORMATS, Format, get_format
 from lowbit.quant import (
     QuantizedWeight,
     dequantize,
+    dequantize_activation_grouped,
     quantize_activation,
+    quantize_activation_grouped,
     quantize_weight,
 )
 from lowbit.metrics import sqnr
@@ -17,8 +19,10 @@ __all__ = [
     "Format",
     "QuantizedWeight",
     "dequantize",
+    "dequantize_activation_grouped",
     "get_format",
     "quantize_activation",
+    "quantize_activation_grouped",
     "quantize_weight",
     "sqnr",
 ]

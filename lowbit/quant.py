@@ -51,6 +51,25 @@ def quantize_activation(x: torch.Tensor, fmt: str | Format) -> tuple[torch.Tenso
     return quantize_rowwise(x, fmt, reciprocal=True)
 
 
+def quantize_activation_grouped(x: torch.Tensor, fmt: str | Format, group: int = 64
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_activation per token and run of ``group`` values along K (DeepSeek-V3's 1x128 activation groups,
+    here what one tile of a layer's outputs holds): (qdata [..., K], scale [..., ceil(K / group)] fp32). Finer than
+    per token, and a GEMM epilogue can write it from its own tile: no pass over the whole row first."""
+    fmt = get_format(fmt)
+    K = x.shape[-1]
+    G = -(-K // group)
+    xp = torch.nn.functional.pad(x.float(), (0, G * group - K)).reshape(*x.shape[:-1], G, group)
+    q, scale = quantize_activation(xp, fmt)
+    return q.reshape(*x.shape[:-1], G * group)[..., :K], scale.squeeze(-1)
+
+
+def dequantize_activation_grouped(q: torch.Tensor, scale: torch.Tensor, group: int = 64) -> torch.Tensor:
+    """fp32 values of quantize_activation_grouped's (qdata, scale)."""
+    K = q.shape[-1]
+    return (q.float() * scale.repeat_interleave(group, dim=-1)[..., :K])
+
+
 SPLIT_QMAX = 127 * 256 + 127  # 32639: v = 256·hi + lo with hi, lo both in int8
 
 

@@ -221,3 +221,102 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
         ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act, dynamic=True)
     assert dispatch.stats[(op, dispatch.W8A8_WS_PATH if route == "gluon" else dispatch.W8A8_WS_COOP_PATH)] == 1
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 35
+
+
+def test_grouped_operands_get_clear_errors():
+    """The grouped hand-off's own checks (x scales per 64 of K, quant_out), before any device is needed."""
+    from fused.kernels.w8a8_ws import w8a8_ws
+
+    xq = torch.zeros(4, 128, dtype=torch.float8_e4m3fn)
+    q = torch.zeros(8, 128, dtype=torch.float8_e4m3fn)
+    s = torch.ones(8)
+    with pytest.raises(ValueError, match=r"ceil\(K / 64\) = 2 rows"):
+        w8a8_ws(xq, torch.ones(3, 4), q, s)
+    with pytest.raises(ValueError, match="BLOCK_K = 64"):
+        w8a8_ws(xq, torch.ones(2, 4), q, s, gated=True)  # the grouped GEMM is the plain (down) one
+    with pytest.raises(ValueError, match="BLOCK_K = 64"):
+        w8a8_ws(xq, torch.ones(2, 4), q, s, config=dict(BLOCK_K=128))
+    with pytest.raises(ValueError, match="quant_out makes its own"):
+        w8a8_ws(xq, torch.ones(4), q, s, quant_out=True, out=torch.empty(4, 8, dtype=torch.bfloat16))
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1040), (17, 4136, 528), (300, 4096, 14336)])
+@pytest.mark.parametrize("act,bias,fp8", [("none", False, True), ("gelu_tanh", True, True), ("none", False, False),
+                                          ("silu", True, False)])
+def test_ws_x_groups_matches_reference_cuda(M, N, K, act, bias, fp8):
+    """x quantized per token and 64 of K (scales [ceil(K / 64), M], as quant_out writes them; K past a group's end
+    partial where K % 64): each K step's product scaled by its group's scales, against the fp32 product of the
+    dequantized operands; the 128-row tiles with one program walking several (PROGRAMS=3) and a short ring."""
+    from fused.kernels.w8a8_ws import w8a8_ws
+    from lowbit import dequantize_activation_grouped, quantize_activation_grouped
+
+    _, _, q, s, b, _ = _operands(M, N, K, M + N + 1, bias, fp8)
+    torch.manual_seed(M + K)
+    x = torch.randn(M, K, device="cuda") * torch.rand(1, K, device="cuda") * 4  # groups of unlike ranges
+    xq, xs = quantize_activation_grouped(x, "float8_e4m3" if fp8 else "int8")
+    ref = linear_ref(dequantize_activation_grouped(xq, xs), q, s, b, act)
+    for cfg in (None, dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64, STAGES=4)):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        y = w8a8_ws(xq.contiguous(), xs.t().contiguous(), q, s, b, act, config=cfg, out=out)
+        assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
+        assert sqnr(ref, y.float()) > 40, cfg
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,H,K", [(1, 64, 64), (17, 208, 528), (300, 1000, 4096)])
+@pytest.mark.parametrize("gated,act,bias,fp8", [(True, "silu", False, True), (True, "gelu_tanh", True, True),
+                                                (False, "relu", True, True), (True, "silu", False, False),
+                                                (False, "gelu", True, False)])
+def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
+    """quant_out: y quantized in the epilogue per token and 64 outputs (H % 64 gives a partial last group) against
+    lowbit.quantize_activation_grouped of the fp32 reference: the scales within the products' rounding, the
+    dequantized h as close to the reference as the reference's own quantization (to 0.5 dB); both tile forms."""
+    from fused.kernels.w8a8_ws import w8a8_ws
+    from lowbit import dequantize_activation_grouped, quantize_activation_grouped
+
+    xq, xs, q, s, b, xf = _operands(M, 2 * H if gated else H, K, M + H + 3, bias, fp8)
+    ref = (gated_ref if gated else linear_ref)(xf, q, s, b, act)
+    rq, rs = quantize_activation_grouped(ref, "float8_e4m3" if fp8 else "int8")
+    floor = sqnr(ref, dequantize_activation_grouped(rq, rs))
+    for cfg in (None, dict(COOP=True), dict(COOP=True, PROGRAMS=3)):
+        hq, hs = w8a8_ws(xq, xs, q, s, b, act, gated, config=cfg, quant_out=True)
+        assert hq.dtype == q.dtype and hq.shape == (M, H) and hs.shape == ((H + 63) // 64, M)
+        assert torch.isfinite(hs).all() and torch.allclose(hs.t(), rs, rtol=1e-2, atol=1e-12), cfg
+        assert sqnr(ref, dequantize_activation_grouped(hq, hs.t())) > floor - 0.5, cfg
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
+def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
+    """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED): against the reference with h quantized
+    the same way, and no further from the per-token reference than the per-token routes are; the stats name it."""
+    from fused import dispatch
+    from lowbit import dequantize_activation_grouped, quantize_activation_grouped
+
+    monkeypatch.setattr(dispatch, "W8A8_GROUPED", True)
+    torch.manual_seed(5)
+    M, K, H, D = 300, 512, 1008, 520
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
+    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
+    s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
+    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-lim, lim).to(wdt)
+    s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
+    b2 = torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    dispatch.stats.clear()
+    y = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
+    assert dispatch.stats[("gated" if gated else "linear", dispatch.GROUPED_PATHS[0])] == 1
+    assert dispatch.stats[("linear", dispatch.GROUPED_PATHS[1])] == 1
+    h = (gated_ref if gated else linear_ref)(x.float(), q1, s1, None, act, dynamic=True)
+    hq, hs = quantize_activation_grouped(h, "float8_e4m3" if fp8 else "int8")
+    ref = linear_ref(dequantize_activation_grouped(hq, hs), q2, s2, b2)
+    assert y.shape == (M, D) and y.dtype == x.dtype and sqnr(ref, y.float()) > 30
+    per_token = linear_ref((gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True), q2, s2, b2,
+                           dynamic=True)
+    monkeypatch.setattr(dispatch, "W8A8_GROUPED", False)
+    y_tok = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
+    assert sqnr(per_token.float(), y.float()) > sqnr(per_token.float(), y_tok.float()) - 6

@@ -47,14 +47,20 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, warpgroup_mma, warpgroup_mma_wait
 
 from fused.kernels import sm_count
+from lowbit.quant import MIN_SCALE
 from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
                                     _tile_offsets, stage_ring, weight_shape_reason)
 
+_MIN_SCALE = gl.constexpr(MIN_SCALE)
+_NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
+GROUP = 64  # outputs per scale of a QUANT_OUT hand-off (an accumulator's rows), x's K per scale with X_GROUPS
+
 
 @gluon.jit
-def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
-              N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
-              ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr):
+def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
+              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
+              GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
+              QUANT_OUT: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -62,7 +68,6 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, _instr_n(BLOCK_T), 32])
-    rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
     out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
     nprog = gl.num_programs(0)
     j = PART  # the tile's place among the program's: its stages start at ring position j * k_tiles
@@ -92,16 +97,17 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
 
         # gated: rows 0-63 are gate rows and 64-127 the same outputs' up rows
-        _epilogue(acc0, acc1, off_o + gl.arange(0, ROWS, layout=rows_l), off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr,
-                  y_ptr, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, out_layout)
+        _epilogue(acc0, acc1, off_o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT,
+                  stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, out_layout)
         j += 2
         n += 1
 
 
 @gluon.jit
-def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc, w_desc, M,
-                   N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, GATED: gl.constexpr,
-                   ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr):
+def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
+                   w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
+                   GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
+                   QUANT_OUT: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
@@ -115,7 +121,6 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
     ROW1: gl.constexpr = 2 * ROWS + PART * ROWS if GATED else 2 * PART * ROWS + ROWS  # acc1's
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
                                                          instr_shape=[16, _instr_n(BLOCK_T), 32])
-    rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
     out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
@@ -135,30 +140,95 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
         it += k_tiles
 
-        # (gated: o the outputs of the gate rows)
-        _epilogue(acc0, acc1, off_o + ROW0 + gl.arange(0, ROWS, layout=rows_l), off_t, xs_ptr, ws_ptr, su_ptr, b_ptr,
-                  bu_ptr, y_ptr, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, out_layout)
+        # (gated: acc0's rows are the outputs off_o + ROW0..)
+        _epilogue(acc0, acc1, off_o + ROW0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT,
+                  stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, out_layout)
 
 
 @gluon.jit
-def _epilogue(acc0, acc1, o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym, up_off,
-              GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, out_layout: gl.constexpr):
-    """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act.
-    o: acc0's rows. Gated: acc1 holds the same outputs' up rows (row up_off + o of the scales and bias), y =
-    act(gate) · up; else acc1 the next rows."""
+def _group_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT, stride_ym,
+                    k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+                    INT8: gl.constexpr):
+    """X_GROUPS (x scaled per token and 64 of K, xs_ptr [K / 64, M], as a QUANT_OUT layer wrote it): 128-row tiles,
+    consumer PART on rows 64·PART.. of each, both reading each stage's x tile (DeepSeek-V3's fp8 GEMM layout). A K
+    step is one group: its product from zero, waited for, then scaled by the tokens' group scales into an fp32 sum
+    ("promotion"); while one consumer scales, the other's product keeps the tensor cores busy. One accumulator and one
+    product per consumer: two of each (256-row tiles) plus the 32 scales a thread holds spilled."""
+    STAGES: gl.constexpr = x_bufs.type.shape[0]
+    BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
+    ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
+                                                         instr_shape=[16, _instr_n(BLOCK_T), 32])
+    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    part = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+    it = 0
+    for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
+        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+        t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc_layout))
+        acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        for k in range(k_tiles):
+            s = (it + k) % STAGES
+            sc = gl.load(xs_ptr + k * M + t_acc, mask=t_acc < M, other=0.0)
+            mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
+            part = warpgroup_mma(w8_bufs.index(s).slice(PART * ROWS, ROWS, dim=0), x_bufs.index(s).permute((1, 0)),
+                                 part, use_acc=False, is_async=True)
+            part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+            mbarrier.arrive(empty.index(s), count=1)
+            acc += part.to(gl.float32) * sc[None, :]
+        it += k_tiles
+        o = off_o + PART * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
+        y = acc * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+        if HAS_BIAS:
+            y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
+        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+        _store(_activation(y, ACT), o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+
+
+@gluon.jit
+def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, stride_ym,
+              up_off, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, QUANT_OUT: gl.constexpr,
+              out_layout: gl.constexpr):
+    """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act. o0: acc0's first row. Gated: acc1 holds the same outputs' up rows (row up_off + o
+    of the scales and bias), y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group
+    of 64 outputs (an accumulator's rows) to y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]."""
     BLOCK_T: gl.constexpr = acc0.shape[1]
+    ROWS: gl.constexpr = acc0.shape[0]
     t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc0.type.layout))
     xs = gl.load(xs_ptr + t_acc, mask=t_acc < M, other=0.0)[None, :]
     t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
+    o = o0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc0.type.layout))
     y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
     if GATED:
         u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
-        _store(y * u, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        _out(y * u, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
     else:
-        _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-        o1 = o + acc0.shape[0]
+        _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
+        o1 = o + ROWS
         y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-        _store(_activation(y1, ACT), o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+        _out(_activation(y1, ACT), o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
+
+
+@gluon.jit
+def _max_nan(a, b):
+    return gl.maximum(a, b, propagate_nan=_NAN_ALL)
+
+
+@gluon.jit
+def _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT: gl.constexpr, out_layout: gl.constexpr):
+    """y's rows o (o0 the first, a multiple of 64) stored; QUANT_OUT: quantized as lowbit.quantize_activation_grouped
+    (scale = max(absmax / qmax, MIN_SCALE) per token over the 64 rows, NaN if one is NaN; round(y · (1/scale)),
+    ties to even), the scales to hs_ptr's group o0 // 64."""
+    if QUANT_OUT:
+        QMAX: gl.constexpr = 127.0 if y_ptr.dtype.element_ty == gl.int8 else 448.0
+        # (rows past N_OUT are zeros: TMA fills their weights with zeros, their scales and biases load as 0)
+        amax = gl.reduce(gl.abs(y), 0, _max_nan)  # a NaN in the group makes its scale NaN
+        scale = gl.maximum(amax / QMAX, _MIN_SCALE, propagate_nan=_NAN_ALL)
+        gl.store(hs_ptr + (o0 // 64) * M + t_acc, scale, mask=t_acc < M)
+        inv = gl.div_rn(gl.full(scale.shape, 1.0, gl.float32, layout=scale.type.layout), scale)
+        y = gl.minimum(gl.maximum(y * inv[None, :], -QMAX), QMAX)
+        if QMAX == 127.0:
+            y = (y + 12582912.0) - 12582912.0  # ties to even (as torch.round): 1.5·2²³ leaves no fraction bits
+    _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
 @gluon.jit
@@ -179,21 +249,33 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 
 
 @gluon.jit
-def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym,
-                    up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, K,
+                    stride_ym, up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                    COOP: gl.constexpr, num_warps: gl.constexpr):
+                    COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
-    if COOP:  # 256-row tiles shared by the two consumers
+    if X_GROUPS:  # 128-row tiles shared by the two consumers, x's scales per K step
+        x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, W_ROWS, 2)
+        gl.warp_specialize([
+            (_group_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+                               stride_ym, k_tiles, 0, GROUP_N, ACT, HAS_BIAS, INT8)),
+            (_group_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT,
+                               stride_ym, k_tiles, 1, GROUP_N, ACT, HAS_BIAS, INT8)),
+            (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
+                               up_off, k_tiles, GROUP_N, True, False)),
+        ], [4, 1], [CONSUMER_REGS, 24])
+    elif COOP:  # 256-row tiles shared by the two consumers
         x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
         gl.warp_specialize([
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
+                              x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS,
+                              INT8, QUANT_OUT)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
+                              x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS,
+                              INT8, QUANT_OUT)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
                                up_off, k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -205,21 +287,25 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_p
         for i in gl.static_range(2):
             mbarrier.init(turn.index(i), count=1)
         gl.warp_specialize([
-            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                         w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
-            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
-                         w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8)),
+            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
+                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
+                         QUANT_OUT)),
+            (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
+                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
+                         QUANT_OUT)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
                                k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config(gated: bool = False, coop: bool = False) -> dict:
+def default_config(gated: bool = False, coop: bool = False, x_groups: bool = False) -> dict:
     """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
     steps: 32 KB a stage; 6 stages, 4 gated. Why 4 gated: at M=8192 (Llama gate/up, 1 s windows at the cap, H200,
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
     down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
+    if x_groups:  # x's scales per 64 of K: a K step is one group; 10 stages of 16 KB
+        return dict(BLOCK_T=128, BLOCK_K=GROUP, STAGES=10, GROUP_N=8, CONSUMER_REGS=232)
     return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
 
 
@@ -233,7 +319,7 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     return weight_shape_reason(qweight, gated)
 
 
-def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None):
+def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None, quant_out=False):
     """Checks, output and launch of w8a8_ws / w8a8_ws_pair; ``up``: the pair's (wu, su, bu)."""
     if (xq.dim() != 2 or qweight.dtype not in _W_DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
@@ -248,13 +334,18 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if gated and up is None and qweight.shape[0] % 2:
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
     scales = (x_scale, wscale) if up is None else (x_scale, wscale, up[1])
-    if x_scale.dim() != 1 or any(t.dtype != torch.float32 for t in scales):
-        raise TypeError(f"w8a8_ws: x_scale [M] and the weight scales must be float32, got {x_scale.dtype} "
-                        f"{tuple(x_scale.shape)} and {', '.join(str(t.dtype) for t in scales[1:])}")
+    K = xq.shape[1]
+    x_groups = x_scale.dim() == 2  # [groups of 64 along K, M]: a scale per token and group
+    if x_scale.dim() not in (1, 2) or any(t.dtype != torch.float32 for t in scales):
+        raise TypeError(f"w8a8_ws: x_scale [M] or [ceil(K / {GROUP}), M] and the weight scales must be float32, got "
+                        f"{x_scale.dtype} {tuple(x_scale.shape)} and {', '.join(str(t.dtype) for t in scales[1:])}")
+    if x_groups and x_scale.shape[0] != triton.cdiv(K, GROUP):
+        raise ValueError(f"w8a8_ws: grouped x_scale needs ceil(K / {GROUP}) = {triton.cdiv(K, GROUP)} rows, got "
+                         f"{tuple(x_scale.shape)}")
     rows = (qweight.shape[0],)
     if any(t is not None and t.shape != rows for t in (wscale, bias) + (up[1:] if up else ())):
         raise ValueError(f"w8a8_ws: scales and biases need one value per weight row ({qweight.shape[0]})")
-    M = x_scale.shape[0]
+    M = x_scale.shape[-1]
     if xq.shape[0] < M:
         raise ValueError(f"w8a8_ws: {M} token scales for {xq.shape[0]} rows of xq")
     # the kernel reads the scales and the biases as dense vectors
@@ -262,11 +353,19 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     bias = bias.contiguous() if bias is not None else None
     if up is not None:
         up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
-    K = xq.shape[1]
-    cfg = dict(default_config(gated, bool((config or {}).get("COOP"))), **(config or {}))
+    cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups), **(config or {}))
+    if x_groups and (cfg["BLOCK_K"] != GROUP or gated or quant_out):
+        raise ValueError(f"w8a8_ws: grouped x scales run the plain GEMM with BLOCK_K = {GROUP}, y in 16 bits (got "
+                         f"BLOCK_K {cfg['BLOCK_K']}, gated {gated}, quant_out {quant_out})")
     N = qweight.shape[0]
     N_OUT = N // 2 if gated and up is None else N
-    if out is None:
+    hs = None
+    if quant_out:  # y quantized per token and 64 outputs to the weights' format, its scales [groups, M]
+        if out is not None:
+            raise ValueError("w8a8_ws: quant_out makes its own outputs (out must be None)")
+        out = torch.empty((M, N_OUT), device=xq.device, dtype=qweight.dtype)
+        hs = torch.empty((triton.cdiv(N_OUT, GROUP), M), device=xq.device, dtype=torch.float32)
+    elif out is None:
         out = torch.empty((M, N_OUT), device=xq.device, dtype=out_dtype)
     elif out.shape != (M, N_OUT) or out.dtype != out_dtype or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous [{M}, {N_OUT}] {out_dtype} tensor")
@@ -274,13 +373,14 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if len(devices) > 1 or not xq.is_cuda:
         raise RuntimeError(f"w8a8_ws: every operand on one CUDA device, got {sorted(map(str, devices))}")
     if M == 0 or N_OUT == 0:
-        return out
+        return (out, hs) if quant_out else out
     xq = xq[:M]
     # TMA wants 16-byte aligned rows and bases: other views are copied (the weight is contiguous from conversion)
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
     bt, bk, coop = cfg["BLOCK_T"], cfg["BLOCK_K"], bool(cfg.get("COOP"))
-    w_rows = (128 if gated else 256) if coop else 64 if gated else 128  # one TMA box (gated: the gate rows)
+    # one TMA box (gated: the gate rows); X_GROUPS: 128-row tiles, 64 rows a consumer
+    w_rows = 128 if x_groups else (128 if gated else 256) if coop else 64 if gated else 128
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
     # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
@@ -290,23 +390,25 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         bu = b if bu is None else bu
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
     progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
-    _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, wu_desc, x_scale, wscale, su, b, bu, out, M,
-                               N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
-                               STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
+    _w8a8_ws_kernel[(progs, )](_descriptor(xq, [bt, bk]), w_desc, wu_desc, x_scale, wscale, su, b, bu, out,
+                               x_scale if hs is None else hs, M, N_OUT, K, out.stride(0), up_off,
+                               GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
-                               COOP=coop, num_warps=4)
-    return out
+                               COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, num_warps=4)
+    return (out, hs) if quant_out else out
 
 
 def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
             bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
             out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32, qweight
-    [N, K] of xq's dtype, wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``:
-    qweight, wscale and bias stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out``
-    if given (contiguous)."""
-    return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out)
+            out: torch.Tensor | None = None, quant_out: bool = False):
+    """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32 (or
+    [ceil(K / 64), M]: a scale per token and 64 of K, as quant_out writes them), qweight [N, K] of xq's dtype, wscale
+    [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``: qweight, wscale and bias stack
+    gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out`` if given (contiguous).
+    ``quant_out``: y handed on quantized instead, (q [M, N] in qweight's dtype, scales [ceil(N / 64), M] fp32), as
+    lowbit.quantize_activation_grouped(y_fp32, 64) — no bf16 round trip of y through memory."""
+    return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, quant_out=quant_out)
 
 
 def w8a8_ws_pair(xq: torch.Tensor, x_scale: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor,
