@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-fifth"): `coop` first (~7 min), `perlayer` (~6 min), then `stages2` (~4 min).
 # Done in the thirty-fifth: wsblock1, wsblock2, thirty5a, stages, thirty5b, thirty5c. Earlier: (NOTES "thirty-fourth") `wsblock1` first (~5 min),
 # then `wsblock2`. Done in the thirty-fourth: energy,
@@ -56,6 +56,19 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  grouped)  # thirty-sixth session: h handed over per (token, 64 outputs) (w8a8_ws quant_out + X_GROUPS down GEMM), no
+            # act_quant(h) pass. Its cuda tests (and the per-layer COOP route), then the Llama block with
+            # FUSED_W8A8_GROUPED=0 / 1. Prediction: fp8 W8A8 M=1024 307.6 -> ~300, 8192 2399 -> ~2330; int8 285 -> ~278,
+            # 2244 -> ~2180 (if the down GEMM with one product in flight per consumer stays within +5%)
+    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
+      -k "group or quant_out or layer_routes" 2>&1 | filt | tail -6 | tee "$OUT/grouped.txt"
+    for v in 0 1; do
+      base=$([ "$v" = 1 ] && echo "torchao fp8 rowwise + compile" || echo "bf16 eager")
+      FUSED_W8A8_GROUPED=$v timeout 170 python3 -m fused bench --blocks llama --m 1024,8192 \
+        --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "$base" --out "$OUT/g$v" > "$OUT/g$v.log" 2>&1
+      echo "FUSED_W8A8_GROUPED=$v"; grep "^| " "$OUT/g$v.log" | grep -v "^|--" | head -5
+      grep "ours" "$OUT/g$v.log" | grep "M=" | head -4
+    done 2>&1 | tee -a "$OUT/grouped.txt" ;;
   coop)  # thirty-fifth session, prepared after its last device call: w8a8_ws's COOP form (256-row tiles shared by the
          # two consumers; Triton's fp8 down, 7-13% faster than the 128-row Gluon tiles, runs 128 x 256; gated: 128
          # outputs' gate and up rows, no ping-pong). Its cuda tests (plain and gated shapes with COOP, 3 programs, the

@@ -110,36 +110,55 @@ for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4,
         out.append(f'{label}: spills ({stack and stack.group(0)})')
 from fused.kernels import w8a8_ws as w8s
 # the Gluon fp8 W8A8 GEMM: per consumer one group of 4 wgmma (both operands in shared memory) per accumulator and K
-# step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike
-for gated, act, bias, int8, coop in ((False, 'none', False, False, False), (True, 'silu', False, False, False),
-                                     (True, 'gelu_tanh', True, False, False), (True, 'silu', False, True, False),
-                                     (False, 'none', False, False, True), (False, 'gelu', True, True, True),
-                                     (True, 'silu', False, False, True), (True, 'gelu_tanh', True, True, True)):
-    cfg = w8s.default_config(gated, coop)
-    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], (128 if gated else 256) if coop else 64 if gated else 128
+# step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike. The grouped hand-off: QUANT_OUT
+# (h quantized per token and 64 outputs in the epilogue) spills loop invariants reloaded once per tile, never inside
+# the K loops; X_GROUPS (the down GEMM scaling each K step's product) 4 wgmma, each waited for: 2 groups, no spill
+for gated, act, bias, int8, coop, xg, qo in (
+        (False, 'none', False, False, False, False, False), (True, 'silu', False, False, False, False, False),
+        (True, 'gelu_tanh', True, False, False, False, False), (True, 'silu', False, True, False, False, False),
+        (False, 'none', False, False, True, False, False), (False, 'gelu', True, True, True, False, False),
+        (True, 'silu', False, False, True, False, False), (True, 'gelu_tanh', True, True, True, False, False),
+        (True, 'silu', False, False, True, False, True), (True, 'silu', False, True, False, False, True),
+        (False, 'relu', True, False, True, False, True), (False, 'none', False, False, False, True, False),
+        (False, 'gelu', True, True, False, True, False)):
+    cfg = w8s.default_config(gated, coop, xg)
+    bt, bk = cfg['BLOCK_T'], cfg['BLOCK_K']
+    wr = 128 if xg else (128 if gated else 256) if coop else 64 if gated else 128
     dt, ds = (gl.int8, 'i8') if int8 else (gl.float8e4nv, 'fp8e4nv')
     xl = gl.NVMMASharedLayout.get_default_for([bt, bk], dt)
     wl = gl.NVMMASharedLayout.get_default_for([wr, bk], dt)
     sig = {'x_desc': f'tensordesc<{ds}[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>',
            'wu_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>', 'xs_ptr': '*fp32', 'ws_ptr': '*fp32',
-           'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32',
-           'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
+           'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': f'*{ds}' if qo else '*bf16',
+           'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
-                  ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, num_warps=4)
+                  ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=xg, QUANT_OUT=qo, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
-    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop}'
+    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop} x_groups={xg} quant_out={qo}'
     with _tf.NamedTemporaryFile(suffix='.cubin') as f:
         f.write(k.asm['cubin'])
         f.flush()
         sass = _sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout
         usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
-    lines = [line for line in sass.splitlines() if 'GMMA' in line]
-    if len(lines) != 16 or sum('gsb0' in line for line in lines) != 4:
-        out.append(f'{label}: {len(lines)} GMMA in {sum("gsb0" in line for line in lines)} groups (16 in 4 expected)')
+    code = sass.splitlines()
+    lines = [line for line in code if 'GMMA' in line]
+    want = (4, 2) if xg else (16, 4)
+    if (len(lines), sum('gsb0' in line for line in lines)) != want:
+        out.append(f'{label}: {len(lines)} GMMA in {sum("gsb0" in line for line in lines)} groups ({want} expected)')
+    # each consumer's K loop: its run of GMMA (lines less than 100 apart), the ready wait before, the release after
+    gmma = [i for i, line in enumerate(code) if 'GMMA' in line]
+    runs = [[gmma[0], gmma[0]]]
+    for i in gmma[1:]:
+        if i - runs[-1][1] < 100:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    if any('STL' in line or 'LDL' in line for a, b in runs for line in code[max(a - 30, 0):b + 16]):
+        out.append(f'{label}: local memory inside the K loop')
     stack = re.search(r'STACK:(\d+)', usage)
-    if not stack or int(stack.group(1)):
+    if not stack or int(stack.group(1)) > (256 if qo else 0):
         out.append(f'{label}: spills ({stack and stack.group(0)})')
 print(out)
 """
