@@ -272,8 +272,10 @@ def test_ws_x_groups_matches_reference_cuda(M, N, K, act, bias, fp8):
                                                 (False, "gelu", True, False)])
 def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
     """quant_out: y quantized in the epilogue per token and 64 outputs (H % 64 gives a partial last group) against
-    lowbit.quantize_activation_grouped of the fp32 reference: the scales within the products' rounding, the
-    dequantized h as close to the reference as the reference's own quantization (to 0.5 dB); both tile forms."""
+    lowbit.quantize_activation_grouped of the fp32 reference: the scales within the products' rounding (e4m3
+    products accumulate with Hopper's fast accumulation: ~40 dB from the fp32 product), the dequantized h as close to
+    the reference as the reference's own quantization, less that rounding (1.5 dB e4m3, 3 dB int8, whose own
+    quantization is finer); both tile forms. A wrong group, token or scale layout costs tens of dB."""
     from fused.kernels.w8a8_ws import w8a8_ws
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
@@ -284,8 +286,8 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
     for cfg in (None, dict(COOP=True), dict(COOP=True, PROGRAMS=3)):
         hq, hs = w8a8_ws(xq, xs, q, s, b, act, gated, config=cfg, quant_out=True)
         assert hq.dtype == q.dtype and hq.shape == (M, H) and hs.shape == ((H + 63) // 64, M)
-        assert torch.isfinite(hs).all() and torch.allclose(hs.t(), rs, rtol=1e-2, atol=1e-12), cfg
-        assert sqnr(ref, dequantize_activation_grouped(hq, hs.t())) > floor - 0.5, cfg
+        assert torch.isfinite(hs).all() and torch.allclose(hs.t(), rs, rtol=3e-2, atol=1e-12), cfg
+        assert sqnr(ref, dequantize_activation_grouped(hq, hs.t())) > floor - (1.5 if fp8 else 3), cfg
 
 
 @pytest.mark.cuda
@@ -293,7 +295,7 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
 def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED): against the reference with h quantized
-    the same way, and no further from the per-token reference than the per-token routes are; the stats name it."""
+    the same way, and no further from the block with h unquantized than the per-token hand-off; the stats name it."""
     from fused import dispatch
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
@@ -315,8 +317,7 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     hq, hs = quantize_activation_grouped(h, "float8_e4m3" if fp8 else "int8")
     ref = linear_ref(dequantize_activation_grouped(hq, hs), q2, s2, b2)
     assert y.shape == (M, D) and y.dtype == x.dtype and sqnr(ref, y.float()) > 30
-    per_token = linear_ref((gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True), q2, s2, b2,
-                           dynamic=True)
+    h_exact = linear_ref(h, q2, s2, b2)  # h neither rounded nor quantized
     monkeypatch.setattr(dispatch, "W8A8_GROUPED", False)
     y_tok = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
-    assert sqnr(per_token.float(), y.float()) > sqnr(per_token.float(), y_tok.float()) - 6
+    assert sqnr(h_exact, y.float()) > sqnr(h_exact, y_tok.float()) - 0.5
