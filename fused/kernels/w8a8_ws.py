@@ -32,6 +32,13 @@ A first form with both consumers on one 256-token tile and the up values handed 
 dispatch offers it to both layers of a W8A8 block as a timed route candidate, and to the per-layer W8A8 routes
 (w8a8_ws_pair: gate and up in tensors of their own, torch.compile's gated_pair).
 
+Grouped hand-off (thirty-sixth session): QUANT_OUT quantizes each accumulator's [64 outputs, tokens] tile of y per
+token in the epilogue (h in 8 bits and its scales [groups of 64, M]: no bf16 h through memory, no act_quant pass);
+X_GROUPS is the GEMM that reads it: 128-row tiles, 64 rows per consumer, 64-wide K steps, each step's product from
+zero, waited for and added times its tokens' scales (TMA-loaded with the stage) into an fp32 sum. Its first form
+(scales read from global memory inside the loop) ran the Llama block 1.5x slower; the TMA form is not yet measured,
+so dispatch uses it only with FUSED_W8A8_GROUPED=1.
+
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
 not supported" for its 256-token instruction; the 128-token one builds.) Gluon kernels do not run in Triton's
@@ -210,9 +217,10 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
 def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, stride_ym,
               up_off, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, QUANT_OUT: gl.constexpr,
               out_layout: gl.constexpr):
-    """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act. o0: acc0's first row. Gated: acc1 holds the same outputs' up rows (row up_off + o
-    of the scales and bias), y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group
-    of 64 outputs (an accumulator's rows) to y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]."""
+    """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act.
+    o0: acc0's first row. Gated: acc1 holds the same outputs' up rows (row up_off + o of the scales and bias),
+    y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group of 64 outputs (an
+    accumulator's rows) to y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]."""
     BLOCK_T: gl.constexpr = acc0.shape[1]
     ROWS: gl.constexpr = acc0.shape[0]
     t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc0.type.layout))
