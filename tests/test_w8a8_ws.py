@@ -150,6 +150,17 @@ def test_ws_views_cuda():
     assert torch.equal(w8a8_ws(v, xs, q, s), w8a8_ws(xq, xs, q, s))
 
 
+def _block_operands(M, H, D, gated, fp8, seed, K=512):
+    """x [M, K] bf16 and a block's 8-bit weights and scales: first layer [2H or H, K], down [D, H]."""
+    torch.manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
+    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
+    s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
+    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-lim, lim).to(wdt)
+    return x, q1, s1, q2, torch.rand(D, device="cuda") * 0.01 + 1e-3
+
+
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
@@ -159,14 +170,9 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "W8A8_WS", True)
-    torch.manual_seed(3)
-    M, K, H, D = 300, 512, 1008, 512  # H: the down GEMM's K, a multiple of 16 for TMA
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
-    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
-    s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
-    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-lim, lim).to(wdt)
-    s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
+    M, H, D = 300, 1008, 512  # H: the down GEMM's K, a multiple of 16 for TMA
+    x, q1, s1, q2, s2 = _block_operands(M, H, D, gated, fp8, seed=3)
+    wdt = q1.dtype
     op = "gated" if gated else "linear"
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
     key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
@@ -300,14 +306,8 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
     monkeypatch.setattr(dispatch, "W8A8_GROUPED", True)
-    torch.manual_seed(5)
-    M, K, H, D = 300, 512, 1008, 520
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
-    q1 = (torch.randn(2 * H if gated else H, K, device="cuda") * 60).clamp(-lim, lim).to(wdt)
-    s1 = torch.rand(q1.shape[0], device="cuda") * 0.01 + 1e-3
-    q2 = (torch.randn(D, H, device="cuda") * 60).clamp(-lim, lim).to(wdt)
-    s2 = torch.rand(D, device="cuda") * 0.01 + 1e-3
+    M, D = 300, 520
+    x, q1, s1, q2, s2 = _block_operands(M, 1008, D, gated, fp8, seed=5)
     b2 = torch.randn(D, device="cuda", dtype=torch.bfloat16)
     dispatch.stats.clear()
     y = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)

@@ -50,6 +50,7 @@ from __future__ import annotations
 import torch
 import triton
 from triton.experimental import gluon
+from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
@@ -64,6 +65,19 @@ _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
 GROUP = 64  # outputs per scale of a QUANT_OUT hand-off (an accumulator's rows), x's K per scale with X_GROUPS
 
 
+@constexpr_function
+def _acc_layout(BLOCK_T, num_warps):
+    """A consumer's accumulators: yᵀ tiles [rows, BLOCK_T tokens] of wgmma, the rows across its warps."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                     instr_shape=[16, _instr_n(BLOCK_T), 32])
+
+
+@constexpr_function
+def _out_layout(num_warps):
+    """The stores' layout: rows (y's columns) in 16-byte runs, tokens across the warps."""
+    return gl.BlockedLayout([8, 1], [8, 4], [1, num_warps], [0, 1])
+
+
 @gluon.jit
 def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
               w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
@@ -74,9 +88,8 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, _instr_n(BLOCK_T), 32])
-    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    acc_layout: gl.constexpr = _acc_layout(BLOCK_T, gl.num_warps())
+    out_layout: gl.constexpr = _out_layout(gl.num_warps())
     nprog = gl.num_programs(0)
     j = PART  # the tile's place among the program's: its stages start at ring position j * k_tiles
     n = 0  # this consumer's tiles so far
@@ -127,9 +140,8 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
     ROW0: gl.constexpr = PART * ROWS if GATED else 2 * PART * ROWS  # acc0's first row in the stage's W tile
     ROW1: gl.constexpr = 2 * ROWS + PART * ROWS if GATED else 2 * PART * ROWS + ROWS  # acc1's
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, _instr_n(BLOCK_T), 32])
-    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    acc_layout: gl.constexpr = _acc_layout(BLOCK_T, gl.num_warps())
+    out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
@@ -167,9 +179,8 @@ def _group_consumer(x_bufs, w8_bufs, s_bufs, ready, empty, ws_ptr, b_ptr, y_ptr,
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, _instr_n(BLOCK_T), 32])
-    out_layout: gl.constexpr = gl.BlockedLayout([8, 1], [8, 4], [1, gl.num_warps()], [0, 1])
+    acc_layout: gl.constexpr = _acc_layout(BLOCK_T, gl.num_warps())
+    out_layout: gl.constexpr = _out_layout(gl.num_warps())
     part = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
     it = 0
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
