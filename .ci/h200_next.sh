@@ -61,12 +61,15 @@ case "${1:-}" in
   grouped3)  # thirty-sixth session, after `grouped2` (the block 477 µs at M=1024, 364 W: the down GEMM read each K
              # step's token scales from global memory after issuing its wgmma, every step waiting out their latency). The
              # scales now come with the stage (TMA). Prediction: the block's two Gluon kernels 467 -> ~300 µs at
-             # M=1024 (down ~100-120 with its per-step wait, against ~86 unscaled), fp8 block ~305-320
+             # M=1024 (down ~100-120 with its per-step wait, against ~86 unscaled), fp8 block ~305-320. With
+             # FUSED_W8A8_GROUPED=1 the block times grouped against per-token (both layers) and takes the faster:
+             # the "h grouped" route timings below are that comparison, in one process
     timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
       -k "group or quant_out" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped3.txt"
     FUSED_W8A8_GROUPED=1 timeout 120 python3 -m fused bench --blocks llama --m 1024,8192 \
         --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g3" > "$OUT/g3.log" 2>&1
-    grep "ours" "$OUT/g3.log" | grep "M=" | head -4 | tee -a "$OUT/grouped3.txt" ;;
+    grep "ours" "$OUT/g3.log" | grep "M=" | head -4 | tee -a "$OUT/grouped3.txt"
+    picks "$OUT/g3/bench.json" "h grouped" | tee -a "$OUT/grouped3.txt" ;;
   grouped2)  # thirty-sixth session, after `grouped` (5 tests failed, the block 1.5x slower): the failures in full, and
              # where the grouped block's time goes (kernels per replay) at M=1024, fp8 and int8
     timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x -n 0 --tb=short tests/test_w8a8_ws.py \

@@ -867,8 +867,11 @@ W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 # (~90 µs at the cap: h written in bf16, read back, written in fp8), at 1024 ~7 mJ (~10 µs) of 307.6 against 300.
 # Groups are finer than per token: h's quantization error goes down, not up. Predicted (the down GEMM with one
 # product in flight per consumer within +5% of the per-token one): fp8 block M=1024 307.6 -> ~300, 8192 2399 ->
-# ~2330; int8 alike. Built after the thirty-sixth session's device calls: compiled for sm_90 (no spill in the K
-# loops), not yet run, so opt-in (FUSED_W8A8_GROUPED=1: the block's W8A8 hand-off always takes it where it runs).
+# ~2330; int8 alike. Measured (H200, thirty-sixth session, `bash .ci/h200_next.sh grouped` / `grouped2`): the first
+# form 1.5x slower (fp8 M=1024 482.3 µs, its two Gluon kernels 466.8 at 364 W: the down GEMM read each K step's token
+# scales from global memory inside the loop), more accurate (Llama block vs bf16: int8 29.0 -> 32.7 dB, fp8 23.6 ->
+# 23.9). The scales now come with the stage by TMA: compiled for sm_90, not yet run. Opt-in (FUSED_W8A8_GROUPED=1):
+# the block's hand-off then times it against the per-token one, both layers together, once per shape.
 W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") == "1"
 GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
 
@@ -881,6 +884,34 @@ def _grouped_reason(x2, w1, w2, gated: bool) -> str | None:
     if H % 16:
         return "h's features a multiple of 16 (TMA rows of the down GEMM)"
     return _ws_supports(x2, w1, gated, kernel="w8a8_ws") or _ws_supports(x2, w2, kernel="w8a8_ws")
+
+
+def _grouped_key(x2, w1, b1, act, w2, b2) -> tuple:
+    """The route key of a W8A8 block's hand-off (per token or grouped; both layers)."""
+    return ("mlp_block", m_bucket(x2.shape[0]), tuple(w1.shape), tuple(w2.shape), w1.dtype, x2.dtype, b1 is None,
+            b2 is None, act, "h grouped")
+
+
+def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
+    """A W8A8 block's two layers with h handed over quantized: per token (each layer on its own timed route), or with
+    W8A8_GROUPED per (token, 64 outputs) where the Gluon kernels run and it times faster (_graph_pick)."""
+    op = "gated" if gated else "linear"
+
+    def tokens():
+        return _dense_q_in(_dense_q_out(op, x2, w1, s1, b1, act), w2, s2, b2, "none")
+
+    if not (W8A8_GROUPED and _forced is None and _grouped_reason(x2, w1, w2, gated) is None):
+        return tokens()
+
+    def grouped():
+        return _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2)
+
+    key = _grouped_key(x2, w1, b1, act, w2, b2)
+    others = {}
+    if _may_time(key, x2):
+        tokens()  # its layers' routes timed first: the block's timing then replays their picks
+        _offer_ws(others, "mlp_block", grouped, name="grouped", what="grouped hand-off")
+    return grouped() if _graph_pick(key, tokens, None, "mlp_block", others=others or None) == "grouped" else tokens()
 
 
 def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
@@ -1970,11 +2001,7 @@ def mlp_block(x, w1, s1, b1, w2, s2, b2, act="silu", gated=True, dynamic=False, 
     def per_layer():
         if handoff:  # see HANDOFF
             x1 = reference.smooth_input(x, smooth1).reshape(-1, x.shape[-1])
-            if W8A8_GROUPED and _forced is None and _grouped_reason(x1, w1, w2, gated) is None:
-                y = _grouped_block(x1, w1, s1, b1, act, gated, w2, s2, b2)
-            else:
-                qa = _dense_q_out("gated" if gated else "linear", x1, w1, s1, b1, act)
-                y = _dense_q_in(qa, w2, s2, b2, "none")
+            y = _handoff_block(x1, w1, s1, b1, act, gated, w2, s2, b2)
             return y if x.dim() == 2 else y.reshape(*x.shape[:-1], y.shape[-1])
         h = _run("gated" if gated else "linear", reference.smooth_input(x, smooth1), w1, s1, b1, act, dynamic)
         return _run("linear", reference.smooth_input(h, smooth2), w2, s2, b2, "none", dynamic)

@@ -246,6 +246,15 @@ def test_grouped_operands_get_clear_errors():
         w8a8_ws(xq, torch.ones(4), q, s, quant_out=True, out=torch.empty(4, 8, dtype=torch.bfloat16))
 
 
+def test_grouped_handoff_says_why_not():
+    """Where the grouped hand-off cannot run, dispatch says why (and the block keeps the per-token one)."""
+    from fused import dispatch
+
+    q = torch.zeros(2 * 64, 64, dtype=torch.float8_e4m3fn)
+    assert dispatch._grouped_reason(torch.zeros(4, 64, dtype=torch.bfloat16), q, q[:, :64], True) == \
+        "CUDA x in bf16 / fp16"
+
+
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1040), (17, 4136, 528), (300, 4096, 14336)])
@@ -300,8 +309,9 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
 @sm90
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
 def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
-    """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED): against the reference with h quantized
-    the same way, and no further from the block with h unquantized than the per-token hand-off; the stats name it."""
+    """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED, its route forced): against the reference with
+    h quantized the same way, and no further from the block with h unquantized than the per-token hand-off (the
+    route forced the other way); the stats name both."""
     from fused import dispatch
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
@@ -309,6 +319,8 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     M, D = 300, 520
     x, q1, s1, q2, s2 = _block_operands(M, 1008, D, gated, fp8, seed=5)
     b2 = torch.randn(D, device="cuda", dtype=torch.bfloat16)
+    key = dispatch._grouped_key(x, q1, None, act, q2, b2)
+    monkeypatch.setitem(dispatch._dense_routes, key, ("grouped", "grouped"))
     dispatch.stats.clear()
     y = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
     assert dispatch.stats[("gated" if gated else "linear", dispatch.GROUPED_PATHS[0])] == 1
@@ -318,6 +330,8 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     ref = linear_ref(dequantize_activation_grouped(hq, hs), q2, s2, b2)
     assert y.shape == (M, D) and y.dtype == x.dtype and sqnr(ref, y.float()) > 30
     h_exact = linear_ref(h, q2, s2, b2)  # h neither rounded nor quantized
-    monkeypatch.setattr(dispatch, "W8A8_GROUPED", False)
+    monkeypatch.setitem(dispatch._dense_routes, key, ("triton", "triton"))  # the per-token hand-off
+    dispatch.stats.clear()
     y_tok = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
+    assert not any(path in dispatch.GROUPED_PATHS for _, path in dispatch.stats)
     assert sqnr(h_exact, y.float()) > sqnr(h_exact, y_tok.float()) - 0.5
