@@ -407,9 +407,8 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         if out is not None:
             raise ValueError("w8a8_ws: quant_out makes its own outputs (out must be None)")
         out = torch.empty((M, N_OUT), device=xq.device, dtype=qweight.dtype)
-        # rows of 4·ceil(M / 4) tokens: the next layer reads them by TMA (16-byte aligned rows)
-        hs = torch.empty((triton.cdiv(N_OUT, GROUP), triton.cdiv(M, 4) * 4), device=xq.device,
-                         dtype=torch.float32)[:, :M]
+        # [groups, M] dense (the epilogue's row stride is M); a GEMM reading them by TMA pads rows where M % 4
+        hs = torch.empty((triton.cdiv(N_OUT, GROUP), M), device=xq.device, dtype=torch.float32)
     elif out is None:
         out = torch.empty((M, N_OUT), device=xq.device, dtype=out_dtype)
     elif out.shape != (M, N_OUT) or out.dtype != out_dtype or not out.is_contiguous():
