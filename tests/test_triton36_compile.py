@@ -159,6 +159,8 @@ for gated, act, bias, int8, coop, xg, qo in (
             runs.append([i, i])
     if any('STL' in line or 'LDL' in line for a, b in runs for line in code[max(a - 30, 0):b + 16]):
         out.append(f'{label}: local memory inside the K loop')
+    if k.metadata.shared > 232448:  # the H200's shared memory per block (227 KB)
+        out.append(f'{label}: {k.metadata.shared} bytes of shared memory')
     stack = re.search(r'STACK:(\d+)', usage)
     if not stack or int(stack.group(1)) > (256 if qo else 0):
         out.append(f'{label}: spills ({stack and stack.group(0)})')
