@@ -64,8 +64,8 @@ case "${1:-}" in
              # M=1024 (down ~100-120 with its per-step wait, against ~86 unscaled), fp8 block ~305-320. With
              # FUSED_W8A8_GROUPED=1 the block times grouped against per-token (both layers) and takes the faster:
              # the "h grouped" route timings below are that comparison, in one process
-    timeout 90 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
-      -k "group or quant_out" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped3.txt"
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
+      -k "group or quant_out or layer_routes" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped3.txt"
     FUSED_W8A8_GROUPED=1 timeout 120 python3 -m fused bench --blocks llama --m 1024,8192 \
         --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g3" > "$OUT/g3.log" 2>&1
     grep "ours" "$OUT/g3.log" | grep "M=" | head -4 | tee -a "$OUT/grouped3.txt"
