@@ -900,7 +900,7 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
     def tokens():
         return _dense_q_in(_dense_q_out(op, x2, w1, s1, b1, act), w2, s2, b2, "none")
 
-    if not (W8A8_GROUPED and _forced is None and _grouped_reason(x2, w1, w2, gated) is None):
+    if not (W8A8_GROUPED and _forced is None and x2.is_cuda):
         return tokens()
 
     def grouped():
@@ -908,7 +908,10 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
 
     key = _grouped_key(x2, w1, b1, act, w2, b2)
     others = {}
-    if _may_time(key, x2):
+    if _may_time(key, x2):  # the kernels' needs checked once per shape, when it is timed (not on every call)
+        if _grouped_reason(x2, w1, w2, gated) is not None:
+            _dense_routes[key] = ("triton", "triton")  # the per-token hand-off, for good
+            return tokens()
         tokens()  # its layers' routes timed first: the block's timing then replays their picks
         _offer_ws(others, "mlp_block", grouped, name="grouped", what="grouped hand-off")
     return grouped() if _graph_pick(key, tokens, None, "mlp_block", others=others or None) == "grouped" else tokens()

@@ -71,6 +71,17 @@ from fused.kernels import w8a16_ws as gws
 # nothing (the gated one spills in its epilogue only: act(g) and the handed-over u live together)
 import os as _os, subprocess as _sp, tempfile as _tf
 _bin = _os.path.join(_os.path.dirname(triton.__file__), 'backends', 'nvidia', 'bin')
+
+
+def sass_and_usage(k):
+    # a compiled kernel's SASS (nvdisasm) and resource usage (cuobjdump -res-usage), by ptxas's own tools
+    with _tf.NamedTemporaryFile(suffix='.cubin') as f:
+        f.write(k.asm['cubin'])
+        f.flush()
+        return (_sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout,
+                _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout)
+
+
 # (w8a16_ws_pair launches the gated kernel with the up rows from a second descriptor: the same compiled code)
 for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4, 0, False, False),
                                                        (False, 'gelu_tanh', True, 3, 0, True, True),
@@ -94,11 +105,7 @@ for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4,
     label = f'w8a16_ws gated={gated} {act} bias={bias} s{stages} pad{pad} halves={halves} persist={persist}'
     if not re.search(r'wgmma\.mma_async[^;]*\}, \{%r', k.asm['ptx']):
         out.append(f'{label}: the widened weight is no register operand')
-    with _tf.NamedTemporaryFile(suffix='.cubin') as f:
-        f.write(k.asm['cubin'])
-        f.flush()
-        sass = _sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout
-        usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
+    sass, usage = sass_and_usage(k)
     lines = sass.splitlines()
     # a group's last HGMMA carries the scoreboard its wait reads (gsb0): one per consumer when each K step's 4 run
     # as a group (two with A_HALVES, one per half), one per HGMMA when serialized
@@ -139,11 +146,7 @@ for gated, act, bias, int8, coop, xg, qo in (
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
     label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop} x_groups={xg} quant_out={qo}'
-    with _tf.NamedTemporaryFile(suffix='.cubin') as f:
-        f.write(k.asm['cubin'])
-        f.flush()
-        sass = _sp.run([_os.path.join(_bin, 'nvdisasm'), '-c', f.name], capture_output=True, text=True).stdout
-        usage = _sp.run([_os.path.join(_bin, 'cuobjdump'), '-res-usage', f.name], capture_output=True, text=True).stdout
+    sass, usage = sass_and_usage(k)
     code = sass.splitlines()
     lines = [line for line in code if 'GMMA' in line]
     want = (4, 2) if xg else (16, 4)

@@ -8,6 +8,7 @@ import torch
 
 from fused.reference import gated_pair_ref, gated_ref, linear_ref
 from lowbit.metrics import sqnr
+from operands import weights_8bit
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                           reason="Hopper (sm_90) GPU")
@@ -45,13 +46,7 @@ def test_bad_operands_get_clear_errors():
 def _operands(M, N, K, seed, bias, fp8=False):
     torch.manual_seed(seed)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    if fp8:  # every e4m3 value but NaN, subnormals included
-        q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
-        q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
-    else:
-        q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
-    s = torch.rand(N, device="cuda") * 0.01 + 1e-3
-    b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
+    q, s, b = weights_8bit(N, K, fp8, bias)
     return x, q, s, b
 
 

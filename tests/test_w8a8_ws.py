@@ -7,6 +7,7 @@ import torch
 
 from fused.reference import gated_ref, linear_ref
 from lowbit.metrics import sqnr
+from operands import weights_8bit
 
 sm90 = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                           reason="Hopper (sm_90) GPU")
@@ -67,13 +68,7 @@ def _operands(M, N, K, seed, bias, fp8=True):
     torch.manual_seed(seed)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     xq, xs = act_quant(x, fp8=fp8, rows=M + 5)
-    if fp8:
-        q = torch.randint(0, 256, (N, K), device="cuda", dtype=torch.uint8)
-        q = torch.where((q & 0x7F) == 0x7F, q - 1, q).view(torch.float8_e4m3fn)
-    else:
-        q = torch.randint(-127, 128, (N, K), device="cuda", dtype=torch.int8)
-    s = torch.rand(N, device="cuda") * 0.01 + 1e-3
-    b = torch.randn(N, device="cuda", dtype=torch.bfloat16) if bias else None
+    q, s, b = weights_8bit(N, K, fp8, bias)
     return xq, xs, q, s, b, xq[:M].float() * xs[:, None]
 
 
