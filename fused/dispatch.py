@@ -870,8 +870,13 @@ W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 # ~2330; int8 alike. Measured (H200, thirty-sixth session, `bash .ci/h200_next.sh grouped` / `grouped2`): the first
 # form 1.5x slower (fp8 M=1024 482.3 µs, its two Gluon kernels 466.8 at 364 W: the down GEMM read each K step's token
 # scales from global memory inside the loop), more accurate (Llama block vs bf16: int8 29.0 -> 32.7 dB, fp8 23.6 ->
-# 23.9). The scales now come with the stage by TMA: compiled for sm_90, not yet run. Opt-in (FUSED_W8A8_GROUPED=1):
-# the block's hand-off then times it against the per-token one, both layers together, once per shape.
+# 23.9). With the scales loaded by TMA with the stage (thirty-seventh, `grouped3`) it was still 1.35x slower (fp8
+# M=1024 422.7 against 314.0, 8192 3299.0 against 2447.2; int8 411.7 / 3236.3 against 289.1 / 2268.6, route timings
+# in one process): tokens along wgmma's N gave each thread 32 token scales to read a K step, 16 KB of shared-memory
+# reads per consumer and step beside the wgmma's 12 KB. The down GEMM now puts tokens along wgmma's M (2 scales a
+# thread), with one K group a stage or two (GROUPED_FORMS): compiled for sm_90, not yet run. Opt-in
+# (FUSED_W8A8_GROUPED=1): the block's hand-off then times both against the per-token one, both layers together, once
+# per shape.
 W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") == "1"
 GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
 
@@ -903,8 +908,8 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
     if not (W8A8_GROUPED and _forced is None and x2.is_cuda):
         return tokens()
 
-    def grouped():
-        return _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2)
+    def grouped(form="grouped"):
+        return _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form)
 
     key = _grouped_key(x2, w1, b1, act, w2, b2)
     others = {}
@@ -913,11 +918,18 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
             _dense_routes[key] = ("triton", "triton")  # the per-token hand-off, for good
             return tokens()
         tokens()  # its layers' routes timed first: the block's timing then replays their picks
-        _offer_ws(others, "mlp_block", grouped, name="grouped", what="grouped hand-off")
-    return grouped() if _graph_pick(key, tokens, None, "mlp_block", others=others or None) == "grouped" else tokens()
+        for name in GROUPED_FORMS:
+            _offer_ws(others, "mlp_block", lambda f=name: grouped(f), name=name, what="grouped hand-off")
+    pick = _graph_pick(key, tokens, None, "mlp_block", others=others or None)
+    return grouped(pick) if pick in GROUPED_FORMS else tokens()
 
 
-def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
+# the grouped down GEMM's forms, timed side by side: one K group a stage (a product in flight per consumer, 10
+# stages) or two (two products, half the waits, 6 stages)
+GROUPED_FORMS = {"grouped": dict(BLOCK_K=64), "grouped_k128": dict(BLOCK_K=128, STAGES=6)}
+
+
+def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"):
     """act_quant(x); the first layer with h quantized in its epilogue per (token, 64 outputs); the down GEMM on it."""
     from fused.kernels import w8a8_ws as ws
 
@@ -925,7 +937,7 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
     hq, hs = ws.w8a8_ws(xq, xs, w1, s1, b1, act, gated, config=dict(COOP=True), quant_out=True)
     stats[("gated" if gated else "linear", GROUPED_PATHS[0])] += 1
     stats[("linear", GROUPED_PATHS[1])] += 1
-    return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype)
+    return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype, config=GROUPED_FORMS[form])
 
 
 def _layer_ws_paths() -> list:

@@ -119,7 +119,8 @@ from fused.kernels import w8a8_ws as w8s
 # the Gluon fp8 W8A8 GEMM: per consumer one group of 4 wgmma (both operands in shared memory) per accumulator and K
 # step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike. The grouped hand-off: QUANT_OUT
 # (h quantized per token and 64 outputs in the epilogue) spills loop invariants reloaded once per tile, never inside
-# the K loops; X_GROUPS (the down GEMM scaling each K step's product) 4 wgmma, each waited for: 2 groups, no spill
+# the K loops; X_GROUPS (the down GEMM scaling each K step's product) 4 wgmma, each waited for: 2 groups, no spill;
+# with two K groups a stage (xg=2, BLOCK_K 128) two products in flight per consumer: 8 wgmma in 4 groups
 for gated, act, bias, int8, coop, xg, qo in (
         (False, 'none', False, False, False, False, False), (True, 'silu', False, False, False, False, False),
         (True, 'gelu_tanh', True, False, False, False, False), (True, 'silu', False, True, False, False, False),
@@ -127,8 +128,11 @@ for gated, act, bias, int8, coop, xg, qo in (
         (True, 'silu', False, False, True, False, False), (True, 'gelu_tanh', True, True, True, False, False),
         (True, 'silu', False, False, True, False, True), (True, 'silu', False, True, False, False, True),
         (False, 'relu', True, False, True, False, True), (False, 'none', False, False, False, True, False),
-        (False, 'gelu', True, True, False, True, False)):
-    cfg = w8s.default_config(gated, coop, xg)
+        (False, 'gelu', True, True, False, True, False), (False, 'none', False, False, False, 2, False),
+        (False, 'gelu', True, True, False, 2, False)):
+    cfg = w8s.default_config(gated, coop, bool(xg))
+    if xg == 2:
+        cfg.update(BLOCK_K=128, STAGES=6)
     bt, bk = cfg['BLOCK_T'], cfg['BLOCK_K']
     wr = 128 if xg else (128 if gated else 256) if coop else 64 if gated else 128
     dt, ds = (gl.int8, 'i8') if int8 else (gl.float8e4nv, 'fp8e4nv')
@@ -136,12 +140,12 @@ for gated, act, bias, int8, coop, xg, qo in (
     wl = gl.NVMMASharedLayout.get_default_for([wr, bk], dt)
     sl = gl.NVMMASharedLayout(0, 32)
     sig = {'x_desc': f'tensordesc<{ds}[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>',
-           'wu_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>', 'xs_desc': f'tensordesc<fp32[1, {bt}],{sl!r}>',
+           'wu_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>', 'xs_desc': f'tensordesc<fp32[{bk // 64 if xg else 1}, {bt}],{sl!r}>',
            'xs_ptr': '*fp32', 'ws_ptr': '*fp32',
            'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': f'*{ds}' if qo else '*bf16',
            'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
-                  ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=xg, QUANT_OUT=qo, num_warps=4)
+                  ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=bool(xg), QUANT_OUT=qo, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
@@ -149,7 +153,7 @@ for gated, act, bias, int8, coop, xg, qo in (
     sass, usage = sass_and_usage(k)
     code = sass.splitlines()
     lines = [line for line in code if 'GMMA' in line]
-    want = (4, 2) if xg else (16, 4)
+    want = (8, 4) if xg == 2 else (4, 2) if xg else (16, 4)
     if (len(lines), sum('gsb0' in line for line in lines)) != want:
         out.append(f'{label}: {len(lines)} GMMA in {sum("gsb0" in line for line in lines)} groups ({want} expected)')
     # each consumer's K loop: its run of GMMA (lines less than 100 apart), the ready wait before, the release after

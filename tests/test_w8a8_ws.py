@@ -233,10 +233,12 @@ def test_grouped_operands_get_clear_errors():
     s = torch.ones(8)
     with pytest.raises(ValueError, match=r"ceil\(K / 64\) = 2 rows"):
         w8a8_ws(xq, torch.ones(3, 4), q, s)
-    with pytest.raises(ValueError, match="BLOCK_K = 64"):
+    with pytest.raises(ValueError, match="BLOCK_K 64 or 128"):
         w8a8_ws(xq, torch.ones(2, 4), q, s, gated=True)  # the grouped GEMM is the plain (down) one
-    with pytest.raises(ValueError, match="BLOCK_K = 64"):
-        w8a8_ws(xq, torch.ones(2, 4), q, s, config=dict(BLOCK_K=128))
+    with pytest.raises(ValueError, match="BLOCK_K 64 or 128"):
+        w8a8_ws(xq, torch.ones(2, 4), q, s, config=dict(BLOCK_K=256))
+    with pytest.raises(ValueError, match="BLOCK_T 128"):
+        w8a8_ws(xq, torch.ones(2, 4), q, s, config=dict(BLOCK_T=64))  # a consumer's 64 tokens are wgmma's rows
     with pytest.raises(ValueError, match="quant_out makes its own"):
         w8a8_ws(xq, torch.ones(4), q, s, quant_out=True, out=torch.empty(4, 8, dtype=torch.bfloat16))
 
@@ -258,7 +260,8 @@ def test_grouped_handoff_says_why_not():
 def test_ws_x_groups_matches_reference_cuda(M, N, K, act, bias, fp8):
     """x quantized per token and 64 of K (scales [ceil(K / 64), M], as quant_out writes them; K past a group's end
     partial where K % 64): each K step's product scaled by its group's scales, against the fp32 product of the
-    dequantized operands; the 128-row tiles with one program walking several (PROGRAMS=3) and a short ring."""
+    dequantized operands; one K group a stage or two (a partial second one where K % 128), one program walking
+    several tiles (PROGRAMS=3), a short ring."""
     from fused.kernels.w8a8_ws import w8a8_ws
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
@@ -267,7 +270,7 @@ def test_ws_x_groups_matches_reference_cuda(M, N, K, act, bias, fp8):
     x = torch.randn(M, K, device="cuda") * torch.rand(1, K, device="cuda") * 4  # groups of unlike ranges
     xq, xs = quantize_activation_grouped(x, "float8_e4m3" if fp8 else "int8")
     ref = linear_ref(dequantize_activation_grouped(xq, xs), q, s, b, act)
-    for cfg in (None, dict(STAGES=3, PROGRAMS=3), dict(BLOCK_T=64, STAGES=4)):
+    for cfg in (None, dict(STAGES=3, PROGRAMS=3), dict(BLOCK_K=128, STAGES=6), dict(BLOCK_K=128, STAGES=2, PROGRAMS=3)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a8_ws(xq.contiguous(), xs.t().contiguous(), q, s, b, act, config=cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -302,8 +305,10 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
 
 @pytest.mark.cuda
 @sm90
-@pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
-def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
+@pytest.mark.parametrize("gated,act,fp8,form", [(True, "silu", True, "grouped"), (False, "gelu_tanh", True, "grouped"),
+                                                (True, "silu", False, "grouped_k128"),
+                                                (True, "silu", True, "grouped_k128")])
+def test_grouped_block_cuda(monkeypatch, gated, act, fp8, form):
     """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED, its route forced): against the reference with
     h quantized the same way, and no further from the block with h unquantized than the per-token hand-off (the
     route forced the other way); the stats name both."""
@@ -315,7 +320,7 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8):
     x, q1, s1, q2, s2 = _block_operands(M, 1008, D, gated, fp8, seed=5)
     b2 = torch.randn(D, device="cuda", dtype=torch.bfloat16)
     key = dispatch._grouped_key(x, q1, None, act, q2, b2)
-    monkeypatch.setitem(dispatch._dense_routes, key, ("grouped", "grouped"))
+    monkeypatch.setitem(dispatch._dense_routes, key, (form, form))
     dispatch.stats.clear()
     y = dispatch.mlp_block(x, q1, s1, None, q2, s2, b2, act, gated, dynamic=True)
     assert dispatch.stats[("gated" if gated else "linear", dispatch.GROUPED_PATHS[0])] == 1

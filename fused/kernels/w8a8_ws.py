@@ -34,10 +34,11 @@ dispatch offers it to both layers of a W8A8 block as a timed route candidate, an
 
 Grouped hand-off (thirty-sixth session): QUANT_OUT quantizes each accumulator's [64 outputs, tokens] tile of y per
 token in the epilogue (h in 8 bits and its scales [groups of 64, M]: no bf16 h through memory, no act_quant pass);
-X_GROUPS is the GEMM that reads it: 128-row tiles, 64 rows per consumer, 64-wide K steps, each step's product from
-zero, waited for and added times its tokens' scales (TMA-loaded with the stage) into an fp32 sum. Its first form
-(scales read from global memory inside the loop) ran the Llama block 1.5x slower; the TMA form is not yet measured,
-so dispatch uses it only with FUSED_W8A8_GROUPED=1.
+X_GROUPS is the GEMM that reads it (_group_consumer): tiles of 128 tokens x 128 outputs, 64 tokens per consumer, each
+K group's product from zero, waited for and added times its tokens' scales (TMA-loaded with the stage) into an fp32
+sum; one K group a stage (BLOCK_K 64) or two (BLOCK_K 128: two products in flight). Measured forms were slower than
+the per-token hand-off (the Llama block at M=1024 477 and 423 µs against 314); this one is not yet measured, so
+dispatch uses it only with FUSED_W8A8_GROUPED=1.
 
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
@@ -62,6 +63,7 @@ from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _
 
 _MIN_SCALE = gl.constexpr(MIN_SCALE)
 _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
+_GROUP = gl.constexpr(64)  # GROUP in kernels
 GROUP = 64  # outputs per scale of a QUANT_OUT hand-off (an accumulator's rows), x's K per scale with X_GROUPS
 
 
@@ -169,47 +171,73 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
 def _group_consumer(x_bufs, w8_bufs, s_bufs, ready, empty, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT, stride_ym,
                     k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
                     INT8: gl.constexpr):
-    """X_GROUPS (x scaled per token and 64 of K, xs_ptr [K / 64, M], as a QUANT_OUT layer wrote it): 128-row tiles,
-    consumer PART on rows 64·PART.. of each, both reading each stage's x tile (DeepSeek-V3's fp8 GEMM layout). A K
-    step is one group: its product from zero, waited for, then scaled by the tokens' group scales into an fp32 sum
-    ("promotion"); while one consumer scales, the other's product keeps the tensor cores busy. One accumulator and one
-    product per consumer: two of each (256-row tiles) plus the 32 scales a thread holds spilled. The step's scales
-    come with its stage (s_bufs, by TMA): read from global memory in the loop, their latency was every step's
-    (the first form: the Llama block at M=1024 477 µs, against 308 with the per-token hand-off)."""
+    """X_GROUPS (x scaled per token and 64 of K, xs [K / 64, M], as a QUANT_OUT layer wrote it): tiles of 128 tokens x
+    128 outputs, consumer PART on tokens 64·PART.. of each, both reading each stage's W tile (DeepSeek-V3's fp8 GEMM
+    layout). A K step is one group: y = x · Wᵀ from zero (tokens along wgmma's M, so a thread's rows are 2 tokens and
+    it reads 2 scales a step), waited for, then scaled by the tokens' group scales into an fp32 sum ("promotion");
+    while one consumer scales, the other's product keeps the tensor cores busy. The step's scales come with its
+    stage (s_bufs, by TMA). The first forms computed yᵀ = W · xᵀ as the other consumers do: tokens along wgmma's N
+    put 32 token scales in each thread, 16 KB of shared-memory reads per consumer and step beside the wgmma's 12 KB
+    (the Llama block at M=1024 423 µs with them, 477 with the scales read from global memory, 314 per token)."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
-    ROWS: gl.constexpr = w8_bufs.type.shape[1] // 2
-    acc_layout: gl.constexpr = _acc_layout(BLOCK_T, gl.num_warps())
-    out_layout: gl.constexpr = _out_layout(gl.num_warps())
-    part = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+    TOKENS: gl.constexpr = BLOCK_T // 2
+    ROWS: gl.constexpr = w8_bufs.type.shape[1]
+    acc_layout: gl.constexpr = _acc_layout(ROWS, gl.num_warps())
+    G: gl.constexpr = s_bufs.type.shape[1]  # K groups a stage: 1, or 2 (two products in flight, half the waits)
+    gl.static_assert(G == 1 or G == 2)
+    # a stage's scales, [G, BLOCK_T] as TMA wrote them (no swizzle): group g of stage s is row s·G + g
+    s_flat = s_bufs._reinterpret(gl.float32, [STAGES * G, BLOCK_T], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    sc_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    part = gl.zeros((TOKENS, ROWS), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
+    part1 = part
     it = 0
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
-        acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
+        acc = gl.zeros((TOKENS, ROWS), dtype=gl.float32, layout=acc_layout)
         for k in range(k_tiles):
             s = (it + k) % STAGES
             mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
-            part = warpgroup_mma(w8_bufs.index(s).slice(PART * ROWS, ROWS, dim=0), x_bufs.index(s).permute((1, 0)),
-                                 part, use_acc=False, is_async=True)
-            sc = s_bufs.index(s).load(acc_layout)  # [1, BLOCK_T]: the tokens' scales of this K group
-            part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
-            mbarrier.arrive(empty.index(s), count=1)
-            acc += part.to(gl.float32) * sc
+            xt = x_bufs.index(s).slice(PART * TOKENS, TOKENS, dim=0)
+            if G == 1:
+                part = warpgroup_mma(xt, w8_bufs.index(s).permute((1, 0)), part, use_acc=False, is_async=True)
+                sc = s_flat.index(s).slice(PART * TOKENS, TOKENS).load(sc_layout)
+                part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+                mbarrier.arrive(empty.index(s), count=1)
+                acc += part.to(gl.float32) * sc[:, None]
+            else:
+                part = warpgroup_mma(xt.slice(0, _GROUP, dim=1), w8_bufs.index(s).slice(0, _GROUP, dim=1).permute((1, 0)),
+                                     part, use_acc=False, is_async=True)
+                part1 = warpgroup_mma(xt.slice(_GROUP, _GROUP, dim=1),
+                                      w8_bufs.index(s).slice(_GROUP, _GROUP, dim=1).permute((1, 0)), part1,
+                                      use_acc=False, is_async=True)
+                sc = s_flat.index(2 * s).slice(PART * TOKENS, TOKENS).load(sc_layout)
+                sc1 = s_flat.index(2 * s + 1).slice(PART * TOKENS, TOKENS).load(sc_layout)
+                part, part1 = warpgroup_mma_wait(num_outstanding=0, deps=(part, part1))
+                mbarrier.arrive(empty.index(s), count=1)
+                acc += part.to(gl.float32) * sc[:, None]  # (two FMAs a value, not a product and a sum more)
+                acc += part1.to(gl.float32) * sc1[:, None]
         it += k_tiles
-        o = off_o + PART * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc_layout))
-        y = acc * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[:, None]
+        o = off_o + gl.arange(0, ROWS, layout=gl.SliceLayout(0, acc_layout))
+        y = acc * gl.load(ws_ptr + o, mask=o < N_OUT, other=0.0)[None, :]
         if HAS_BIAS:
-            y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[:, None]
-        t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
-        _store(_activation(y, ACT), o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            y += gl.load(b_ptr + o, mask=o < N_OUT, other=0.0).to(gl.float32)[None, :]
+        # y [tokens, outputs] into y's rows, outputs in 16-byte runs
+        row_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [gl.num_warps(), 1], [1, 0])
+        y = gl.convert_layout(_activation(y, ACT).to(y_ptr.dtype.element_ty), row_layout)
+        t = off_t + PART * TOKENS + gl.arange(0, TOKENS, layout=gl.SliceLayout(1, row_layout))
+        o = off_o + gl.arange(0, ROWS, layout=gl.SliceLayout(0, row_layout))
+        gl.store(y_ptr + t[:, None] * stride_ym + o[None, :], y, mask=(t < M)[:, None] & (o < N_OUT)[None, :])
 
 
 @gluon.jit
 def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, M, N_OUT, k_tiles,
                 GROUP_N: gl.constexpr):
-    """X_GROUPS' TMA partition: w8a16_ws._load_tile's x and W tiles plus the K group's token scales [1, BLOCK_T]."""
+    """X_GROUPS' TMA partition: w8a16_ws._load_tile's x and W tiles plus the stage's K groups' token scales [G,
+    BLOCK_T]."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
+    G: gl.constexpr = xs_desc.block_type.shape[0]  # K groups a stage
     it = 0
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
@@ -220,7 +248,7 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
                             + xs_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
-            tma.async_copy_global_to_shared(xs_desc, [k, off_t], ready.index(s), s_bufs.index(s))
+            tma.async_copy_global_to_shared(xs_desc, [k * G, off_t], ready.index(s), s_bufs.index(s))
         it += k_tiles
 
 
@@ -346,7 +374,7 @@ def default_config(gated: bool = False, coop: bool = False, x_groups: bool = Fal
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
     down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
-    if x_groups:  # x's scales per 64 of K: a K step is one group; 10 stages of 16 KB
+    if x_groups:  # x's scales per 64 of K: a K step is one group, 10 stages of 16 KB (BLOCK_K 128: two, 6 of 32 KB)
         return dict(BLOCK_T=128, BLOCK_K=GROUP, STAGES=10, GROUP_N=8, CONSUMER_REGS=232)
     return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
 
@@ -397,8 +425,9 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if up is not None:
         up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
     cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups), **(config or {}))
-    if x_groups and (cfg["BLOCK_K"] != GROUP or gated or quant_out):
-        raise ValueError(f"w8a8_ws: grouped x scales run the plain GEMM with BLOCK_K = {GROUP}, y in 16 bits (got "
+    if x_groups and (cfg["BLOCK_K"] not in (GROUP, 2 * GROUP) or cfg["BLOCK_T"] != 128 or gated or quant_out):
+        raise ValueError(f"w8a8_ws: grouped x scales run the plain GEMM with BLOCK_T 128, BLOCK_K {GROUP} or "
+                         f"{2 * GROUP}, y in 16 bits (got BLOCK_T {cfg['BLOCK_T']}, "
                          f"BLOCK_K {cfg['BLOCK_K']}, gated {gated}, quant_out {quant_out})")
     N = qweight.shape[0]
     N_OUT = N // 2 if gated and up is None else N
@@ -437,7 +466,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         if x_scale.stride(1) != 1 or x_scale.stride(0) % 4 or x_scale.data_ptr() % 16:
             x_scale = torch.zeros((x_scale.shape[0], triton.cdiv(M, 4) * 4), device=xq.device,
                                   dtype=torch.float32)[:, :M].copy_(x_scale)
-        xs_desc = TensorDescriptor.from_tensor(x_scale, [1, bt], gl.NVMMASharedLayout(0, 32))
+        xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // GROUP, bt], gl.NVMMASharedLayout(0, 32))
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
     progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
