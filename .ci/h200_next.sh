@@ -70,7 +70,10 @@ case "${1:-}" in
     FUSED_W8A8_GROUPED=1 timeout 240 python3 -m fused bench --blocks llama --m 1024,8192 \
         --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g4" > "$OUT/g4.log" 2>&1
     grep "ours" "$OUT/g4.log" | grep "M=" | head -4 | tee -a "$OUT/grouped4.txt"
-    picks "$OUT/g4/bench.json" "h grouped" | tee -a "$OUT/grouped4.txt" ;;
+    picks "$OUT/g4/bench.json" "h grouped" | tee -a "$OUT/grouped4.txt"
+    for f in grouped grouped_k128; do  # each kernel of the forced form (the gated quant_out one #1, the down one #2)
+      FUSED_W8A8_GROUPED=$f timeout 90 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -5
+    done 2>&1 | tee -a "$OUT/grouped4.txt" ;;
   grouped3)  # thirty-sixth session, after `grouped2` (the block 477 µs at M=1024, 364 W: the down GEMM read each K
              # step's token scales from global memory after issuing its wgmma, every step waiting out their latency). The
              # scales now come with the stage (TMA). Prediction: the block's two Gluon kernels 467 -> ~300 µs at

@@ -877,7 +877,9 @@ W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 # thread), with one K group a stage or two (GROUPED_FORMS): compiled for sm_90, not yet run. Opt-in
 # (FUSED_W8A8_GROUPED=1): the block's hand-off then times both against the per-token one, both layers together, once
 # per shape.
-W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") == "1"
+W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") != "0"
+# FUSED_W8A8_GROUPED=grouped / grouped_k128: that form wherever it runs, untimed (probes: .ci/block_parts.py)
+W8A8_GROUPED_FORM = os.environ.get("FUSED_W8A8_GROUPED")
 GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
 
 
@@ -917,6 +919,9 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
         if _grouped_reason(x2, w1, w2, gated) is not None:
             _dense_routes[key] = ("triton", "triton")  # the per-token hand-off, for good
             return tokens()
+        if W8A8_GROUPED_FORM in GROUPED_FORMS:
+            _dense_routes[key] = (W8A8_GROUPED_FORM,) * 2
+            return grouped(W8A8_GROUPED_FORM)
         tokens()  # its layers' routes timed first: the block's timing then replays their picks
         for name in GROUPED_FORMS:
             _offer_ws(others, "mlp_block", lambda f=name: grouped(f), name=name, what="grouped hand-off")
