@@ -62,17 +62,19 @@ case "${1:-}" in
   grouped4)  # thirty-seventh session, after `grouped3` (the TMA-scale form still 1.35x slower: fp8 block M=1024 route
              # 422.7 against 314.0; each thread read 32 token scales a K step, 16 KB of shared memory per consumer and
              # step beside the wgmma's 12 KB). Tokens now along wgmma's M (2 scales a thread), one K group a stage
-             # ("grouped") or two ("grouped_k128", two products in flight). Prediction: the down GEMM within +10% of
-             # the per-token one, the grouped block within ±3% of per token (314 at 1024; act_quant(h) ~7 µs against
-             # the promotions' FMAs); k128 <= grouped. The "h grouped" route timings compare all three in one process
+             # ("grouped") or two ("grouped_k128", two products in flight), or groups of 128 outputs ("grouped_g128":
+             # the gated COOP consumers trade absmaxes; one 128-K product per promotion, DeepSeek-V3's ratio).
+             # Prediction: the down GEMM within +10% of the per-token one, the best grouped block within ±3% of per
+             # token (314 at 1024; act_quant(h) ~7 µs against the promotions' FMAs); g128 <= k128 <= grouped. The
+             # "h grouped" route timings compare all four in one process
     timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
       -k "group or quant_out" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped4.txt"
     FUSED_W8A8_GROUPED=1 timeout 240 python3 -m fused bench --blocks llama --m 1024,8192 \
         --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g4" > "$OUT/g4.log" 2>&1
     grep "ours" "$OUT/g4.log" | grep "M=" | head -4 | tee -a "$OUT/grouped4.txt"
     picks "$OUT/g4/bench.json" "h grouped" | tee -a "$OUT/grouped4.txt"
-    for f in grouped grouped_k128; do  # each kernel of the forced form (the gated quant_out one #1, the down one #2)
-      FUSED_W8A8_GROUPED=$f timeout 90 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -5
+    for f in grouped_k128 grouped_g128; do  # each kernel of the forced form (the gated quant_out one, the down one)
+      FUSED_W8A8_GROUPED=$f timeout 70 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -5
     done 2>&1 | tee -a "$OUT/grouped4.txt" ;;
   grouped3)  # thirty-sixth session, after `grouped2` (the block 477 µs at M=1024, 364 W: the down GEMM read each K
              # step's token scales from global memory after issuing its wgmma, every step waiting out their latency). The

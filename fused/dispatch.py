@@ -929,20 +929,25 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
     return grouped(pick) if pick in GROUPED_FORMS else tokens()
 
 
-# the grouped down GEMM's forms, timed side by side: one K group a stage (a product in flight per consumer, 10
-# stages) or two (two products, half the waits, 6 stages)
-GROUPED_FORMS = {"grouped": dict(BLOCK_K=64), "grouped_k128": dict(BLOCK_K=128, STAGES=6)}
+# the grouped hand-off's forms, timed side by side, (outputs per scale, the down GEMM's config): groups of 64 with
+# one K group a stage (a product in flight per consumer, 10 stages) or two (two products, half the waits, 6 stages);
+# groups of 128 (the gated GEMM's two COOP consumers trade their absmaxes; one product of 128 K per wait, as
+# DeepSeek-V3's GEMM: half the promotions of the 64 forms)
+GROUPED_FORMS = {"grouped": (64, dict(BLOCK_K=64)), "grouped_k128": (64, dict(BLOCK_K=128, STAGES=6)),
+                 "grouped_g128": (128, dict(BLOCK_K=128, STAGES=6))}
 
 
 def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"):
-    """act_quant(x); the first layer with h quantized in its epilogue per (token, 64 outputs); the down GEMM on it."""
+    """act_quant(x); the first layer with h quantized in its epilogue per (token, group of outputs); the down GEMM on
+    it (GROUPED_FORMS[form])."""
     from fused.kernels import w8a8_ws as ws
 
+    group, down = GROUPED_FORMS[form]
     xq, xs = _triton_kernels().act_quant(x2, fp8=w1.dtype == torch.float8_e4m3fn)
-    hq, hs = ws.w8a8_ws(xq, xs, w1, s1, b1, act, gated, config=dict(COOP=True), quant_out=True)
+    hq, hs = ws.w8a8_ws(xq, xs, w1, s1, b1, act, gated, config=dict(COOP=True), quant_out=True, group=group)
     stats[("gated" if gated else "linear", GROUPED_PATHS[0])] += 1
     stats[("linear", GROUPED_PATHS[1])] += 1
-    return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype, config=GROUPED_FORMS[form])
+    return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype, config=down, group=group)
 
 
 def _layer_ws_paths() -> list:

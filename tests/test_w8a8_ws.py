@@ -241,6 +241,14 @@ def test_grouped_operands_get_clear_errors():
         w8a8_ws(xq, torch.ones(2, 4), q, s, config=dict(BLOCK_T=64))  # a consumer's 64 tokens are wgmma's rows
     with pytest.raises(ValueError, match="quant_out makes its own"):
         w8a8_ws(xq, torch.ones(4), q, s, quant_out=True, out=torch.empty(4, 8, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="group must be 64 or 128"):
+        w8a8_ws(xq, torch.ones(4), q, s, quant_out=True, group=32)
+    with pytest.raises(ValueError, match=r"ceil\(K / 128\) = 1 rows"):
+        w8a8_ws(xq, torch.ones(2, 4), q, s, group=128)
+    with pytest.raises(ValueError, match="BLOCK_K 64 or 128"):  # a K step holds whole groups
+        w8a8_ws(xq, torch.ones(1, 4), q, s, group=128, config=dict(BLOCK_K=64))
+    with pytest.raises(ValueError, match="needs COOP"):  # a gated ping-pong tile holds 64 outputs
+        w8a8_ws(xq, torch.ones(4), q, s, gated=True, quant_out=True, group=128)
 
 
 def test_grouped_handoff_says_why_not():
@@ -260,21 +268,23 @@ def test_grouped_handoff_says_why_not():
 def test_ws_x_groups_matches_reference_cuda(M, N, K, act, bias, fp8):
     """x quantized per token and 64 of K (scales [ceil(K / 64), M], as quant_out writes them; K past a group's end
     partial where K % 64): each K step's product scaled by its group's scales, against the fp32 product of the
-    dequantized operands; one K group a stage or two (a partial second one where K % 128), one program walking
-    several tiles (PROGRAMS=3), a short ring."""
+    dequantized operands; groups of 64 with one K group a stage or two (a partial second one where K % 128), groups
+    of 128 (a partial last one where K % 128), one program walking several tiles (PROGRAMS=3), a short ring."""
     from fused.kernels.w8a8_ws import w8a8_ws
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
     _, _, q, s, b, _ = _operands(M, N, K, M + N + 1, bias, fp8)
     torch.manual_seed(M + K)
     x = torch.randn(M, K, device="cuda") * torch.rand(1, K, device="cuda") * 4  # groups of unlike ranges
-    xq, xs = quantize_activation_grouped(x, "float8_e4m3" if fp8 else "int8")
-    ref = linear_ref(dequantize_activation_grouped(xq, xs), q, s, b, act)
-    for cfg in (None, dict(STAGES=3, PROGRAMS=3), dict(BLOCK_K=128, STAGES=6), dict(BLOCK_K=128, STAGES=2, PROGRAMS=3)):
-        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-        y = w8a8_ws(xq.contiguous(), xs.t().contiguous(), q, s, b, act, config=cfg, out=out)
-        assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
-        assert sqnr(ref, y.float()) > 40, cfg
+    for group, cfgs in ((64, (None, dict(STAGES=3, PROGRAMS=3), dict(BLOCK_K=128, STAGES=6),
+                               dict(BLOCK_K=128, STAGES=2, PROGRAMS=3))), (128, (None, dict(STAGES=2, PROGRAMS=3)))):
+        xq, xs = quantize_activation_grouped(x, "float8_e4m3" if fp8 else "int8", group)
+        ref = linear_ref(dequantize_activation_grouped(xq, xs, group), q, s, b, act)
+        for cfg in cfgs:
+            out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+            y = w8a8_ws(xq.contiguous(), xs.t().contiguous(), q, s, b, act, config=cfg, out=out, group=group)
+            assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
+            assert sqnr(ref, y.float()) > 40, (group, cfg)
 
 
 @pytest.mark.cuda
@@ -288,26 +298,33 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
     lowbit.quantize_activation_grouped of the fp32 reference: the scales within the products' rounding (e4m3
     products accumulate with Hopper's fast accumulation: ~40 dB from the fp32 product), the dequantized h as close to
     the reference as the reference's own quantization, less that rounding (1.5 dB e4m3, 3 dB int8, whose own
-    quantization is finer); both tile forms. A wrong group, token or scale layout costs tens of dB."""
+    quantization is finer); both tile forms, groups of 64 and of 128 (gated: the COOP consumers trade absmaxes; a
+    program walking several tiles, PROGRAMS=3, reuses the trade's slots). A wrong group, token or scale layout costs
+    tens of dB."""
     from fused.kernels.w8a8_ws import w8a8_ws
     from lowbit import dequantize_activation_grouped, quantize_activation_grouped
 
     xq, xs, q, s, b, xf = _operands(M, 2 * H if gated else H, K, M + H + 3, bias, fp8)
     ref = (gated_ref if gated else linear_ref)(xf, q, s, b, act)
-    rq, rs = quantize_activation_grouped(ref, "float8_e4m3" if fp8 else "int8")
-    floor = sqnr(ref, dequantize_activation_grouped(rq, rs))
-    for cfg in (None, dict(COOP=True), dict(COOP=True, PROGRAMS=3)):
-        hq, hs = w8a8_ws(xq, xs, q, s, b, act, gated, config=cfg, quant_out=True)
-        assert hq.dtype == q.dtype and hq.shape == (M, H) and hs.shape == ((H + 63) // 64, M)
-        assert torch.isfinite(hs).all() and torch.allclose(hs.t(), rs, rtol=3e-2, atol=1e-12), cfg
-        assert sqnr(ref, dequantize_activation_grouped(hq, hs.t())) > floor - (1.5 if fp8 else 3), cfg
+    for group in (64, 128):
+        rq, rs = quantize_activation_grouped(ref, "float8_e4m3" if fp8 else "int8", group)
+        floor = sqnr(ref, dequantize_activation_grouped(rq, rs, group))
+        for cfg in ((None, dict(COOP=True), dict(COOP=True, PROGRAMS=3)) if group == 64 or not gated else
+                    (dict(COOP=True), dict(COOP=True, PROGRAMS=3))):
+            hq, hs = w8a8_ws(xq, xs, q, s, b, act, gated, config=cfg, quant_out=True, group=group)
+            assert hq.dtype == q.dtype and hq.shape == (M, H) and hs.shape == (-(-H // group), M)
+            assert torch.isfinite(hs).all() and torch.allclose(hs.t(), rs, rtol=3e-2, atol=1e-12), (group, cfg)
+            assert sqnr(ref, dequantize_activation_grouped(hq, hs.t(), group)) > floor - (1.5 if fp8 else 3), \
+                (group, cfg)
 
 
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("gated,act,fp8,form", [(True, "silu", True, "grouped"), (False, "gelu_tanh", True, "grouped"),
                                                 (True, "silu", False, "grouped_k128"),
-                                                (True, "silu", True, "grouped_k128")])
+                                                (True, "silu", True, "grouped_k128"),
+                                                (True, "silu", True, "grouped_g128"),
+                                                (False, "gelu_tanh", False, "grouped_g128")])
 def test_grouped_block_cuda(monkeypatch, gated, act, fp8, form):
     """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED, its route forced): against the reference with
     h quantized the same way, and no further from the block with h unquantized than the per-token hand-off (the
@@ -326,8 +343,9 @@ def test_grouped_block_cuda(monkeypatch, gated, act, fp8, form):
     assert dispatch.stats[("gated" if gated else "linear", dispatch.GROUPED_PATHS[0])] == 1
     assert dispatch.stats[("linear", dispatch.GROUPED_PATHS[1])] == 1
     h = (gated_ref if gated else linear_ref)(x.float(), q1, s1, None, act, dynamic=True)
-    hq, hs = quantize_activation_grouped(h, "float8_e4m3" if fp8 else "int8")
-    ref = linear_ref(dequantize_activation_grouped(hq, hs), q2, s2, b2)
+    group = dispatch.GROUPED_FORMS[form][0]
+    hq, hs = quantize_activation_grouped(h, "float8_e4m3" if fp8 else "int8", group)
+    ref = linear_ref(dequantize_activation_grouped(hq, hs, group), q2, s2, b2)
     assert y.shape == (M, D) and y.dtype == x.dtype and sqnr(ref, y.float()) > 30
     h_exact = linear_ref(h, q2, s2, b2)  # h neither rounded nor quantized
     monkeypatch.setitem(dispatch._dense_routes, key, ("triton", "triton"))  # the per-token hand-off

@@ -36,9 +36,10 @@ Grouped hand-off (thirty-sixth session): QUANT_OUT quantizes each accumulator's 
 token in the epilogue (h in 8 bits and its scales [groups of 64, M]: no bf16 h through memory, no act_quant pass);
 X_GROUPS is the GEMM that reads it (_group_consumer): tiles of 128 tokens x 128 outputs, 64 tokens per consumer, each
 K group's product from zero, waited for and added times its tokens' scales (TMA-loaded with the stage) into an fp32
-sum; one K group a stage (BLOCK_K 64) or two (BLOCK_K 128: two products in flight). Measured forms were slower than
-the per-token hand-off (the Llama block at M=1024 477 and 423 µs against 314); this one is not yet measured, so
-dispatch uses it only with FUSED_W8A8_GROUPED=1.
+sum; one K group a stage (BLOCK_K 64) or two (BLOCK_K 128: two products in flight). Groups of 128 outputs
+(``group=128``: the gated COOP consumers trade their per-token absmaxes through shared memory) halve the promotions
+per product, as DeepSeek-V3's GEMM. Measured forms were slower than the per-token hand-off (the Llama block at M=1024
+477 and 423 µs against 314); these are not yet measured, so dispatch uses them only with FUSED_W8A8_GROUPED=1.
 
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
@@ -84,7 +85,7 @@ def _out_layout(num_warps):
 def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
               w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
               GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-              QUANT_OUT: gl.constexpr):
+              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -120,17 +121,19 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
 
         # gated: rows 0-63 are gate rows and 64-127 the same outputs' up rows
-        _epilogue(acc0, acc1, off_o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT,
-                  stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, out_layout)
+        # (a tile's outputs are all this consumer's: no absmax to trade, turn stands in for the exchange's operands)
+        _epilogue(acc0, acc1, off_o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, turn,
+                  turn.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
+                  out_layout)
         j += 2
         n += 1
 
 
 @gluon.jit
-def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
-                   w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
+def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
+                   x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
                    GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                   QUANT_OUT: gl.constexpr):
+                   QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
@@ -145,6 +148,7 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
     acc_layout: gl.constexpr = _acc_layout(BLOCK_T, gl.num_warps())
     out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
+    n = 0  # tiles so far (both consumers walk the same tiles)
     for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
         off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
@@ -163,20 +167,22 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr,
         it += k_tiles
 
         # (gated: acc0's rows are the outputs off_o + ROW0..)
-        _epilogue(acc0, acc1, off_o + ROW0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT,
-                  stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, out_layout)
+        _epilogue(acc0, acc1, off_o + ROW0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, xchg,
+                  xbar.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
+                  out_layout)
+        n += 1
 
 
 @gluon.jit
 def _group_consumer(x_bufs, w8_bufs, s_bufs, ready, empty, ws_ptr, b_ptr, y_ptr, x_desc, w_desc, M, N_OUT, stride_ym,
                     k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
                     INT8: gl.constexpr):
-    """X_GROUPS (x scaled per token and 64 of K, xs [K / 64, M], as a QUANT_OUT layer wrote it): tiles of 128 tokens x
-    128 outputs, consumer PART on tokens 64·PART.. of each, both reading each stage's W tile (DeepSeek-V3's fp8 GEMM
-    layout). A K step is one group: y = x · Wᵀ from zero (tokens along wgmma's M, so a thread's rows are 2 tokens and
-    it reads 2 scales a step), waited for, then scaled by the tokens' group scales into an fp32 sum ("promotion");
-    while one consumer scales, the other's product keeps the tensor cores busy. The step's scales come with its
-    stage (s_bufs, by TMA). The first forms computed yᵀ = W · xᵀ as the other consumers do: tokens along wgmma's N
+    """X_GROUPS (x scaled per token and group of K, 64 or 128, xs [K / group, M], as a QUANT_OUT layer wrote it):
+    tiles of 128 tokens x 128 outputs, consumer PART on tokens 64·PART.. of each, both reading each stage's W tile
+    (DeepSeek-V3's fp8 GEMM layout). A stage holds G = 1 or 2 groups; each group's y = x · Wᵀ from zero (tokens along
+    wgmma's M, so a thread's rows are 2 tokens and it reads 2 scales a group), all waited for, then scaled by the
+    tokens' group scales into an fp32 sum ("promotion"); while one consumer scales, the other's product keeps the
+    tensor cores busy. The stage's scales come with it (s_bufs [G, BLOCK_T], by TMA). The first forms computed yᵀ = W · xᵀ as the other consumers do: tokens along wgmma's N
     put 32 token scales in each thread, 16 KB of shared-memory reads per consumer and step beside the wgmma's 12 KB
     (the Llama block at M=1024 423 µs with them, 477 with the scales read from global memory, 314 per token)."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -253,13 +259,14 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
 
 
 @gluon.jit
-def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, stride_ym,
-              up_off, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, QUANT_OUT: gl.constexpr,
-              out_layout: gl.constexpr):
+def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, xchg, xbar, n, M, N_OUT,
+              stride_ym, up_off, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, out_layout: gl.constexpr):
     """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act.
     o0: acc0's first row. Gated: acc1 holds the same outputs' up rows (row up_off + o of the scales and bias),
-    y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group of 64 outputs (an
-    accumulator's rows) to y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]."""
+    y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group of OUT_GROUP outputs to
+    y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]: 64 are an accumulator's rows; 128 both of a plain
+    consumer's, or (gated, COOP) this consumer's 64 and the other's, their absmaxes traded through xchg (tile n)."""
     BLOCK_T: gl.constexpr = acc0.shape[1]
     ROWS: gl.constexpr = acc0.shape[0]
     t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc0.type.layout))
@@ -268,13 +275,31 @@ def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_pt
     o = o0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc0.type.layout))
     y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
     if GATED:
-        u = _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
-        _out(y * u, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
+        y = y * _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
+        if QUANT_OUT:
+            amax = _amax(y)
+            if OUT_GROUP == 2 * ROWS:  # the tile's other 64 outputs are the other consumer's
+                amax = _amax_exchange(amax, xchg, xbar, (o0 // ROWS) % 2, n)
+            _quant_store(y, amax, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
+        else:
+            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
     else:
-        _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
         o1 = o + ROWS
-        y1 = _scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS)
-        _out(_activation(y1, ACT), o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, out_layout)
+        if QUANT_OUT and OUT_GROUP == 2 * ROWS:  # both accumulators' rows are one group: y and y1 live together
+            y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+            amax = _max_nan(_amax(y), _amax(y1))
+            _quant_store(y, amax, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
+            _quant_store(y1, amax, o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP,
+                         out_layout)
+        elif QUANT_OUT:
+            _quant_store(y, _amax(y), o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
+            y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+            _quant_store(y1, _amax(y1), o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP,
+                         out_layout)
+        else:
+            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+            _store(y1, o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
 @gluon.jit
@@ -283,20 +308,40 @@ def _max_nan(a, b):
 
 
 @gluon.jit
-def _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT: gl.constexpr, out_layout: gl.constexpr):
-    """y's rows o (o0 the first, a multiple of 64) stored; QUANT_OUT: quantized as lowbit.quantize_activation_grouped
-    (scale = max(absmax / qmax, MIN_SCALE) per token over the 64 rows, NaN if one is NaN; round(y · (1/scale)),
-    ties to even), the scales to hs_ptr's group o0 // 64."""
-    if QUANT_OUT:
-        QMAX: gl.constexpr = 127.0 if y_ptr.dtype.element_ty == gl.int8 else 448.0
-        # (rows past N_OUT are zeros: TMA fills their weights with zeros, their scales and biases load as 0)
-        amax = gl.reduce(gl.abs(y), 0, _max_nan)  # a NaN in the group makes its scale NaN
-        scale = gl.maximum(amax / QMAX, _MIN_SCALE, propagate_nan=_NAN_ALL)
-        gl.store(hs_ptr + (o0 // 64) * M + t_acc, scale, mask=t_acc < M)
-        inv = gl.div_rn(gl.full(scale.shape, 1.0, gl.float32, layout=scale.type.layout), scale)
-        y = gl.minimum(gl.maximum(y * inv[None, :], -QMAX), QMAX)
-        if QMAX == 127.0:
-            y = (y + 12582912.0) - 12582912.0  # ties to even (as torch.round): 1.5·2²³ leaves no fraction bits
+def _amax(y):
+    """Per token (column) absmax of a [rows, tokens] tile, NaN if one is NaN (rows past N_OUT are zeros: TMA fills
+    their weights with zeros, their scales and biases load as 0)."""
+    return gl.reduce(gl.abs(y), 0, _max_nan)
+
+
+@gluon.jit
+def _amax_exchange(amax, xchg, xbar, part, n):
+    """This consumer's per-token absmax against the other COOP consumer's for the same tokens (tile n of both): each
+    stores its own in xchg [2 tiles x 2 consumers, tokens], arrives on xbar (two arrivals a phase) and waits for the
+    other's. A slot is written again two tiles later, after the other consumer has arrived for the tile between,
+    which it does after reading."""
+    slot = 2 * (n % 2)
+    xchg.index(slot + part).store(amax)
+    gl.thread_barrier()  # every thread's store before the one arrival
+    mbarrier.arrive(xbar, count=1)
+    mbarrier.wait(xbar, n & 1)
+    return _max_nan(amax, xchg.index(slot + 1 - part).load(amax.type.layout))
+
+
+@gluon.jit
+def _quant_store(y, amax, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP: gl.constexpr,
+                 out_layout: gl.constexpr):
+    """y's rows o (o0 the first, a multiple of 64) quantized as lowbit.quantize_activation_grouped with the group's
+    per-token absmax (scale = max(absmax / qmax, MIN_SCALE), NaN if one is NaN; round(y · (1/scale)), ties to
+    even) and stored; the scales to hs_ptr's group o0 // OUT_GROUP by the group's first rows."""
+    QMAX: gl.constexpr = 127.0 if y_ptr.dtype.element_ty == gl.int8 else 448.0
+    scale = gl.maximum(amax / QMAX, _MIN_SCALE, propagate_nan=_NAN_ALL)
+    if o0 % OUT_GROUP == 0:
+        gl.store(hs_ptr + (o0 // OUT_GROUP) * M + t_acc, scale, mask=t_acc < M)
+    inv = gl.div_rn(gl.full(scale.shape, 1.0, gl.float32, layout=scale.type.layout), scale)
+    y = gl.minimum(gl.maximum(y * inv[None, :], -QMAX), QMAX)
+    if QMAX == 127.0:
+        y = (y + 12582912.0) - 12582912.0  # ties to even (as torch.round): 1.5·2²³ leaves no fraction bits
     _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
@@ -321,7 +366,8 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, K,
                     stride_ym, up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                    COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, num_warps: gl.constexpr):
+                    COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
+                    num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
@@ -339,13 +385,18 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         ], [4, 1], [CONSUMER_REGS, 24])
     elif COOP:  # 256-row tiles shared by the two consumers
         x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
+        # the gated QUANT_OUT groups of 128 outputs: the two consumers' per-token absmaxes, traded per tile
+        xchg = gl.allocate_shared_memory(gl.float32, [4, x_desc.block_type.shape[0]], gl.SwizzledSharedLayout(1, 1, 1,
+                                                                                                              [0]))
+        xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+        mbarrier.init(xbar.index(0), count=2)
         gl.warp_specialize([
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
-                              x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS,
-                              INT8, QUANT_OUT)),
-            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
-                              x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS,
-                              INT8, QUANT_OUT)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
+                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT,
+                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP)),
+            (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
+                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT,
+                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
                                up_off, k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -359,23 +410,23 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         gl.warp_specialize([
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
                          x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT)),
+                         QUANT_OUT, OUT_GROUP)),
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
                          x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT)),
+                         QUANT_OUT, OUT_GROUP)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
                                k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config(gated: bool = False, coop: bool = False, x_groups: bool = False) -> dict:
+def default_config(gated: bool = False, coop: bool = False, x_groups: bool = False, group: int = GROUP) -> dict:
     """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
     steps: 32 KB a stage; 6 stages, 4 gated. Why 4 gated: at M=8192 (Llama gate/up, 1 s windows at the cap, H200,
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
     down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
     if x_groups:  # x's scales per 64 of K: a K step is one group, 10 stages of 16 KB (BLOCK_K 128: two, 6 of 32 KB)
-        return dict(BLOCK_T=128, BLOCK_K=GROUP, STAGES=10, GROUP_N=8, CONSUMER_REGS=232)
+        return dict(BLOCK_T=128, BLOCK_K=group, STAGES=10 if group == GROUP else 6, GROUP_N=8, CONSUMER_REGS=232)
     return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
 
 
@@ -389,7 +440,8 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     return weight_shape_reason(qweight, gated)
 
 
-def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None, quant_out=False):
+def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None, quant_out=False,
+            group=GROUP):
     """Checks, output and launch of w8a8_ws / w8a8_ws_pair; ``up``: the pair's (wu, su, bu)."""
     if (xq.dim() != 2 or qweight.dtype not in _W_DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
@@ -405,12 +457,14 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         raise ValueError(f"w8a8_ws: a stacked gate | up weight needs an even row count, got {qweight.shape[0]}")
     scales = (x_scale, wscale) if up is None else (x_scale, wscale, up[1])
     K = xq.shape[1]
-    x_groups = x_scale.dim() == 2  # [groups of 64 along K, M]: a scale per token and group
+    x_groups = x_scale.dim() == 2  # [groups of `group` along K, M]: a scale per token and group
+    if group not in (GROUP, 2 * GROUP):
+        raise ValueError(f"w8a8_ws: group must be {GROUP} or {2 * GROUP}, got {group}")
     if x_scale.dim() not in (1, 2) or any(t.dtype != torch.float32 for t in scales):
-        raise TypeError(f"w8a8_ws: x_scale [M] or [ceil(K / {GROUP}), M] and the weight scales must be float32, got "
+        raise TypeError(f"w8a8_ws: x_scale [M] or [ceil(K / {group}), M] and the weight scales must be float32, got "
                         f"{x_scale.dtype} {tuple(x_scale.shape)} and {', '.join(str(t.dtype) for t in scales[1:])}")
-    if x_groups and x_scale.shape[0] != triton.cdiv(K, GROUP):
-        raise ValueError(f"w8a8_ws: grouped x_scale needs ceil(K / {GROUP}) = {triton.cdiv(K, GROUP)} rows, got "
+    if x_groups and x_scale.shape[0] != triton.cdiv(K, group):
+        raise ValueError(f"w8a8_ws: grouped x_scale needs ceil(K / {group}) = {triton.cdiv(K, group)} rows, got "
                          f"{tuple(x_scale.shape)}")
     rows = (qweight.shape[0],)
     if any(t is not None and t.shape != rows for t in (wscale, bias) + (up[1:] if up else ())):
@@ -424,20 +478,25 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     bias = bias.contiguous() if bias is not None else None
     if up is not None:
         up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
-    cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups), **(config or {}))
-    if x_groups and (cfg["BLOCK_K"] not in (GROUP, 2 * GROUP) or cfg["BLOCK_T"] != 128 or gated or quant_out):
+    cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups, group), **(config or {}))
+    if x_groups and (cfg["BLOCK_K"] not in (group, 2 * group) or cfg["BLOCK_K"] > 2 * GROUP or cfg["BLOCK_T"] != 128
+                     or gated or quant_out):
         raise ValueError(f"w8a8_ws: grouped x scales run the plain GEMM with BLOCK_T 128, BLOCK_K {GROUP} or "
-                         f"{2 * GROUP}, y in 16 bits (got BLOCK_T {cfg['BLOCK_T']}, "
+                         f"{2 * GROUP} (one or two groups of {group}), y in 16 bits (got BLOCK_T {cfg['BLOCK_T']}, "
                          f"BLOCK_K {cfg['BLOCK_K']}, gated {gated}, quant_out {quant_out})")
+    coop = bool(cfg.get("COOP"))
+    if quant_out and group != GROUP and gated and not coop:
+        raise ValueError(f"w8a8_ws: quant_out in groups of {group} outputs, gated, needs COOP (a ping-pong tile holds "
+                         f"{GROUP} outputs)")
     N = qweight.shape[0]
     N_OUT = N // 2 if gated and up is None else N
     hs = None
-    if quant_out:  # y quantized per token and 64 outputs to the weights' format, its scales [groups, M]
+    if quant_out:  # y quantized per token and `group` outputs to the weights' format, its scales [groups, M]
         if out is not None:
             raise ValueError("w8a8_ws: quant_out makes its own outputs (out must be None)")
         out = torch.empty((M, N_OUT), device=xq.device, dtype=qweight.dtype)
         # [groups, M] dense (the epilogue's row stride is M); a GEMM reading them by TMA pads rows where M % 4
-        hs = torch.empty((triton.cdiv(N_OUT, GROUP), M), device=xq.device, dtype=torch.float32)
+        hs = torch.empty((triton.cdiv(N_OUT, group), M), device=xq.device, dtype=torch.float32)
     elif out is None:
         out = torch.empty((M, N_OUT), device=xq.device, dtype=out_dtype)
     elif out.shape != (M, N_OUT) or out.dtype != out_dtype or not out.is_contiguous():
@@ -451,7 +510,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     # TMA wants 16-byte aligned rows and bases: other views are copied (the weight is contiguous from conversion)
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
-    bt, bk, coop = cfg["BLOCK_T"], cfg["BLOCK_K"], bool(cfg.get("COOP"))
+    bt, bk = cfg["BLOCK_T"], cfg["BLOCK_K"]
     # one TMA box (gated: the gate rows); X_GROUPS: 128-row tiles, 64 rows a consumer
     w_rows = 128 if x_groups else (128 if gated else 256) if coop else 64 if gated else 128
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
@@ -466,28 +525,30 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         if x_scale.stride(1) != 1 or x_scale.stride(0) % 4 or x_scale.data_ptr() % 16:
             x_scale = torch.zeros((x_scale.shape[0], triton.cdiv(M, 4) * 4), device=xq.device,
                                   dtype=torch.float32)[:, :M].copy_(x_scale)
-        xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // GROUP, bt], gl.NVMMASharedLayout(0, 32))
+        xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // group, bt], gl.NVMMASharedLayout(0, 32))
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
     progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
                                x_scale if hs is None else hs, M, N_OUT, K, out.stride(0), up_off,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
-                               COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, num_warps=4)
+                               COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, num_warps=4)
     return (out, hs) if quant_out else out
 
 
 def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
             bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
             out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
-            out: torch.Tensor | None = None, quant_out: bool = False):
+            out: torch.Tensor | None = None, quant_out: bool = False, group: int = GROUP):
     """xq [M, K] float8_e4m3fn or int8 (act_quant's rows; rows past M are not read), x_scale [M] fp32 (or
-    [ceil(K / 64), M]: a scale per token and 64 of K, as quant_out writes them), qweight [N, K] of xq's dtype, wscale
-    [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``: qweight, wscale and bias stack
-    gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out`` if given (contiguous).
-    ``quant_out``: y handed on quantized instead, (q [M, N] in qweight's dtype, scales [ceil(N / 64), M] fp32), as
-    lowbit.quantize_activation_grouped(y_fp32, 64) — no bf16 round trip of y through memory."""
-    return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, quant_out=quant_out)
+    [ceil(K / group), M]: a scale per token and ``group`` of K, as quant_out writes them), qweight [N, K] of xq's dtype,
+    wscale [N] fp32, bias [N] or None -> y [M, N] in ``out_dtype`` (bf16 or fp16); ``gated``: qweight, wscale and bias
+    stack gate | up ([2H, K], [2H]) and y = act(gate) ⊙ up, [M, H]. Written into ``out`` if given (contiguous).
+    ``quant_out``: y handed on quantized instead, (q [M, N] in qweight's dtype, scales [ceil(N / group), M] fp32), as
+    lowbit.quantize_activation_grouped(y_fp32, group) — no bf16 round trip of y through memory. ``group``: 64 or 128
+    (128 with a gated quant_out needs COOP: its two consumers trade their per-token absmaxes)."""
+    return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, quant_out=quant_out,
+                   group=group)
 
 
 def w8a8_ws_pair(xq: torch.Tensor, x_scale: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor,
