@@ -145,7 +145,8 @@ for gated, act, bias, int8, coop, xg, qo in (
     wl = gl.NVMMASharedLayout.get_default_for([wr, bk], dt)
     sl = gl.NVMMASharedLayout(0, 32)
     sig = {'x_desc': f'tensordesc<{ds}[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>',
-           'wu_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>', 'xs_desc': f'tensordesc<fp32[{2 if xg == 2 else 1}, {bt}],{sl!r}>',
+           'wu_desc': f'tensordesc<{ds}[{wr}, {bk}],{wl!r}>',
+           'xs_desc': f'tensordesc<fp32[{2 if xg == 2 else 1}, {bt}],{sl!r}>',
            'xs_ptr': '*fp32', 'ws_ptr': '*fp32',
            'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': f'*{ds}' if qo else '*bf16',
            'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}

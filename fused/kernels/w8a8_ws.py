@@ -182,9 +182,10 @@ def _group_consumer(x_bufs, w8_bufs, s_bufs, ready, empty, ws_ptr, b_ptr, y_ptr,
     (DeepSeek-V3's fp8 GEMM layout). A stage holds G = 1 or 2 groups; each group's y = x · Wᵀ from zero (tokens along
     wgmma's M, so a thread's rows are 2 tokens and it reads 2 scales a group), all waited for, then scaled by the
     tokens' group scales into an fp32 sum ("promotion"); while one consumer scales, the other's product keeps the
-    tensor cores busy. The stage's scales come with it (s_bufs [G, BLOCK_T], by TMA). The first forms computed yᵀ = W · xᵀ as the other consumers do: tokens along wgmma's N
-    put 32 token scales in each thread, 16 KB of shared-memory reads per consumer and step beside the wgmma's 12 KB
-    (the Llama block at M=1024 423 µs with them, 477 with the scales read from global memory, 314 per token)."""
+    tensor cores busy. The stage's scales come with it (s_bufs [G, BLOCK_T], by TMA). The first forms computed
+    yᵀ = W · xᵀ as the other consumers do: tokens along wgmma's N put 32 token scales in each thread, 16 KB of
+    shared-memory reads per consumer and step beside the wgmma's 12 KB (the Llama block at M=1024 423 µs with them,
+    477 with the scales read from global memory, 314 per token)."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     TOKENS: gl.constexpr = BLOCK_T // 2
@@ -212,8 +213,9 @@ def _group_consumer(x_bufs, w8_bufs, s_bufs, ready, empty, ws_ptr, b_ptr, y_ptr,
                 mbarrier.arrive(empty.index(s), count=1)
                 acc += part.to(gl.float32) * sc[:, None]
             else:
-                part = warpgroup_mma(xt.slice(0, _GROUP, dim=1), w8_bufs.index(s).slice(0, _GROUP, dim=1).permute((1, 0)),
-                                     part, use_acc=False, is_async=True)
+                part = warpgroup_mma(xt.slice(0, _GROUP, dim=1),
+                                     w8_bufs.index(s).slice(0, _GROUP, dim=1).permute((1, 0)), part, use_acc=False,
+                                     is_async=True)
                 part1 = warpgroup_mma(xt.slice(_GROUP, _GROUP, dim=1),
                                       w8_bufs.index(s).slice(_GROUP, _GROUP, dim=1).permute((1, 0)), part1,
                                       use_acc=False, is_async=True)
@@ -425,7 +427,7 @@ def default_config(gated: bool = False, coop: bool = False, x_groups: bool = Fal
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
     down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
-    if x_groups:  # x's scales per 64 of K: a K step is one group, 10 stages of 16 KB (BLOCK_K 128: two, 6 of 32 KB)
+    if x_groups:  # a K step is one group of x's scales: 64 K, 10 stages of 16 KB; 128, 6 of 32 KB (or 2 x 64)
         return dict(BLOCK_T=128, BLOCK_K=group, STAGES=10 if group == GROUP else 6, GROUP_N=8, CONSUMER_REGS=232)
     return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
 
