@@ -147,10 +147,13 @@ case "${1:-}" in
             # (1248 / 1232 / 1064 mJ; the deeper rings drew 744-750 W). Below 4, and the L2 grouping (GROUP_N) at 4:
             # does the tile order's L2 reuse decide it? Prediction: 3 stages within 3% of 4 (or slower: too little
             # in flight); a GROUP_N that changes the joules by >3% says L2 traffic is the lever
-            # At 1024 too, with 64-token tiles (twice the tiles: 7.6 -> 15 waves of 132 programs)
+            # At 1024 too, with 64-token tiles (twice the tiles: 7.6 -> 15 waves of 132 programs). The COOP form
+            # (a default candidate since the thirty-sixth) with the same knobs
     ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
-      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"BLOCK_T": 64}]' \
-      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"GROUP_N": 32}, {"STAGES": 8}, {"BLOCK_T": 64}]' timeout 250 \
+      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"BLOCK_T": 64}, {"COOP": true},
+        {"COOP": true, "STAGES": 3}, {"COOP": true, "GROUP_N": 4}, {"COOP": true, "GROUP_N": 16}]' \
+      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"STAGES": 8}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}]' \
+      timeout 280 \
       python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" \
       | tee "$OUT/stages2.txt"
     # where the fp8 W8A8 block's M=1024 time goes now (kernels, gaps, clocks): 312.7 µs against routes summing ~302
