@@ -387,11 +387,13 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         ], [4, 1], [CONSUMER_REGS, 24])
     elif COOP:  # 256-row tiles shared by the two consumers
         x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
-        # the gated QUANT_OUT groups of 128 outputs: the two consumers' per-token absmaxes, traded per tile
-        xchg = gl.allocate_shared_memory(gl.float32, [4, x_desc.block_type.shape[0]], gl.SwizzledSharedLayout(1, 1, 1,
-                                                                                                              [0]))
-        xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
-        mbarrier.init(xbar.index(0), count=2)
+        if GATED and QUANT_OUT and OUT_GROUP > _GROUP:  # the consumers' per-token absmaxes, traded per tile
+            xchg = gl.allocate_shared_memory(gl.float32, [4, x_desc.block_type.shape[0]],
+                                             gl.SwizzledSharedLayout(1, 1, 1, [0]))
+            xbar = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
+            mbarrier.init(xbar.index(0), count=2)
+        else:  # (not used: the stage ring's barriers stand in)
+            xchg, xbar = ready, ready
         gl.warp_specialize([
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT,
