@@ -874,12 +874,13 @@ W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 # M=1024 422.7 against 314.0, 8192 3299.0 against 2447.2; int8 411.7 / 3236.3 against 289.1 / 2268.6, route timings
 # in one process): tokens along wgmma's N gave each thread 32 token scales to read a K step, 16 KB of shared-memory
 # reads per consumer and step beside the wgmma's 12 KB. The down GEMM now puts tokens along wgmma's M (2 scales a
-# thread), with one K group a stage or two (GROUPED_FORMS): compiled for sm_90, not yet run. Opt-in
-# (FUSED_W8A8_GROUPED=1): the block's hand-off then times both against the per-token one, both layers together, once
-# per shape.
-W8A8_GROUPED = os.environ.get("FUSED_W8A8_GROUPED", "0") != "0"
-# FUSED_W8A8_GROUPED=grouped / grouped_k128: that form wherever it runs, untimed (probes: .ci/block_parts.py)
-W8A8_GROUPED_FORM = os.environ.get("FUSED_W8A8_GROUPED")
+# thread), with one K group a stage or two, or groups of 128 (GROUPED_FORMS): compiled for sm_90, not yet run.
+# Opt-in: FUSED_W8A8_GROUPED=1 times every form against the per-token hand-off, both layers together, once per shape;
+# =grouped+grouped_k128 times those forms only; =grouped_k128 (one name) runs that form untimed (probes:
+# .ci/block_parts.py).
+_GROUPED_ENV = os.environ.get("FUSED_W8A8_GROUPED", "0")
+W8A8_GROUPED = _GROUPED_ENV != "0"
+W8A8_GROUPED_FORM = _GROUPED_ENV if "+" not in _GROUPED_ENV else None
 GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
 
 
@@ -923,7 +924,7 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
             _dense_routes[key] = (W8A8_GROUPED_FORM,) * 2
             return grouped(W8A8_GROUPED_FORM)
         tokens()  # its layers' routes timed first: the block's timing then replays their picks
-        for name in GROUPED_FORMS:
+        for name in _timed_forms():
             _offer_ws(others, "mlp_block", lambda f=name: grouped(f), name=name, what="grouped hand-off")
     pick = _graph_pick(key, tokens, None, "mlp_block", others=others or None)
     return grouped(pick) if pick in GROUPED_FORMS else tokens()
@@ -935,6 +936,15 @@ def _handoff_block(x2, w1, s1, b1, act, gated, w2, s2, b2):
 # DeepSeek-V3's GEMM: half the promotions of the 64 forms)
 GROUPED_FORMS = {"grouped": (64, dict(BLOCK_K=64)), "grouped_k128": (64, dict(BLOCK_K=128, STAGES=6)),
                  "grouped_g128": (128, dict(BLOCK_K=128, STAGES=6))}
+
+
+def _timed_forms() -> list:
+    """The grouped forms a block's hand-off times: FUSED_W8A8_GROUPED's "+"-joined names, or all of them."""
+    names = _GROUPED_ENV.split("+") if "+" in _GROUPED_ENV else list(GROUPED_FORMS)
+    unknown = [n for n in names if n not in GROUPED_FORMS]
+    if unknown:
+        raise ValueError(f"FUSED_W8A8_GROUPED: unknown forms {unknown}; known: {list(GROUPED_FORMS)}")
+    return names
 
 
 def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"):

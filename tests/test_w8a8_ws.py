@@ -251,6 +251,20 @@ def test_grouped_operands_get_clear_errors():
         w8a8_ws(xq, torch.ones(4), q, s, gated=True, quant_out=True, group=128)
 
 
+def test_grouped_forms_from_the_environment(monkeypatch):
+    """FUSED_W8A8_GROUPED: 1 times every grouped form, "a+b" those named (an unknown name is an error, not a silent
+    skip)."""
+    from fused import dispatch
+
+    monkeypatch.setattr(dispatch, "_GROUPED_ENV", "1")
+    assert dispatch._timed_forms() == list(dispatch.GROUPED_FORMS)
+    monkeypatch.setattr(dispatch, "_GROUPED_ENV", "grouped+grouped_k128")
+    assert dispatch._timed_forms() == ["grouped", "grouped_k128"]
+    monkeypatch.setattr(dispatch, "_GROUPED_ENV", "grouped+g256")
+    with pytest.raises(ValueError, match="unknown forms"):
+        dispatch._timed_forms()
+
+
 def test_grouped_handoff_says_why_not():
     """Where the grouped hand-off cannot run, dispatch says why (and the block keeps the per-token one)."""
     from fused import dispatch
