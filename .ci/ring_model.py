@@ -3,7 +3,8 @@ two consumers sharing each stage, mbarrier phase parity; checks no deadlock and 
 the load of its ring position (the ping-pong form's first hang was such a parity alias). usage: python
 .ci/ring_model.py
 A barrier completes phase p when its pending count reaches 0; wait(parity) passes iff the last completed phase's
-parity == parity (phase -1 counts as complete with parity 1, as on the GPU for a fresh barrier)."""
+parity == parity (phase -1 counts as complete with parity 1, as on the GPU for a fresh barrier). Also the COOP
+consumers' absmax trade (`exchange`)."""
 import random
 
 class Bar:
@@ -73,9 +74,44 @@ def run(STAGES, k_tiles, tiles_per_prog, seed):
                 empty[c["pending_release"] % STAGES].arrive()
                 c["pending_release"] = None
 
+
+def exchange(tiles, seed):
+    """The gated QUANT_OUT groups of 128 (w8a8_ws._amax_exchange, thirty-seventh session): per tile n each consumer
+    stores its absmax in slot [n % 2][part], arrives on one barrier of two arrivals, waits for parity n & 1 and reads
+    the other's slot [n % 2][1 - part]. Each consumer's steps, interleaved at random: it must read the other's value
+    for its own tile (not one of a tile before or after), and never block for good."""
+    rnd = random.Random(seed)
+    bar, slots = Bar(2), [[None, None], [None, None]]
+    C = [{"n": 0, "at": "store"} for _ in range(2)]
+    steps = 0
+    while any(c["n"] < tiles for c in C):
+        steps += 1
+        if steps > 10**5:
+            raise RuntimeError("no progress")
+        actors = [i for i, c in enumerate(C) if c["n"] < tiles and (c["at"] != "wait" or bar.passes(c["n"] & 1))]
+        if not actors:
+            raise RuntimeError(f"deadlock: {C}")
+        i = rnd.choice(actors)
+        c, n = C[i], C[i]["n"]
+        if c["at"] == "store":
+            slots[n % 2][i] = n
+            c["at"] = "arrive"
+        elif c["at"] == "arrive":
+            bar.arrive()
+            c["at"] = "wait"
+        elif c["at"] == "wait":
+            c["at"] = "read"
+        else:
+            assert slots[n % 2][1 - i] == n, f"consumer {i} at tile {n} read the value of tile {slots[n % 2][1 - i]}"
+            c["n"], c["at"] = n + 1, "store"
+
+
 for STAGES in (2, 3, 4, 6):
     for k_tiles in (1, 2, 3, 5, 8):
         for tiles in (1, 2, 3):
             for seed in range(200):
                 run(STAGES, k_tiles, tiles, seed)
-print("ok: no deadlock, no stale stage")
+for tiles in (1, 2, 3, 5, 8):
+    for seed in range(2000):
+        exchange(tiles, seed)
+print("ok: no deadlock, no stale stage; the absmax trade reads each tile's own values")

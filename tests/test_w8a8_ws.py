@@ -251,6 +251,19 @@ def test_grouped_operands_get_clear_errors():
         w8a8_ws(xq, torch.ones(4), q, s, gated=True, quant_out=True, group=128)
 
 
+def test_barrier_protocols_in_a_random_interleaving_model():
+    """The COOP stage ring and the groups-of-128 absmax trade (.ci/ring_model.py: one loader and two consumers, or two
+    consumers trading per tile, their mbarrier steps interleaved at random) never deadlock and read only their own
+    stage's / tile's values; one trade slot per consumer instead of two, or the wrong wait parity, would fail it."""
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[1] / ".ci" / "ring_model.py"
+    src = path.read_text()
+    exec(compile(src, str(path), "exec"), {})  # runs every check (about a second)
+    with pytest.raises(AssertionError, match="read the value of tile"):  # one slot per consumer (no tile parity)
+        exec(compile(src.replace("slots[n % 2]", "slots[0]"), str(path), "exec"), {})
+
+
 def test_grouped_forms_from_the_environment(monkeypatch):
     """FUSED_W8A8_GROUPED: 1 times every grouped form, "a+b" those named (an unknown name is an error, not a silent
     skip)."""
