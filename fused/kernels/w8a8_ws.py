@@ -276,32 +276,36 @@ def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_pt
     t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
     o = o0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, acc0.type.layout))
     y = _activation(_scaled(acc0, xs, o, o, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
+    WIDE: gl.constexpr = QUANT_OUT and OUT_GROUP == 2 * ROWS  # a group spans both 64-row halves
     if GATED:
         y = y * _scaled(acc1, xs, o, up_off + o, su_ptr, bu_ptr, N_OUT, HAS_BIAS)
-        if QUANT_OUT:
-            amax = _amax(y)
-            if OUT_GROUP == 2 * ROWS:  # the tile's other 64 outputs are the other consumer's
-                amax = _amax_exchange(amax, xchg, xbar, (o0 // ROWS) % 2, n)
+        if WIDE:  # the tile's other 64 outputs are the other consumer's
+            amax = _amax_exchange(_amax(y), xchg, xbar, (o0 // ROWS) % 2, n)
             _quant_store(y, amax, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
         else:
-            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, OUT_GROUP, out_layout)
     else:
         o1 = o + ROWS
-        if QUANT_OUT and OUT_GROUP == 2 * ROWS:  # both accumulators' rows are one group: y and y1 live together
+        if WIDE:  # both accumulators' rows are one group: y and y1 live together
             y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
             amax = _max_nan(_amax(y), _amax(y1))
             _quant_store(y, amax, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
             _quant_store(y1, amax, o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP,
                          out_layout)
-        elif QUANT_OUT:
-            _quant_store(y, _amax(y), o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
+        else:  # y out before y1 is made: fewer values live at once
+            _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, OUT_GROUP, out_layout)
             y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
-            _quant_store(y1, _amax(y1), o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP,
-                         out_layout)
-        else:
-            _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
-            y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
-            _store(y1, o1, t, y_ptr, M, N_OUT, stride_ym, out_layout)
+            _out(y1, o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, OUT_GROUP, out_layout)
+
+
+@gluon.jit
+def _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
+         out_layout: gl.constexpr):
+    """y's rows o stored, or (QUANT_OUT) quantized as one group of their own."""
+    if QUANT_OUT:
+        _quant_store(y, _amax(y), o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, OUT_GROUP, out_layout)
+    else:
+        _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout)
 
 
 @gluon.jit
