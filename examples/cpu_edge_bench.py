@@ -55,7 +55,25 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
 
 
-def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False
+class OneDNNOff(nn.Module):
+    """The wrapped model with fused.cpu.ONEDNN off during its calls: the older int8 CPU paths (torch._int_mm,
+    int8pack, split planes on _int_mm), for an A/B in one process."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        from fused import cpu
+
+        old, cpu.ONEDNN = cpu.ONEDNN, False
+        try:
+            return self.model(x)
+        finally:
+            cpu.ONEDNN = old
+
+
+def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False, onednn_ab: bool = False
           ) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
     """The variants, and the fp32 model the 2:4 variants were pruned from (None without --sparse)."""
     torch.manual_seed(0)
@@ -78,6 +96,10 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
 
     variants["ours int8 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP()), torch.bfloat16)
     variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
+    if onednn_ab:
+        variants["ours int8 W8A16, oneDNN off"] = (OneDNNOff(ours(fused.FusedInt8MLP())), torch.bfloat16)
+        variants["ours int8 W8A8, oneDNN off"] = (OneDNNOff(ours(fused.FusedInt8MLP(weight_only=False))),
+                                                   torch.bfloat16)
     if with_fp8:
         variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
     pruned = None
@@ -120,6 +142,8 @@ def main(argv=None):
     ap.add_argument("--fp8", action="store_true", help="also time the emulated fp8 path")
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
     ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
+    ap.add_argument("--onednn-ab", action="store_true",
+                    help="also time our int8 variants with fused.cpu.ONEDNN off (the older paths), same process")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632
@@ -127,7 +151,7 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
 
     load0 = os.getloadavg()
-    variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse)
+    variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse, args.onednn_ab)
     results, accuracy, paths = {}, {}, {}
     for m in args.m:
         x = torch.randn(m, args.d)

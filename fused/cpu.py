@@ -14,6 +14,11 @@ Paths (names as `dispatch.plan` and `explain` print them):
                       (the GPU's W8A16 path at 17 <= M <= 1023 computes the same way).
   cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
                       reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
+  cpu:qlinear         int8 W8A8 as cpu:int_mm, on oneDNN's int8 matmul (``torch.ops.onednn.qlinear_pointwise``)
+                      with the weight reordered once into oneDNN's blocked layout and kept (`packed_cached`);
+                      the activations go in as uint8 q + 128 with zero point 128, so the int32 sums are _int_mm's.
+  cpu:split_qlinear   int8 weight-only, bf16 activations: cpu:split_int_mm's two planes on the kept oneDNN weight
+                      (both planes as rows of one call).
   cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
                       on the CPU is ~100x slower than int8), so N-tiles of the fp8 weight are converted
                       exactly to bf16 by integer bit arithmetic (3x faster than ``.to(bfloat16)``) and
@@ -36,17 +41,22 @@ side). At large M the GEMMs run per tile of weight rows too (TILE_MIN_M). TinyLl
 AVX512 x86, whole-tensor epilogue -> tiles (one process, alternating, best ms): int8 W8A16 106.7 -> 92.9, int8
 W8A8 73.3 -> 55.2; M <= 256 within +-3% (small products stay whole: WHOLE_ELEMS).
 
-Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack,
-no copy). The only derived data, int8pack's scales in bf16, is cast once and cached per tensor and
-dtype (`cast_cached`), invalidated when the buffer is modified in place (``load_state_dict``); its bytes
-(2 per output channel) are reported by `cached_bytes` and counted in `fused.explain`.
+Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack, no copy), but
+``_int_mm`` reorders it (and sums its columns for the zero-point compensation) inside every call. The qlinear paths
+reorder it once (`packed_cached`, ~2 ns per weight) and keep that copy: 1 byte per weight more, so an int8 layer on
+the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 4 <= M <= 64 (ONEDNN); FUSED_CPU_ONEDNN=0 keeps
+1 B/weight on the older paths. Derived data (that copy, int8pack's scales in bf16) is made once per tensor and
+invalidated when the buffer is modified in place (``load_state_dict``); its bytes are reported by `cached_bytes` and
+counted in `fused.explain`. Inference tensors (no version counter) and 2:4 tiles (expanded per call) are not packed.
 
 Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.get_num_threads()
 (torch.set_num_threads) applies; nothing here starts threads of its own.
 """
 from __future__ import annotations
 
+import functools
 import os
+import platform
 from typing import NamedTuple
 
 import torch
@@ -57,9 +67,9 @@ from lowbit import quantize_activation
 from lowbit.quant import split_activation
 from sparsity.packing import expand_24
 
-DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:int8_dequant_mm", "cpu:int_mm", "cpu:fp8_dequant_mm",
-               "cpu:bf16_mm")
-PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS)
+DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:split_qlinear", "cpu:int8_dequant_mm", "cpu:int_mm",
+               "cpu:qlinear", "cpu:fp8_dequant_mm", "cpu:bf16_mm")
+PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS if "qlinear" not in p)
 
 # torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
 # weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
@@ -74,6 +84,20 @@ INT8PACK_MAX_M = 12
 # -> 5.61 (5.06), 48 8.89 -> 7.77 (6.19), 64 8.55 -> 9.60 (6.74). Two planes double the int8 GEMM's work, so past
 # M≈56 the dequantized bf16 GEMM wins. `FUSED_CPU_SPLIT_MAX_M=0`: off.
 SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
+# oneDNN's int8 matmul on the weight reordered once (cpu:qlinear, cpu:split_qlinear) instead of torch._int_mm, which
+# reorders the plain weight on every call. TinyLlama gate/up (11264 x 2048), 2-core AVX512-VNNI x86, 2 threads, ms,
+# _int_mm / kept oneDNN copy, int32 sums bit-equal: M=1 0.28 / 0.26, 4 2.25 / 0.31, 16 2.88 / 0.96, 32 3.66 / 1.76,
+# 64 5.27 / 3.46, 128 8.54 / 6.84; bf16 F.linear 2.49 / 2.10 / 3.38 / 5.11 / 8.36 / 15.03 (M=1 / 4 / 16 / 32 / 64 /
+# 128; int8pack 0.60 at M=1, 5.94 at 16). x86 only (the one kind of CPU it is measured on); FUSED_CPU_ONEDNN=0: off.
+ONEDNN = os.environ.get("FUSED_CPU_ONEDNN", "1") != "0"
+# ... from this M: at M=1 the plain-weight kernels are as fast (TinyLlama block, same process, ms, int8pack / split
+# on the kept copy 1.72 / 1.64, _int_mm / qlinear 1.34 / 1.37; at M=2 W8A8 3.33 / 1.41), so decode alone makes no copy
+ONEDNN_MIN_M = 2
+# Up to this M, W8A16 with bf16 activations runs cpu:split_qlinear (2M rows of 8-bit work); above, as before.
+SPLIT_QLINEAR_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_QLINEAR_MAX_M", "128"))
+# oneDNN sums u8 * s8 products (u = q + 128 <= 255) in int32 before subtracting the zero point's share: exact while
+# 255 * 127 * K < 2^31
+ONEDNN_MAX_K = (2**31 - 1) // (255 * 127)
 # From this many rows the int8 GEMMs (cpu:int_mm, cpu:split_int_mm) run per tile of weight rows, each tile's scales,
 # bias and activation applied while it is in cache; below, one GEMM over every column (see `_columns`).
 TILE_MIN_M = 512
@@ -98,6 +122,8 @@ EXPAND_TILE_WEIGHTS = 2 << 20
 
 # tensor -> (version, {dtype: cast copy})
 _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# int8 weight -> (version, oneDNN's reordered copy, unit scales, zero points)
+_packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -131,18 +157,62 @@ def cast_cached(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | No
     return out
 
 
+def cacheable(t: torch.Tensor | None) -> bool:
+    """Whether a copy derived from ``t`` can be kept and invalidated with it: a plain tensor with a version counter
+    (not an inference tensor, not a fake or functional one while tracing)."""
+    return type(t) is torch.Tensor and not t.is_inference()
+
+
+@functools.cache
+def onednn_ok() -> bool:
+    """oneDNN's int8 matmul ops are in this torch build and the CPU is x86 (where they are measured)."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
+        return False
+    return hasattr(torch.ops.onednn, "qlinear_prepack") and hasattr(torch.ops.onednn, "qlinear_pointwise")
+
+
+def onednn_route(k: int | None, weight_cacheable: bool = True) -> str | None:
+    """Why the qlinear paths cannot run a dense int8 weight with K columns, or None when they can."""
+    if not ONEDNN:
+        return "FUSED_CPU_ONEDNN=0"
+    if not onednn_ok():
+        return "no oneDNN int8 matmul here (x86 torch with mkldnn only)"
+    if not weight_cacheable:
+        return "weight is an inference tensor: no version counter to keep a reordered copy in step"
+    if k is not None and k > ONEDNN_MAX_K:
+        return f"K={k} > {ONEDNN_MAX_K}: oneDNN's uint8 sums could overflow int32"
+    return None
+
+
+def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N]), made once per
+    tensor and remade after it is modified in place."""
+    entry = _packed.get(w)
+    if entry is None or entry[0] != w._version:
+        N = w.shape[0]
+        entry = (w._version, torch.ops.onednn.qlinear_prepack(w.contiguous(), None), torch.ones(N),
+                 torch.zeros(N, dtype=torch.int64))
+        _packed[w] = entry
+    return entry[1:]
+
+
 def cached_bytes(*tensors: torch.Tensor | None) -> int:
-    """Bytes held in the cast cache for these tensors (what `explain` adds to a module's bytes)."""
+    """Bytes held in the CPU caches for these tensors (what `explain` adds to a module's bytes): cast copies, and
+    oneDNN's reordered weights (counted as 1 byte per weight plus the unit scales and zero points)."""
     total = 0
     for t in tensors:
         entry = _cache.get(t) if t is not None else None
         if entry is not None and entry[0] == t._version:
             total += sum(c.numel() * c.element_size() for c in entry[1].values())
+        entry = _packed.get(t) if t is not None else None
+        if entry is not None and entry[0] == t._version:
+            total += t.numel() + sum(c.numel() * c.element_size() for c in entry[2:])
     return total
 
 
 def clear_cache() -> None:
     _cache.clear()
+    _packed.clear()
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -244,21 +314,38 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             cols = lambda i, j: torch._weight_int8pack_mm(xa, _rows(qweight, i, j), sc[i:j].clone())  # noqa: E731
         else:  # M <= INT8PACK_MAX_M: one call over every row
             return torch._weight_int8pack_mm(xa, qweight, sc), None, rows
-    elif path in ("cpu:split_int_mm", "cpu:int_mm"):
-        if path == "cpu:int_mm":
-            q, xs = quantize_activation(x2, "int8")
-        else:
+    elif path in ("cpu:split_int_mm", "cpu:int_mm", "cpu:split_qlinear", "cpu:qlinear"):
+        onednn, split = path.endswith("qlinear"), "split" in path
+        if onednn and (packed or qweight.dtype != torch.int8):
+            raise ValueError(f"CPU path {path!r} takes a dense int8 weight")
+        if split:
             hi, lo, xs = split_activation(x2)
             q = torch.cat([hi, lo])  # both planes in one GEMM: each weight tile is read once
-        # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls cost
-        # more than they save there), its scales and epilogue still per tile where the product is large
-        full = torch._int_mm(q, qweight.t()) if M < TILE_MIN_M and not packed else None
+        else:
+            q, xs = quantize_activation(x2, "int8")
+        if onednn:
+            pw, ones, zeros = packed_cached(qweight)
+            # q + 128 as uint8 (the sign bit flipped) with zero point 128: oneDNN's int32 sums are Σq·w as _int_mm's,
+            # each rounded once to fp32 (unit scales), as _int_mm's .float() rounds them
+            full = torch.ops.onednn.qlinear_pointwise(q.view(torch.uint8).bitwise_xor(128), 1.0, 128, pw, ones, zeros,
+                                                      None, 1.0, 0, torch.float32, "none", [], "")
+        else:
+            # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls
+            # cost more than they save there), its scales and epilogue still per tile where the product is large
+            full = torch._int_mm(q, qweight.t()) if M < TILE_MIN_M and not packed else None
+        fix = _nonfinite_rows(x2, xs, qweight, wscale) if split else None
 
         def cols(i, j):
             acc = full[:, i:j] if full is not None else torch._int_mm(q, _rows(qweight, i, j).t())
-            if path == "cpu:split_int_mm":  # 256·Σhi·w + Σlo·w = Σv·w exactly (int64)
+            if split and acc.dtype == torch.int32:  # 256·Σhi·w + Σlo·w = Σv·w exactly (int64)
                 acc = acc[:M].long() * 256 + acc[M:]
-            return acc.float().mul_(xs).mul_(wscale[i:j])  # fp32 in the reference's order: (acc · s_x) · s_w
+            elif split:  # oneDNN's fp32 sums: 256·Σhi·w exact (a power of two), + Σlo·w rounded once
+                acc = acc[:M].mul(256).add_(acc[M:])
+            # fp32 in the reference's order: (acc · s_x) · s_w; in place on oneDNN's fp32 columns (each read once)
+            out = acc.float().mul_(xs).mul_(wscale[i:j])
+            if fix is not None:
+                out[fix[0]] = fix[1][:, i:j]
+            return out
         if full is not None:
             rows = max(rows, EPILOGUE_ELEMS // M)
     elif path in ("cpu:bf16_mm", "cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
@@ -287,6 +374,18 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         raise ValueError(f"unknown CPU path {path!r}; expected one of {PATHS}")
     whole = _assemble(cols, rows, N) if small or rows >= N else None
     return whole, cols, rows
+
+
+def _nonfinite_rows(x2, xs, qweight, wscale):
+    """(rows, their product) for the tokens with NaN/Inf, or None. The split planes hold no Inf (such a token's scale is
+    NaN), so its product would be NaN everywhere; computed on the dequantized weight instead, Inf propagates as in the
+    reference (±Inf, and NaN only where it is). Only calls with such a token pay for it."""
+    bad = xs.view(-1).isnan()
+    if not bad.any():
+        return None
+    idx = bad.nonzero().view(-1)
+    sub = "cpu:s24+int8_dequant_mm" if isinstance(qweight, Packed24) else "cpu:int8_dequant_mm"
+    return idx, _matmul(sub, x2[idx], qweight, wscale, False).float()
 
 
 def _assemble(cols, rows: int, N: int) -> torch.Tensor:

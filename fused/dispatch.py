@@ -189,11 +189,13 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
 
 
 def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
-         dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True) -> tuple[str, str]:
+         dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True,
+         weight_cacheable: bool = True) -> tuple[str, str]:
     """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints.
 
     On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
-    alignment; left out, they default to what `explain` describes: bf16 activations, M=1 (decode)."""
+    alignment and whether a copy derived from it can be kept (`cpu.cacheable`); left out, they default to what
+    `explain` describes: bf16 activations, M=1 (decode)."""
     device = torch.device(device)
     if op == "mlp_block":
         return _plan_block(device, M)
@@ -255,7 +257,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                                         "on fp32 layers unpacked once and cached")
         return "reference", f"{device.type}: no kernels, pure-torch reference"
     if device.type == "cpu":
-        return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS)
+        return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS,
+                         weight_cacheable=weight_cacheable)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
 
 
@@ -276,12 +279,12 @@ def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
     return ("triton:decode_block", one) if M <= DECODE_BLOCK_MAX_M else per_layer
 
 
-def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False) -> tuple[str, str]:
-    if sparse:  # the dense path's kernel on tiles expanded from the packed weight (always fresh, aligned)
+def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_cacheable=True) -> tuple[str, str]:
+    if sparse:  # the dense path's kernel on tiles expanded from the packed weight (always fresh, aligned, not kept)
         if fmt == "bfloat16":
             path, why = "cpu:bf16_mm", "bf16 values: per-tile F.linear"
         else:
-            path, why = _plan_cpu(fmt, dynamic, dtype, m, k, True)
+            path, why = _plan_cpu(fmt, dynamic, dtype, m, k, True, weight_cacheable=None)  # None: nothing kept
         return "cpu:s24+" + path.removeprefix("cpu:"), (
             "2:4: each tile of rows expanded exactly from values + 2-bit positions (integer shifts; the dense "
             f"weight never exists at once), then {why}. On the CPU 2:4 saves memory, not time: the expansion "
@@ -292,17 +295,34 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False) -> tuple[
     cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
     if fmt == "float8_e4m3":
         return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 4 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
+    no_onednn = "2:4 tiles" if weight_cacheable is None else cpu.onednn_route(k, weight_cacheable)
+    onednn = no_onednn is None and m >= cpu.ONEDNN_MIN_M
+    kept = "the weight reordered once into oneDNN's layout and kept (1 B/weight more; FUSED_CPU_ONEDNN=0: off)"
+    later = ("" if weight_cacheable is None else f"; {cpu.ONEDNN_MIN_M} <= M: cpu:qlinear on {kept}"
+             if described and no_onednn is None else f" (oneDNN's kept copy: {no_onednn})" if no_onednn else "")
     if dynamic:
-        return "cpu:int_mm", "W8A8: per-token int8 activations, torch._int_mm (int32), fp32 epilogue"
+        if onednn and m < cpu.TILE_MIN_M:
+            return "cpu:qlinear", f"W8A8: per-token int8 activations, oneDNN int8 matmul (int32 sums) on {kept}"
+        why = "W8A8: per-token int8 activations, torch._int_mm (int32), fp32 epilogue"
+        if no_onednn is None and m >= cpu.TILE_MIN_M:
+            return "cpu:int_mm", why + f" per weight tile (M >= {cpu.TILE_MIN_M})"
+        return "cpu:int_mm", why + later
+    # bf16 x only: fp16 / fp32 activations compute in fp32 on the CPU, finer than 15 bits per token
+    if dtype == torch.bfloat16 and m <= cpu.SPLIT_QLINEAR_MAX_M and onednn:
+        return "cpu:split_qlinear", ("bf16 x as two int8 planes (15 bits per token) in one oneDNN int8 matmul "
+                                     f"(M <= {cpu.SPLIT_QLINEAR_MAX_M}) on {kept}")
+    if described and no_onednn is None:
+        later = (f"; {cpu.ONEDNN_MIN_M} <= M <= {cpu.SPLIT_QLINEAR_MAX_M}: cpu:split_qlinear, bf16 x as two int8 planes "
+                 f"on {kept}")
     if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
         if described:
-            why += (f"; M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm; larger M or fp32/fp16 activations: "
-                    "cpu:int8_dequant_mm")
-        return "cpu:int8pack", why
+            why += (later if no_onednn is None else f"; M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm") + (
+                "; larger M or fp32 activations: cpu:int8_dequant_mm")
+        return "cpu:int8pack", why + ("" if described else later)
     if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M:
         return "cpu:split_int_mm", (f"bf16 x as two int8 planes (15 bits per token) in one torch._int_mm "
-                                    f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run)")
+                                    f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run){later}")
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
     elif m > max(cpu.INT8PACK_MAX_M, cpu.SPLIT_MAX_M):
@@ -404,7 +424,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _ws_mid_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
-                         weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight))
+                         weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight),
+                         weight_cacheable=x.device.type != "cpu" or cpu.cacheable(qweight))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
@@ -1319,7 +1340,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
             path = {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
-                         weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)))
+                         weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)),
+                         weight_cacheable=x.device.type != "cpu" or (cpu.cacheable(wg) and cpu.cacheable(wu)))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run_pair(path, x, wg, sg, bg, wu, su, bu, act, dynamic)

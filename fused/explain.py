@@ -33,7 +33,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         dense = hasattr(mod, "qweight")
         k = mod.qweight.shape[1] if dense else 2 * mod.values.shape[1] if hasattr(mod, "values") else None
         path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev, k=k,
-                                  weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight))
+                                  weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight),
+                                  weight_cacheable=not dense or dev.type != "cpu" or cpu.cacheable(mod.qweight))
         parent = name.rsplit(".", 1)[0] if "." in name else ""
         block_path = block_why = None
         if parent in blocks and blocks[parent].block_fusable():
@@ -64,9 +65,9 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             "block_path": block_path,
             "block_why": block_why,
             "bytes_before": mod.source_bytes,
-            # + derived copies: the CPU path's scales/bias in the activation dtype, the 2:4 cuSPARSELt route's
-            # compressed weight, the CPU path's fp32 layers of a narrow MLP
-            "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.scale, mod.bias) if dense
+            # + derived copies: the CPU path's scales/bias in the activation dtype and its oneDNN copy of the weight,
+            # the 2:4 cuSPARSELt route's compressed weight, the CPU path's fp32 layers of a narrow MLP
+            "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.qweight, mod.scale, mod.bias) if dense
                                                  else dispatch.cslt_cached_bytes(mod.values) if hasattr(mod, "values")
                                                  else cpu.narrow_cached_bytes(mod.weights)),
         })

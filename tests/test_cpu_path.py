@@ -58,8 +58,26 @@ def test_activations_and_bias(fmt, dynamic, act, bias, op):
     _check(*_run(op, x, q, s, b, act, dynamic), torch.bfloat16)
 
 
-def test_path_choice():
+def test_path_choice(monkeypatch):
     bf16, f32 = torch.bfloat16, torch.float32
+    # with oneDNN's kept copy (the default where it runs): from M=2 on, for bf16 x up to SPLIT_QLINEAR_MAX_M
+    if cpu.onednn_ok():
+        assert _path("linear", "int8", False, bf16, 1, 2048) == "cpu:int8pack"  # decode makes no copy
+        assert _path("gated", "int8", False, bf16, 2, 2056) == "cpu:split_qlinear"  # any K
+        assert _path("gated", "int8", False, bf16, cpu.SPLIT_QLINEAR_MAX_M, 2048) == "cpu:split_qlinear"
+        assert _path("gated", "int8", False, bf16, cpu.SPLIT_QLINEAR_MAX_M + 1, 2048) == "cpu:int8_dequant_mm"
+        assert _path("linear", "int8", False, torch.float16, 4, 2048) == "cpu:int8_dequant_mm"  # fp32 compute
+        assert _path("linear", "int8", True, f32, 1, 2048) == "cpu:int_mm"
+        assert _path("linear", "int8", True, f32, 2, 2048) == "cpu:qlinear"
+        assert _path("linear", "int8", True, bf16, cpu.TILE_MIN_M - 1, 2048) == "cpu:qlinear"
+        assert _path("linear", "int8", True, bf16, cpu.TILE_MIN_M, 2048) == "cpu:int_mm"  # per weight tile
+        assert _path("linear", "int8", True, bf16, 4, cpu.ONEDNN_MAX_K + 1) == "cpu:int_mm"  # int32 sums
+        assert dispatch.plan("linear", "int8", True, "cpu", M=4, dtype=bf16, k=64,
+                             weight_cacheable=False)[0] == "cpu:int_mm"  # inference tensor: nothing kept
+        assert "cpu:qlinear" in dispatch.plan("linear", "int8", True, "cpu", k=64)[1]  # explain names both
+        assert _path("sparse24_linear", "int8", True, bf16, 4, 2048) == "cpu:s24+int_mm"  # 2:4 tiles: per call
+    # and without it (FUSED_CPU_ONEDNN=0, or no oneDNN): 1 B/weight, the plain-weight kernels
+    monkeypatch.setattr(cpu, "ONEDNN", False)
     assert _path("linear", "int8", False, bf16, 1, 2048) == "cpu:int8pack"
     assert _path("gated", "int8", False, bf16, cpu.INT8PACK_MAX_M, 2048) == "cpu:int8pack"
     assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048) == "cpu:split_int_mm"
@@ -187,6 +205,7 @@ def test_split_int_mm_matches_reference_and_its_off_switch(m, n, k, monkeypatch)
     """cpu:split_int_mm (bf16 x as two int8 planes, one _int_mm) against the reference at odd shapes (M=300 past
     SPLIT_MAX_M forced in; K=1000, where int8pack cannot run), 3-D and transposed x, NaN rows; SPLIT_MAX_M=0 off."""
     monkeypatch.setattr(cpu, "SPLIT_MAX_M", max(m, 16))
+    monkeypatch.setattr(cpu, "ONEDNN", False)
     q, s, b = _weights(n, k, "int8")
     x = torch.randn(k, m, dtype=torch.bfloat16).t()  # non-contiguous [m, k]
     x[0, 1] = float("nan")
@@ -238,7 +257,8 @@ def test_thread_count_respected_and_result_independent():
 
 
 
-def test_model_end_to_end_and_explain_names_the_cpu_path():
+def test_model_end_to_end_and_explain_names_the_cpu_path(monkeypatch):
+    monkeypatch.setattr(cpu, "ONEDNN", False)  # int8pack at M=6 (oneDNN's kept copy: test_onednn_copy_*)
     model = nn.Sequential(LlamaMLP(64, 96))
     x = torch.randn(2, 3, 64)
     y_float = model(x)
@@ -262,11 +282,15 @@ def test_cpu_edge_bench_smoke(capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8",
-                               "--sparse"])
+                               "--sparse", "--onednn-ab"])
     assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
-    assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
+    # M=3 made oneDNN's copy of the int8 weights (counted), the A/B variant without it did not
+    lo, hi = (0.5, 0.6) if cpu.onednn_ok() else (0.25, 0.3)  # + scales and zero points per row: 12 B of K=64..96
+    assert lo < mem["ours int8 W8A16 (bf16 acts)"] / mem["fp32 eager"] < hi
+    assert mem["ours int8 W8A16, oneDNN off"] < 0.3 * mem["fp32 eager"]
     out = capsys.readouterr().out
     assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
+    assert not cpu.onednn_ok() or ("cpu:split_qlinear" in out and "cpu:qlinear" in out and "cpu:int_mm" in out)
     assert mem["ours int8 2:4 W8A8 (bf16 acts)"] < 0.7 * mem["ours int8 W8A8 (bf16 acts)"]
     assert "cpu:s24+int8pack" in out and "cpu:s24+int_mm" in out
 
@@ -407,3 +431,77 @@ def test_sparse24_module_on_cpu_keeps_its_memory_and_names_the_path():
         assert r["bytes_after"] == mod.weight_bytes() == n * k * 0.625 + 4 * n
 
 
+
+
+onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no oneDNN int8 matmul in this torch build / CPU")
+
+
+@onednn
+@pytest.mark.parametrize("m,n,k", [(2, 96, 64), (3, 70, 48), (17, 130, 37), (300, 34, 1000)])
+def test_onednn_paths_match_the_plain_weight_kernels(m, n, k, monkeypatch):
+    """cpu:qlinear / cpu:split_qlinear (oneDNN on its kept copy) give the int32 sums of torch._int_mm (bit for bit in
+    fp32 where |sum| < 2^24) at odd shapes, on 3-D non-contiguous x, and their ops match the reference."""
+    monkeypatch.setattr(cpu, "SPLIT_QLINEAR_MAX_M", 512)
+    q, s, b = _weights(n, k, "int8")
+    x = torch.randn(k, m, dtype=torch.bfloat16).t()  # non-contiguous [m, k]
+    for new, old, dynamic in (("cpu:qlinear", "cpu:int_mm", True), ("cpu:split_qlinear", "cpu:split_int_mm", False)):
+        assert torch.equal(cpu._matmul(new, x, q, s, dynamic), cpu._matmul(old, x, q, s, dynamic)), new
+        for op in ("linear", "gated"):
+            dispatch.stats.clear()
+            y, yr = _run(op, x.reshape(1, m, k), q, s, b, "gelu", dynamic)
+            assert dispatch.stats[(op, new)] == 1
+            _check(y, yr, torch.bfloat16)
+    ref = x.float() @ (q.float() * s[:, None]).t()  # the planes: ~15 bits, far above the bf16 output's rounding
+    assert sqnr(ref, cpu._matmul("cpu:split_qlinear", x, q, s, False)) > 70
+
+
+@onednn
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_onednn_nan_and_inf_rows_propagate_like_the_reference(dynamic):
+    q, s, b = _weights(64, 32, "int8")
+    q[5].zero_()  # 0 · Inf = NaN in the reference, in that column only
+    x = torch.randn(5, 32, dtype=torch.bfloat16)
+    x[1, 3] = float("nan")
+    x[2, 5] = float("inf")
+    dispatch.stats.clear()
+    y, yr = _run("linear", x, q, s, b, "none", dynamic)
+    assert dispatch.stats[("linear", "cpu:qlinear" if dynamic else "cpu:split_qlinear")] == 1
+    assert torch.equal(y.isnan(), yr.isnan()) and torch.equal(y.isinf(), yr.isinf())
+    if not dynamic:  # Inf stays Inf (W8A16), not a NaN row
+        assert y[2].isinf().any() and y[2, 5].isnan()
+    _check(y[[0, 3, 4]], yr[[0, 3, 4]], torch.bfloat16)
+
+
+@onednn
+def test_onednn_copy_is_kept_counted_and_follows_in_place_updates():
+    lin = fused.FusedLinear.from_float(torch.randn(64, 32), torch.randn(64))
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    lin(x[:1])  # M=1: int8pack, no copy
+    assert cpu.cached_bytes(lin.qweight) == 0
+    lin(x)
+    copy_bytes = cpu.cached_bytes(lin.qweight)
+    assert copy_bytes == 64 * 32 + 64 * (4 + 8)  # the weight + unit scales + zero points
+    row = fused.explain(lin, print_table=False)[0]
+    assert row["bytes_after"] == lin.weight_bytes() + copy_bytes + cpu.cached_bytes(lin.scale, lin.bias)
+    assert "oneDNN" in row["why"]
+    other = fused.FusedLinear.from_float(torch.randn(64, 32) * 3, torch.randn(64))
+    lin.load_state_dict(other.state_dict())  # in place: the kept copy must not serve the old weight
+    assert torch.equal(lin(x), other(x))
+    cpu.clear_cache()
+    assert cpu.cached_bytes(lin.qweight) == 0
+
+
+@onednn
+def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch):
+    with torch.inference_mode():
+        lin = fused.FusedLinear.from_float(torch.randn(64, 32), None)  # buffers without a version counter
+        x = torch.randn(20, 32, dtype=torch.bfloat16)
+        dispatch.stats.clear()
+        y = lin(x)
+    assert dispatch.stats[("linear", "cpu:split_int_mm")] == 1 and cpu.cached_bytes(lin.qweight) == 0
+    _check(y, reference.linear_ref(x, lin.qweight, lin.scale, None), torch.bfloat16)
+    monkeypatch.setattr(cpu, "ONEDNN", False)
+    lin2 = fused.FusedLinear.from_float(torch.randn(64, 32), None, dynamic=True)
+    dispatch.stats.clear()
+    lin2(torch.randn(4, 32))
+    assert dispatch.stats[("linear", "cpu:int_mm")] == 1 and cpu.cached_bytes(lin2.qweight) == 0
