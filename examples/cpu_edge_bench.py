@@ -55,18 +55,18 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
 
 
-class OneDNNOff(nn.Module):
-    """The wrapped model with fused.cpu.ONEDNN off during its calls: the older int8 CPU paths (torch._int_mm,
-    int8pack, split planes on _int_mm), for an A/B in one process."""
+class OneDNN(nn.Module):
+    """The wrapped model with fused.cpu.ONEDNN set during its calls (on: oneDNN's int8 matmul on a kept reordered
+    copy of each int8 weight, FUSED_CPU_ONEDNN=1), for an A/B in one process."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, on: bool = True):
         super().__init__()
-        self.model = model
+        self.model, self.on = model, on
 
     def forward(self, x):
         from fused import cpu
 
-        old, cpu.ONEDNN = cpu.ONEDNN, False
+        old, cpu.ONEDNN = cpu.ONEDNN, self.on
         try:
             return self.model(x)
         finally:
@@ -97,9 +97,8 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
     variants["ours int8 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP()), torch.bfloat16)
     variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
     if onednn_ab:
-        variants["ours int8 W8A16, oneDNN off"] = (OneDNNOff(ours(fused.FusedInt8MLP())), torch.bfloat16)
-        variants["ours int8 W8A8, oneDNN off"] = (OneDNNOff(ours(fused.FusedInt8MLP(weight_only=False))),
-                                                   torch.bfloat16)
+        variants["ours int8 W8A16, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP())), torch.bfloat16)
+        variants["ours int8 W8A8, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP(weight_only=False))), torch.bfloat16)
     if with_fp8:
         variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
     pruned = None
@@ -143,7 +142,7 @@ def main(argv=None):
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
     ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
     ap.add_argument("--onednn-ab", action="store_true",
-                    help="also time our int8 variants with fused.cpu.ONEDNN off (the older paths), same process")
+                    help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1), same process")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632

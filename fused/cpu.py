@@ -44,8 +44,8 @@ W8A8 73.3 -> 55.2; M <= 256 within +-3% (small products stay whole: WHOLE_ELEMS)
 Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack, no copy), but
 ``_int_mm`` reorders it (and sums its columns for the zero-point compensation) inside every call. The qlinear paths
 reorder it once (`packed_cached`, ~2 ns per weight) and keep that copy: 1 byte per weight more, so an int8 layer on
-the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 4 <= M <= 64 (ONEDNN); FUSED_CPU_ONEDNN=0 keeps
-1 B/weight on the older paths. Derived data (that copy, int8pack's scales in bf16) is made once per tensor and
+the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 2 <= M <= 64. Opt-in (ONEDNN,
+FUSED_CPU_ONEDNN=1): by default int8 keeps 1 B/weight on the plain-weight kernels. Derived data (that copy, int8pack's scales in bf16) is made once per tensor and
 invalidated when the buffer is modified in place (``load_state_dict``); its bytes are reported by `cached_bytes` and
 counted in `fused.explain`. Inference tensors (no version counter) and 2:4 tiles (expanded per call) are not packed.
 
@@ -88,8 +88,11 @@ SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
 # reorders the plain weight on every call. TinyLlama gate/up (11264 x 2048), 2-core AVX512-VNNI x86, 2 threads, ms,
 # _int_mm / kept oneDNN copy, int32 sums bit-equal: M=1 0.28 / 0.26, 4 2.25 / 0.31, 16 2.88 / 0.96, 32 3.66 / 1.76,
 # 64 5.27 / 3.46, 128 8.54 / 6.84; bf16 F.linear 2.49 / 2.10 / 3.38 / 5.11 / 8.36 / 15.03 (M=1 / 4 / 16 / 32 / 64 /
-# 128; int8pack 0.60 at M=1, 5.94 at 16). x86 only (the one kind of CPU it is measured on); FUSED_CPU_ONEDNN=0: off.
-ONEDNN = os.environ.get("FUSED_CPU_ONEDNN", "1") != "0"
+# 128; int8pack 0.60 at M=1, 5.94 at 16; one layer alone, so its weight partly in the 32 MiB L3). x86 only (the one
+# kind of CPU it is measured on).
+# Opt-in (FUSED_CPU_ONEDNN=1, or fused.cpu.ONEDNN = True at run time) because of the memory: the kept copy makes an
+# int8 layer 2 B/weight on the CPU, as much as bf16, and the default keeps int8's 1 B/weight.
+ONEDNN = os.environ.get("FUSED_CPU_ONEDNN", "0") == "1"
 # ... from this M: at M=1 the plain-weight kernels are as fast (TinyLlama block, same process, ms, int8pack / split
 # on the kept copy 1.72 / 1.64, _int_mm / qlinear 1.34 / 1.37; at M=2 W8A8 3.33 / 1.41), so decode alone makes no copy
 ONEDNN_MIN_M = 2
@@ -174,7 +177,7 @@ def onednn_ok() -> bool:
 def onednn_route(k: int | None, weight_cacheable: bool = True) -> str | None:
     """Why the qlinear paths cannot run a dense int8 weight with K columns, or None when they can."""
     if not ONEDNN:
-        return "FUSED_CPU_ONEDNN=0"
+        return "off"
     if not onednn_ok():
         return "no oneDNN int8 matmul here (x86 torch with mkldnn only)"
     if not weight_cacheable:

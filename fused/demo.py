@@ -109,8 +109,14 @@ def time_forward(model, x, iters=10) -> float:
 
 
 def weight_mib(model) -> float:
+    """MiB of the weights (2-D tensors), scales and biases, plus the copies the CPU path derives and keeps from them
+    (fused.cpu.cached_bytes: oneDNN's reordered int8 weights, cast scales), as `fused.explain` counts them."""
+    from fused import cpu
+
     total = 0
     for m in model.modules():
+        if isinstance(getattr(m, "qweight", None), torch.Tensor):
+            total += cpu.cached_bytes(m.qweight, m.scale, m.bias)
         for name, t in list(m._parameters.items()) + list(m._buffers.items()):
             if t is not None and (t.dim() == 2):
                 total += t.numel() * t.element_size()

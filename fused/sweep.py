@@ -166,8 +166,9 @@ def _leaves(t: torch.Tensor):
 def param_bytes(module: nn.Module) -> int:
     """Bytes of all parameters and buffers (the inner tensors of tensor subclasses), each storage counted
     once and whole (a 2:4 layer's values and tiled meta share one), plus the compressed copies the 2:4
-    cuSPARSELt route keeps for the layers it runs (fused.dispatch.cslt_cached_bytes)."""
-    from fused import dispatch
+    cuSPARSELt route keeps for the layers it runs (fused.dispatch.cslt_cached_bytes) and the copies the CPU path
+    keeps (fused.cpu.cached_bytes: oneDNN's reordered int8 weights, cast scales)."""
+    from fused import cpu, dispatch
 
     seen, total = set(), 0
     for t in list(module.parameters()) + list(module.buffers()):
@@ -180,6 +181,8 @@ def param_bytes(module: nn.Module) -> int:
     for m in module.modules():
         if isinstance(m._buffers.get("values"), torch.Tensor):
             total += dispatch.cslt_cached_bytes(m._buffers["values"])
+        if isinstance(m._buffers.get("qweight"), torch.Tensor):
+            total += cpu.cached_bytes(m._buffers["qweight"], m._buffers.get("scale"), m._buffers.get("bias"))
     return total
 
 

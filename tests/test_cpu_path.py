@@ -60,7 +60,10 @@ def test_activations_and_bias(fmt, dynamic, act, bias, op):
 
 def test_path_choice(monkeypatch):
     bf16, f32 = torch.bfloat16, torch.float32
-    # with oneDNN's kept copy (the default where it runs): from M=2 on, for bf16 x up to SPLIT_QLINEAR_MAX_M
+    monkeypatch.setattr(cpu, "ONEDNN", False)  # the default: int8 keeps 1 B/weight; explain offers the copy
+    assert "FUSED_CPU_ONEDNN=1" in dispatch.plan("linear", "int8", True, "cpu", M=4, dtype=bf16, k=64)[1]
+    # with oneDNN's kept copy (FUSED_CPU_ONEDNN=1): from M=2 on, for bf16 x up to SPLIT_QLINEAR_MAX_M
+    monkeypatch.setattr(cpu, "ONEDNN", True)
     if cpu.onednn_ok():
         assert _path("linear", "int8", False, bf16, 1, 2048) == "cpu:int8pack"  # decode makes no copy
         assert _path("gated", "int8", False, bf16, 2, 2056) == "cpu:split_qlinear"  # any K
@@ -284,10 +287,10 @@ def test_cpu_edge_bench_smoke(capsys):
     results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8",
                                "--sparse", "--onednn-ab"])
     assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
-    # M=3 made oneDNN's copy of the int8 weights (counted), the A/B variant without it did not
+    # by default 1 B/weight; the A/B variant's M=3 made oneDNN's copy of the int8 weights (counted)
     lo, hi = (0.5, 0.6) if cpu.onednn_ok() else (0.25, 0.3)  # + scales and zero points per row: 12 B of K=64..96
-    assert lo < mem["ours int8 W8A16 (bf16 acts)"] / mem["fp32 eager"] < hi
-    assert mem["ours int8 W8A16, oneDNN off"] < 0.3 * mem["fp32 eager"]
+    assert lo < mem["ours int8 W8A16, oneDNN copy"] / mem["fp32 eager"] < hi
+    assert mem["ours int8 W8A16 (bf16 acts)"] < 0.3 * mem["fp32 eager"]
     out = capsys.readouterr().out
     assert "| ours int8 W8A16 (bf16 acts) |" in out and "cpu:int8pack" in out
     assert not cpu.onednn_ok() or ("cpu:split_qlinear" in out and "cpu:qlinear" in out and "cpu:int_mm" in out)
@@ -436,9 +439,14 @@ def test_sparse24_module_on_cpu_keeps_its_memory_and_names_the_path():
 onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no oneDNN int8 matmul in this torch build / CPU")
 
 
+@pytest.fixture
+def onednn_on(monkeypatch):
+    monkeypatch.setattr(cpu, "ONEDNN", True)
+
+
 @onednn
 @pytest.mark.parametrize("m,n,k", [(2, 96, 64), (3, 70, 48), (17, 130, 37), (300, 34, 1000)])
-def test_onednn_paths_match_the_plain_weight_kernels(m, n, k, monkeypatch):
+def test_onednn_paths_match_the_plain_weight_kernels(m, n, k, monkeypatch, onednn_on):
     """cpu:qlinear / cpu:split_qlinear (oneDNN on its kept copy) give the int32 sums of torch._int_mm (bit for bit in
     fp32 where |sum| < 2^24) at odd shapes, on 3-D non-contiguous x, and their ops match the reference."""
     monkeypatch.setattr(cpu, "SPLIT_QLINEAR_MAX_M", 512)
@@ -457,7 +465,7 @@ def test_onednn_paths_match_the_plain_weight_kernels(m, n, k, monkeypatch):
 
 @onednn
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_onednn_nan_and_inf_rows_propagate_like_the_reference(dynamic):
+def test_onednn_nan_and_inf_rows_propagate_like_the_reference(dynamic, onednn_on):
     q, s, b = _weights(64, 32, "int8")
     q[5].zero_()  # 0 · Inf = NaN in the reference, in that column only
     x = torch.randn(5, 32, dtype=torch.bfloat16)
@@ -473,7 +481,7 @@ def test_onednn_nan_and_inf_rows_propagate_like_the_reference(dynamic):
 
 
 @onednn
-def test_onednn_copy_is_kept_counted_and_follows_in_place_updates():
+def test_onednn_copy_is_kept_counted_and_follows_in_place_updates(onednn_on):
     lin = fused.FusedLinear.from_float(torch.randn(64, 32), torch.randn(64))
     x = torch.randn(3, 32, dtype=torch.bfloat16)
     lin(x[:1])  # M=1: int8pack, no copy
@@ -492,7 +500,7 @@ def test_onednn_copy_is_kept_counted_and_follows_in_place_updates():
 
 
 @onednn
-def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch):
+def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch, onednn_on):
     with torch.inference_mode():
         lin = fused.FusedLinear.from_float(torch.randn(64, 32), None)  # buffers without a version counter
         x = torch.randn(20, 32, dtype=torch.bfloat16)

@@ -60,8 +60,8 @@ def test_fused_paths_read_from_dispatch_stats():
     model = tiny_demo()
     fused.quantize(model, fused.FusedInt8MLP())
     r = profile(model, torch.randn(4, 64, dtype=torch.bfloat16), forwards=3)
-    # 1 gated block (gate_up + down) and 1 GELU block (fc1 + fc2), per forward; M=4: oneDNN's kept copy where it runs
-    p = "cpu:split_qlinear" if cpu.onednn_ok() else "cpu:int8pack"
+    # 1 gated block (gate_up + down) and 1 GELU block (fc1 + fc2), per forward (M=4: oneDNN's copy when it is on)
+    p = "cpu:split_qlinear" if cpu.ONEDNN and cpu.onednn_ok() else "cpu:int8pack"
     assert r.paths == {f"gated -> {p}": 1.0, f"linear -> {p}": 3.0}
     assert r.fused_op_calls == 4.0
     assert r.fallbacks == 0.0  # the reference is the CPU path, not a fallback
