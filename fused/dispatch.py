@@ -320,8 +320,8 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
         return "cpu:split_qlinear", ("bf16 x as two int8 planes (15 bits per token) in one oneDNN int8 matmul "
                                      f"(M <= {cpu.SPLIT_QLINEAR_MAX_M}) on {kept}")
     if described and no_onednn is None:
-        later = (f"; {cpu.ONEDNN_MIN_M} <= M <= {cpu.SPLIT_QLINEAR_MAX_M}: cpu:split_qlinear, bf16 x as two int8 planes "
-                 f"on {kept}")
+        later = (f"; {cpu.ONEDNN_MIN_M} <= M <= {cpu.SPLIT_QLINEAR_MAX_M}: cpu:split_qlinear, bf16 x as two int8 "
+                 f"planes on {kept}")
     if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
         if described:
