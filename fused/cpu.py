@@ -47,7 +47,8 @@ reorder it once (`packed_cached`, ~2 ns per weight) and keep that copy: 1 byte p
 the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 2 <= M <= 64. Opt-in (ONEDNN,
 FUSED_CPU_ONEDNN=1): by default int8 keeps 1 B/weight on the plain-weight kernels. Derived data (that copy,
 int8pack's scales in bf16) is made once per tensor and invalidated when the buffer is modified in place
-(``load_state_dict``); its bytes are reported by `cached_bytes` and counted in `fused.explain`. Inference tensors (no version counter) and 2:4 tiles (expanded per call) are not packed.
+(``load_state_dict``); its bytes are reported by `cached_bytes` and counted in `fused.explain`. Inference tensors
+(no version counter) and 2:4 tiles (expanded per call) get no oneDNN copy.
 
 Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.get_num_threads()
 (torch.set_num_threads) applies; nothing here starts threads of its own.
