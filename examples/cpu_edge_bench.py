@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 import fused
-from fused import dispatch
+from fused import cpu, dispatch
 from fused.demo import LlamaMLP  # transformers' LlamaMLP attribute names
 from lowbit import sqnr
 
@@ -64,8 +64,6 @@ class OneDNN(nn.Module):
         self.model, self.on = model, on
 
     def forward(self, x):
-        from fused import cpu
-
         old, cpu.ONEDNN = cpu.ONEDNN, self.on
         try:
             return self.model(x)
@@ -99,6 +97,12 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
     if onednn_ab:
         variants["ours int8 W8A16, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP())), torch.bfloat16)
         variants["ours int8 W8A8, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP(weight_only=False))), torch.bfloat16)
+        for name, cfg in (("W8A16", fused.FusedInt8MLP()), ("W8A8", fused.FusedInt8MLP(weight_only=False))):
+            if not cpu.onednn_ok():
+                break
+            packed = ours(cfg)
+            fused.pack_for_cpu(packed)  # oneDNN's copy instead of the plain weight: 1 B/weight, every M on the copy
+            variants[f"ours int8 {name}, pack_for_cpu"] = (packed, torch.bfloat16)
     if with_fp8:
         variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
     pruned = None
@@ -142,7 +146,8 @@ def main(argv=None):
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
     ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
     ap.add_argument("--onednn-ab", action="store_true",
-                    help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1), same process")
+                    help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) and packed by "
+                         "fused.pack_for_cpu, same process")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632

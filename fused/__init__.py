@@ -19,7 +19,7 @@ from fused.checkpoint import load, save
 from fused.gptq import calibrate_gptq
 from fused.smoothing import calibrate_smoothing
 from fused.explain import explain
-from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP
+from fused.modules import FusedGatedLinear, FusedGatedMLP, FusedLinear, FusedMLP, pack_for_cpu
 from fused.narrow import FusedNarrowMLP, FusedNarrowMLPConfig, is_narrow_mlp
 from fused.sparse_modules import FusedSparseGatedLinear, FusedSparseLinear
 from fused.profile import profile  # the function hides the submodule; it carries .compare, .before_after
@@ -49,6 +49,7 @@ __all__ = [
     "is_narrow_mlp",
     "load",
     "mlp_kind",
+    "pack_for_cpu",
     "profile",
     "quantize",
     "save",

@@ -27,6 +27,8 @@ import os
 import torch
 from torch import nn
 
+from fused import cpu
+
 FORMAT = "fusedmlp.checkpoint"
 # safetensors' dtype codes -> torch dtype names
 _SAFETENSORS_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
@@ -167,6 +169,10 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     tiled = [m for m in model.modules() if getattr(m, "tiled_meta", False)]
     for m in tiled:
         m.set_tiled_meta(False)
+    # layers packed for the CPU (fused.pack_for_cpu) hand out their plain weight rebuilt: plain for the copy, packed after
+    packed = [m for m in model.modules() if cpu.packed_only(m._buffers.get("qweight"))]
+    for m in packed:
+        m._buffers["qweight"] = cpu.unpack_weight(m._buffers["qweight"])
     state = model.state_dict()
     _check_tensors(meta["tensors"], state, p)
     with safe_open(p, framework="pt", device="cpu") as f:
@@ -183,6 +189,8 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
                 state[key].copy_(f.get_tensor(key))
     for m in tiled:
         m.set_tiled_meta(True)
+    for m in packed:
+        m._buffers["qweight"] = cpu.pack_weight(m._buffers["qweight"])
     from fused.explain import converted_modules
 
     for name, mod in converted_modules(model):

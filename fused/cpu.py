@@ -128,6 +128,8 @@ EXPAND_TILE_WEIGHTS = 2 << 20
 _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
 # int8 weight -> (version, oneDNN's reordered copy, unit scales, zero points)
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# pack_weight's stand-in -> (oneDNN's copy, unit scales, zero points): the weight's only data (clear_cache keeps it)
+_only: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -188,14 +190,49 @@ def onednn_route(k: int | None, weight_cacheable: bool = True) -> str | None:
     return None
 
 
+def pack_weight(w: torch.Tensor) -> torch.Tensor:
+    """oneDNN's reordered copy of the int8 [N, K] CPU weight ``w``, kept, and a stand-in for ``w`` in its place: an
+    [N, K] int8 tensor with one byte of storage (expanded), so the layer holds 1 B/weight (the copy) instead of 2.
+    The qlinear paths run on the copy at every M; other paths get the plain weight rebuilt for the call
+    (`unpack_weight`). `fused.pack_for_cpu` swaps it into a model's layers; their state_dict, load_state_dict and
+    device moves go through the plain weight."""
+    if w.dtype != torch.int8 or w.dim() != 2 or w.device.type != "cpu":
+        raise ValueError(f"pack_weight takes an int8 [N, K] CPU tensor, got {w.dtype} {tuple(w.shape)} on {w.device}")
+    if not onednn_ok():
+        raise RuntimeError("cannot pack for oneDNN: no oneDNN int8 matmul here (x86 torch with mkldnn only)")
+    if w.shape[1] > ONEDNN_MAX_K:
+        raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could overflow int32)")
+    stand_in = torch.full((), -128, dtype=torch.int8).expand(w.shape)  # -128: never a quantized weight value
+    _only[stand_in] = (torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
+    return stand_in
+
+
+@functools.lru_cache(maxsize=64)
+def _unit_params(N: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Unit weight scales and zero points [N] for qlinear_pointwise (read only), shared by the layers of one width."""
+    return torch.ones(N), torch.zeros(N, dtype=torch.int64)
+
+
+def packed_only(w) -> bool:
+    """Whether ``w`` is a stand-in from `pack_weight` (its data lives only in oneDNN's copy)."""
+    return type(w) is torch.Tensor and w in _only
+
+
+def unpack_weight(w: torch.Tensor) -> torch.Tensor:
+    """The plain int8 [N, K] weight of a `pack_weight` stand-in (a new tensor), or ``w`` itself."""
+    if not packed_only(w):
+        return w
+    return _only[w][0].to_dense().t().contiguous()
+
+
 def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N]), made once per
-    tensor and remade after it is modified in place."""
+    tensor and remade after it is modified in place; a `pack_weight` stand-in's own copy."""
+    if packed_only(w):
+        return _only[w]
     entry = _packed.get(w)
     if entry is None or entry[0] != w._version:
-        N = w.shape[0]
-        entry = (w._version, torch.ops.onednn.qlinear_prepack(w.contiguous(), None), torch.ones(N),
-                 torch.zeros(N, dtype=torch.int64))
+        entry = (w._version, torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
         _packed[w] = entry
     return entry[1:]
 
@@ -209,8 +246,8 @@ def cached_bytes(*tensors: torch.Tensor | None) -> int:
         if entry is not None and entry[0] == t._version:
             total += sum(c.numel() * c.element_size() for c in entry[1].values())
         entry = _packed.get(t) if t is not None else None
-        if entry is not None and entry[0] == t._version:
-            total += t.numel() + sum(c.numel() * c.element_size() for c in entry[2:])
+        if (entry is not None and entry[0] == t._version) or packed_only(t):
+            total += t.numel()  # oneDNN's copy (its unit scales and zero points are shared by all layers of a width)
     return total
 
 
@@ -307,6 +344,11 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
     if packed != path.startswith("cpu:s24+"):
         raise ValueError(f"CPU path {path!r} does not take a {'2:4' if packed else 'dense'} weight")
     path = path.replace("s24+", "")
+    if not packed and qweight.dtype == torch.int8 and qweight.stride() == (0, 0) and not packed_only(qweight):
+        raise RuntimeError("an int8 weight with one byte of storage that is no pack_weight stand-in: a copy of a stand-in "
+                           "(fused.pack_for_cpu) lost its oneDNN weight; unpack before copying the tensor itself")
+    if packed_only(qweight) and not path.endswith("qlinear"):
+        qweight = unpack_weight(qweight)  # transient: this call's plain weight (dispatch names this in its why)
     M, K = x2.shape
     N = qweight.shape[0]
     small = M * N <= WHOLE_ELEMS

@@ -190,12 +190,13 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
 
 def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
          dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True,
-         weight_cacheable: bool = True) -> tuple[str, str]:
+         weight_cacheable: bool = True, weight_packed: bool = False) -> tuple[str, str]:
     """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints.
 
     On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
-    alignment and whether a copy derived from it can be kept (`cpu.cacheable`); left out, they default to what
-    `explain` describes: bf16 activations, M=1 (decode)."""
+    alignment, whether a copy derived from it can be kept (`cpu.cacheable`) and whether it is packed for the CPU
+    (`fused.pack_for_cpu`: oneDNN's copy is its only data); left out, they default to what `explain` describes: bf16
+    activations, M=1 (decode)."""
     device = torch.device(device)
     if op == "mlp_block":
         return _plan_block(device, M)
@@ -257,6 +258,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                                         "on fp32 layers unpacked once and cached")
         return "reference", f"{device.type}: no kernels, pure-torch reference"
     if device.type == "cpu":
+        if weight_packed and fmt == "int8" and op not in SPARSE_OPS:
+            return _plan_cpu_packed(dynamic, dtype, M, k)
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS,
                          weight_cacheable=weight_cacheable)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
@@ -277,6 +280,18 @@ def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
     if M is None:
         return "triton:decode_block|per_layer", one + ", each layer's own kernel above"
     return ("triton:decode_block", one) if M <= DECODE_BLOCK_MAX_M else per_layer
+
+
+def _plan_cpu_packed(dynamic, dtype, m, k) -> tuple[str, str]:
+    """An int8 weight packed for the CPU (fused.pack_for_cpu): oneDNN's copy is its only data, so every M runs on it."""
+    only = "oneDNN's reordered copy, the layer's only weight (fused.pack_for_cpu: 1 B/weight)"
+    if dynamic:
+        return "cpu:qlinear", f"W8A8: per-token int8 activations, oneDNN int8 matmul (int32 sums) on {only}"
+    if dtype is None or dtype == torch.bfloat16:
+        return "cpu:split_qlinear", f"bf16 x as two int8 planes (15 bits per token) in one oneDNN int8 matmul on {only}"
+    path, why = _plan_cpu("int8", dynamic, dtype, m, k, False, weight_cacheable=None)
+    return path, (f"{why}; on the plain weight rebuilt from {only} for each call (slow: "
+                  f"{str(dtype).removeprefix('torch.')} activations compute in fp32; bf16 ones run on the copy)")
 
 
 def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_cacheable=True) -> tuple[str, str]:
@@ -436,7 +451,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight),
-                         weight_cacheable=x.device.type != "cpu" or cpu.cacheable(qweight))
+                         weight_cacheable=x.device.type != "cpu" or cpu.cacheable(qweight),
+                         weight_packed=x.device.type == "cpu" and cpu.packed_only(qweight))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
@@ -1352,7 +1368,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)),
-                         weight_cacheable=x.device.type != "cpu" or (cpu.cacheable(wg) and cpu.cacheable(wu)))
+                         weight_cacheable=x.device.type != "cpu" or (cpu.cacheable(wg) and cpu.cacheable(wu)),
+                         weight_packed=x.device.type == "cpu" and cpu.packed_only(wg) and cpu.packed_only(wu))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run_pair(path, x, wg, sg, bg, wu, su, bu, act, dynamic)
