@@ -317,8 +317,8 @@ class FusedMLP(_Block):
 
 def pack_for_cpu(model: nn.Module, pack: bool = True) -> int:
     """Each int8 CPU layer of ``model`` keeps only oneDNN's reordered copy of its weight (fused.cpu.pack_weight):
-    1 B/weight, as stored, and the oneDNN paths at every M (W8A8 ``cpu:qlinear``, W8A16 with bf16 activations
-    ``cpu:split_qlinear``; at M >= 2 1.5-2.4x faster than the plain-weight kernels on TinyLlama's block here).
+    1 B/weight, as stored, and the oneDNN paths at every M (W8A8 ``cpu:qlinear``, W8A16 ``cpu:split_qlinear``: x as
+    two int8 planes, 15 bits per token, so fp32 / fp16 activations no longer get exact fp32 math: ~85 dB against it).
     state_dict / save, load_state_dict and ``.to()`` work on the plain weight, rebuilt when needed. ``pack=False``
     restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as they are."""
     n = 0
