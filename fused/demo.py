@@ -118,7 +118,9 @@ def weight_mib(model) -> float:
         if isinstance(getattr(m, "qweight", None), torch.Tensor):
             total += cpu.cached_bytes(m.qweight, m.scale, m.bias)
         for name, t in list(m._parameters.items()) + list(m._buffers.items()):
-            if t is not None and (t.dim() == 2):
+            if cpu.packed_only(t):  # fused.pack_for_cpu's stand-in: its weight is the copy counted above
+                total += t.untyped_storage().nbytes()
+            elif t is not None and (t.dim() == 2):
                 total += t.numel() * t.element_size()
             elif t is not None and name in ("scale", "bias"):
                 total += t.numel() * t.element_size()
@@ -136,9 +138,17 @@ def run_demo(device: str | None = None, tokens: int = 16, d=512, h=1408, layers=
         ref = base(x)
     rows = [{"config": "bf16 (unconverted)", "weight_MiB": weight_mib(base), "sqnr_db": float("inf"),
              "ms": time_forward(base, x)}]
-    for name, (cfg, blocks) in demo_configs().items():
+    from fused import cpu
+
+    configs = [(name, cfg, blocks, False) for name, (cfg, blocks) in demo_configs().items()]
+    if torch.device(device).type == "cpu" and cpu.onednn_ok():  # int8 on the CPU: also oneDNN's reordered weights
+        configs[3:3] = [(f"{name}, pack_for_cpu", demo_configs()[name][0], True, True)
+                        for name in ("int8 W8A16 (blocks)", "int8 W8A8 (blocks)")]
+    for name, cfg, blocks, packed in configs:
         model = copy.deepcopy(base)
         fused.quantize(model, cfg, blocks=blocks)
+        if packed:
+            fused.pack_for_cpu(model)
         with torch.no_grad():
             out = model(x)
         rows.append({"config": name, "weight_MiB": weight_mib(model), "sqnr_db": sqnr(ref, out),

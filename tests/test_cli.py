@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import fused
+from fused import cpu
 from fused.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,6 +30,8 @@ def test_demo_prints_the_table():
             re.finditer(r"^\| ([^|]+?) \| ([\d.]+) \| ([\d.inf-]+) \| ([\d.]+) \|$", out, re.M)}
     names = ["bf16 (unconverted)", "int8 W8A16 (per-Linear)", "int8 W8A16 (blocks)", "int8 W8A8 (blocks)",
              "fp8 W8A8 (blocks)", "fp8 weight-only (blocks)"]
+    if cpu.onednn_ok():  # the int8 blocks again with fused.pack_for_cpu
+        names[4:4] = ["int8 W8A16 (blocks), pack_for_cpu", "int8 W8A8 (blocks), pack_for_cpu"]
     assert list(rows) == names
     bf16_mib = float(rows["bf16 (unconverted)"][0])
     for name in names[1:]:
