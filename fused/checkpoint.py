@@ -169,7 +169,8 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
     tiled = [m for m in model.modules() if getattr(m, "tiled_meta", False)]
     for m in tiled:
         m.set_tiled_meta(False)
-    # layers packed for the CPU (fused.pack_for_cpu) hand out their plain weight rebuilt: plain for the copy, packed after
+    # layers packed for the CPU (fused.pack_for_cpu) hand out their plain weight rebuilt: plain for the copy, packed
+    # again after
     packed = [m for m in model.modules() if cpu.packed_only(m._buffers.get("qweight"))]
     for m in packed:
         m._buffers["qweight"] = cpu.unpack_weight(m._buffers["qweight"])

@@ -201,7 +201,8 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
     if not onednn_ok():
         raise RuntimeError("cannot pack for oneDNN: no oneDNN int8 matmul here (x86 torch with mkldnn only)")
     if w.shape[1] > ONEDNN_MAX_K:
-        raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could overflow int32)")
+        raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could overflow "
+                           "int32)")
     stand_in = torch.full((), -128, dtype=torch.int8).expand(w.shape)  # -128: never a quantized weight value
     _only[stand_in] = (torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
     return stand_in
@@ -345,8 +346,8 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         raise ValueError(f"CPU path {path!r} does not take a {'2:4' if packed else 'dense'} weight")
     path = path.replace("s24+", "")
     if not packed and qweight.dtype == torch.int8 and qweight.stride() == (0, 0) and not packed_only(qweight):
-        raise RuntimeError("an int8 weight with one byte of storage that is no pack_weight stand-in: a copy of a stand-in "
-                           "(fused.pack_for_cpu) lost its oneDNN weight; unpack before copying the tensor itself")
+        raise RuntimeError("an int8 weight with one byte of storage that is no pack_weight stand-in: a copy of a "
+                           "stand-in (fused.pack_for_cpu) lost its oneDNN weight; unpack before copying the tensor")
     if packed_only(qweight) and not path.endswith("qlinear"):
         qweight = unpack_weight(qweight)  # transient: this call's plain weight (dispatch names this in its why)
     M, K = x2.shape

@@ -520,8 +520,8 @@ def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch, onednn_o
 @onednn
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_pack_for_cpu_keeps_one_byte_per_weight_and_runs_on_the_copy_at_every_m(dynamic, monkeypatch):
-    """fused.pack_for_cpu: oneDNN's copy replaces the plain weight (bytes unchanged but for the 1-byte stand-ins), every M
-    runs the oneDNN path (W8A8 past TILE_MIN_M too), against the reference on the plain weights; fp32 activations
+    """fused.pack_for_cpu: oneDNN's copy replaces the plain weight (bytes unchanged but for the 1-byte stand-ins), every
+    M runs the oneDNN path (W8A8 past TILE_MIN_M too), against the reference on the plain weights; fp32 activations
     too (W8A16: 15 bits per token); unpacking restores the buffers exactly."""
     monkeypatch.setattr(cpu, "TILE_MIN_M", 64)  # W8A8 at M=300 would run _int_mm per tile on a plain weight
     model = nn.Sequential(LlamaMLP(64, 96))
