@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-eighth"; the thirty-eighth had no machine): `grouped4` first (~6-9 min), then `stages2`
-# (~4 min); if a grouped form won, `groupedtable` (FORMS=<its name> to time that one alone).
+# (~4 min); if a grouped form won, `groupedtable` (FORMS=<its name> to time that one alone); `ncuws` (~2 min) for
+# W8A16 lead 4.
 # Done in the thirty-seventh: grouped3 (stages2 lost with the machine). Earlier: (NOTES "thirty-sixth") `grouped3`.
 # Done in the thirty-sixth: coop, perlayer, grouped, grouped2 (grouped3 lost with the machine).
 # Earlier: (NOTES "thirty-fifth") `coop` first, `perlayer`, then `stages2`.
@@ -382,6 +383,24 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  ncuws)  # thirty-eighth session (no machine then; NOTES lead 4): the W8A16 Gluon GEMM's stalls per SASS line, for the
+          # transform-warpgroup question. Its consumer K loop has two warpgroup bar.syncs per step (before the ready
+          # wait and before the one-thread empty arrive: Gluon's lowering) and waits for its wgmma before widening the
+          # next A. Prediction: most stall samples at those BAR.SYNCs and at the wgmma wait (DEPBAR), few on the
+          # widening's LDS / PRMT: then the consumers idle on each other and on their own wgmma, which a transform
+          # warpgroup (SS wgmma, one group in flight) removes; if the LDS / widening lines dominate, it is the widening
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:"w8a16_ws" --launch-skip 2 --launch-count 2 \
+      --section WarpStateStats --section SourceCounters --section SpeedOfLight --import-source no \
+      -o "$OUT/ws" python3 .ci/ws_ncu.py > "$OUT/ncuws_run.txt" 2>&1
+    tail -3 "$OUT/ncuws_run.txt"
+    for i in 1 2; do
+      "$NCU" -i "$OUT/ws.ncu-rep" --page source --csv --print-source sass --kernel-name regex:w8a16_ws \
+        --launch-skip $((i - 1)) --launch-count 1 > "$OUT/ncuws_sass$i.csv" 2>&1
+      python3 .ci/ncu_stalls.py "$OUT/ncuws_sass$i.csv" 24 | tee "$OUT/ncuws_stalls$i.txt"
+    done
+    "$NCU" -i "$OUT/ws.ncu-rep" --page details > "$OUT/ncuws.txt" 2>&1; rm -f "$OUT/ws.ncu-rep"
+    grep -E "^  [a-z_0-9]+.*\(|Duration|Warp Cycles Per Issued|Stall|stalled" "$OUT/ncuws.txt" | head -30 ;;
   ncupp)  # thirty-first session, after ppwait (pp down M=1024 175-181 µs = 663-686 TFLOP/s against bf16 cuBLAS's 807):
           # ncu of pp (down, gated gate/up) and of cuBLAS's bf16 GEMM: tensor pipe active, L2 / shared-memory throughput,
           # stalls per SASS line of pp. Prediction: tensor pipe ~70% in pp against ~90% in cuBLAS; if L2 throughput is
