@@ -584,3 +584,22 @@ def test_pack_for_cpu_state_dict_load_copy_pickle_moves_and_compile(tmp_path):
     stray = model[0].down.qweight[:1, :1].clone().expand(model[0].down.qweight.shape)  # a stand-in's look-alike
     with pytest.raises(RuntimeError, match="stand-in"):
         dispatch.linear(torch.randn(3, 96, dtype=torch.bfloat16), stray, model[0].down.scale, None, "none", True)
+
+
+@onednn
+def test_pack_for_cpu_per_linear_conversion_under_compile():
+    """The default per-Linear conversion, packed: torch.compile's gate/up pair op (fused.compile_passes) runs on the two
+    packed weights, against the reference on the plain ones."""
+    model = nn.Sequential(LlamaMLP(64, 96))
+    fused.quantize(model, fused.FusedInt8MLP(), blocks=False)
+    mlp = model[0]
+    plain = {n: (getattr(mlp, n).qweight.clone(), getattr(mlp, n).scale) for n in ("gate_proj", "up_proj", "down_proj")}
+    assert fused.pack_for_cpu(model) == 3
+    compiled = torch.compile(model, fullgraph=True, dynamic=True)
+    x = torch.randn(7, 64, dtype=torch.bfloat16)
+    dispatch.stats.clear()
+    y = compiled(x)
+    assert dispatch.stats == {("gated_pair", "cpu:split_qlinear"): 1, ("linear", "cpu:split_qlinear"): 1}
+    (qg, sg), (qu, su), (qd, sd) = plain.values()
+    h = reference.gated_ref(x, torch.cat([qg, qu]), torch.cat([sg, su]), None, "silu", False)
+    _check(y, reference.linear_ref(h, qd, sd, None, "none", False), torch.bfloat16)
