@@ -15,10 +15,11 @@ Paths (names as `dispatch.plan` and `explain` print them):
   cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
                       reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
   cpu:qlinear         int8 W8A8 as cpu:int_mm, on oneDNN's int8 matmul (``torch.ops.onednn.qlinear_pointwise``)
-                      with the weight reordered once into oneDNN's blocked layout and kept (`packed_cached`);
+                      with the weight reordered once into oneDNN's blocked layout (`packed_cached`: a copy kept
+                      beside the weight, opt-in; or `pack_weight`'s, the weight's only data: fused.pack_for_cpu);
                       the activations go in as uint8 q + 128 with zero point 128, so the int32 sums are _int_mm's.
-  cpu:split_qlinear   int8 weight-only, bf16 activations: cpu:split_int_mm's two planes on the kept oneDNN weight
-                      (both planes as rows of one call).
+  cpu:split_qlinear   int8 weight-only: cpu:split_int_mm's two planes on the reordered weight (both planes as rows
+                      of one call); bf16 activations, and on a packed weight any.
   cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
                       on the CPU is ~100x slower than int8), so N-tiles of the fp8 weight are converted
                       exactly to bf16 by integer bit arithmetic (3x faster than ``.to(bfloat16)``) and
