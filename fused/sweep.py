@@ -46,13 +46,15 @@ class SweepConfig:
     dtype cast); ``dtype`` overrides the sweep's activation dtype; ``blocks`` converts whole MLP blocks
     where fused.is_mlp matches (Linears elsewhere), False converts every Linear on its own.
     ``calibrate`` > 0: ``make(model, batches)`` gets the fp32 model and the task's first ``calibrate``
-    batches (e.g. for fused.calibrate_smoothing) instead of no arguments."""
+    batches (e.g. for fused.calibrate_smoothing) instead of no arguments. ``pack_cpu``: then fused.pack_for_cpu
+    (int8 layers on the CPU keep only oneDNN's reordered weight; "not available" where oneDNN's int8 ops are not)."""
 
     name: str
     make: Callable[..., Any] | None
     dtype: torch.dtype | None = None
     blocks: bool = True
     calibrate: int = 0
+    pack_cpu: bool = False
 
 
 # Adding a config is one line. The 2:4 ones report "not available" until sparsity lands.
@@ -60,6 +62,9 @@ CONFIGS: list[SweepConfig] = [
     SweepConfig("bf16", None, dtype=torch.bfloat16),
     SweepConfig("int8 W8A16", lambda: FusedInt8MLP()),
     SweepConfig("int8 W8A8", lambda: FusedInt8MLP(weight_only=False)),
+    # the same, then fused.pack_for_cpu: oneDNN's int8 matmul on the reordered weights (CPU only; a no-op on a GPU)
+    SweepConfig("int8 W8A16 packed", lambda: FusedInt8MLP(), pack_cpu=True),
+    SweepConfig("int8 W8A8 packed", lambda: FusedInt8MLP(weight_only=False), pack_cpu=True),
     # SmoothQuant alpha 0.5 calibrated on the first 2 batches (64 sentences for MiniLM)
     SweepConfig("int8 W8A8 smooth", lambda model, batches: FusedInt8MLP(
         weight_only=False, smoothing=calibrate_smoothing(model, batches)), calibrate=2),
@@ -132,6 +137,14 @@ def convert(model: nn.Module, entry: SweepConfig, dtype: torch.dtype, calibratio
     model.to(entry.dtype or dtype)
     if cfg is not None:
         quantize(model, cfg, blocks=entry.blocks)
+    if entry.pack_cpu:
+        from fused import cpu
+        from fused.modules import pack_for_cpu
+
+        on_cpu = any(b.device.type == "cpu" for b in model.buffers())
+        if on_cpu and not cpu.onednn_ok():
+            raise NotImplementedError("pack_for_cpu: no oneDNN int8 matmul in this torch build / CPU")
+        pack_for_cpu(model)
     return model
 
 

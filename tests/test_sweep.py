@@ -167,3 +167,15 @@ def test_param_bytes_counts_tensor_subclasses_by_their_inner_tensors():
     m.weight = torch.nn.Parameter(TwoTensor(a, b), requires_grad=False)
     m.register_buffer("shared", a)  # the same storage once
     assert param_bytes(m) == 2 * 32
+
+
+@pytest.mark.skipif(not __import__("fused.cpu").cpu.onednn_ok(), reason="no oneDNN int8 matmul here")
+def test_packed_configs_run_on_the_reordered_weights_at_the_same_bytes():
+    block = nn.Sequential(nn.Linear(64, 96), nn.GELU(), nn.Linear(96, 64))
+    task = model_task(nn.Sequential(block), [torch.randn(6, 64)] * 2)  # (quantize_ does not replace the root)
+    res = sweep(task, ["int8 W8A8", "int8 W8A8 packed", "int8 W8A16 packed"], iters=1, progress=False)
+    plain, packed, wo = res.row("int8 W8A8"), res.row("int8 W8A8 packed"), res.row("int8 W8A16 packed")
+    assert packed.status == wo.status == "ok"
+    assert set(packed.paths) == {"linear -> cpu:qlinear"} and set(wo.paths) == {"linear -> cpu:split_qlinear"}
+    assert abs(packed.weight_bytes - plain.weight_bytes) <= 2  # the reordered weight instead of the plain one
+    assert packed.metrics == plain.metrics  # the same int32 sums, the same outputs
