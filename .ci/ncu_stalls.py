@@ -50,8 +50,9 @@ def main(path: str, n: int = 20) -> None:
     for i in sorted(top):
         r = table[i]
         why = Counter({c: number(r[c]) for c in reasons}).most_common(2)
-        print(f"{100 * number(r[total_col]) / total:5.1f}%  {r.get('Address', '')[-6:]:>6}  {r[source].strip()[:70]:70s}"
-              + "  " + ", ".join(f"{short(c)} {number(v):.0f}" for c, v in why if v))
+        share = 100 * number(r[total_col]) / total
+        print(f"{share:5.1f}%  {r.get('Address', '')[-6:]:>6}  {r[source].strip()[:70]:70s}  "
+              + ", ".join(f"{short(c)} {number(v):.0f}" for c, v in why if v))
 
 
 if __name__ == "__main__":
