@@ -321,8 +321,8 @@ def pack_for_cpu(model: nn.Module, pack: bool = True) -> int:
     two int8 planes, 15 bits per token, so fp32 / fp16 activations no longer get exact fp32 math: ~85 dB against it).
     state_dict / save, load_state_dict and ``.to()`` work on the plain weight, rebuilt when needed; the ``qweight``
     buffer itself becomes a one-byte stand-in (fused.cpu.pack_weight), so read weights through ``state_dict()``.
-    ``pack=False``
-    restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as they are.
+    ``pack=False`` restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as
+    they are.
     For decode and small batches: at long prefills W8A16's two planes are slower than the default's bf16 GEMM on the
     dequantized tile (MiniLM, 608 tokens per call: 94 -> 155 ms; README "CPU (edge)")."""
     n = 0
