@@ -46,7 +46,8 @@ Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer
 ``_int_mm`` reorders it (and sums its columns for the zero-point compensation) inside every call. The qlinear paths
 reorder it once (`packed_cached`, ~2 ns per weight) and keep that copy: 1 byte per weight more, so an int8 layer on
 the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 2 <= M <= 64. Opt-in (ONEDNN,
-FUSED_CPU_ONEDNN=1): by default int8 keeps 1 B/weight on the plain-weight kernels. Derived data (that copy,
+FUSED_CPU_ONEDNN=1): by default int8 keeps 1 B/weight on the plain-weight kernels. Or, at 1 B/weight, the reordered
+weight instead of the plain one: `pack_weight` (fused.pack_for_cpu on a model). Derived data (that copy,
 int8pack's scales in bf16) is made once per tensor and invalidated when the buffer is modified in place
 (``load_state_dict``); its bytes are reported by `cached_bytes` and counted in `fused.explain`. Inference tensors
 (no version counter) and 2:4 tiles (expanded per call) get no oneDNN copy.
@@ -241,7 +242,7 @@ def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
 
 def cached_bytes(*tensors: torch.Tensor | None) -> int:
     """Bytes held in the CPU caches for these tensors (what `explain` adds to a module's bytes): cast copies, and
-    oneDNN's reordered weights (counted as 1 byte per weight plus the unit scales and zero points)."""
+    oneDNN's reordered weights, kept beside a weight or a `pack_weight` stand-in's (1 byte per weight)."""
     total = 0
     for t in tensors:
         entry = _cache.get(t) if t is not None else None
