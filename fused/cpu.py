@@ -206,8 +206,13 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
         raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could overflow "
                            "int32)")
     stand_in = torch.full((), -128, dtype=torch.int8).expand(w.shape)  # -128: never a quantized weight value
-    _only[stand_in] = (torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
+    _only[stand_in] = _reorder(w)
     return stand_in
+
+
+def _reorder(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N])."""
+    return (torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
 
 
 @functools.lru_cache(maxsize=64)
@@ -235,8 +240,7 @@ def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         return _only[w]
     entry = _packed.get(w)
     if entry is None or entry[0] != w._version:
-        entry = (w._version, torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
-        _packed[w] = entry
+        entry = _packed[w] = (w._version, *_reorder(w))
     return entry[1:]
 
 
