@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
 from lowbit import quantize_activation
-from lowbit.quant import split_activation
+from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 from sparsity.packing import expand_24
 
 DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:split_qlinear", "cpu:int8_dequant_mm", "cpu:int_mm",
@@ -121,6 +121,11 @@ _ALIGN = 64
 # Bytes of one dequantized weight tile: the temporary memory of the tiled paths. Larger tiles make
 # fewer, larger GEMMs: TinyLlama block at M=64, 2 threads: 1 MiB 17.5 ms, 4 MiB 14.4 ms, 16 MiB 14.8 ms.
 TILE_BYTES = 4 << 20
+
+# Elements of x per pass of `_split_planes` (its fp32 temporaries, 1 MiB each, stay in this host's 1 MiB L2 per core).
+# bf16 x, 2 threads, ms, lowbit's split_activation (+ torch.cat) / 64K / 256K chunks: 16 x 1408 0.19 / 0.14 / 0.13,
+# 128 x 5632 3.2 / 2.2 / 1.3, 1024 x 5632 27.6 / 17.7 / 9.7 (the int8 W8A8 planes 7.2 / 9.2 / 5.2)
+PLANE_CHUNK = 1 << 18
 
 # Weights per tile of the 2:4 expansion, whatever the compute dtype: TinyLlama gate/up (11264 x 2048), int8,
 # 2 threads, ms per expanded weight: 128 rows 11.4, 512 5.3, 1024 4.2, 2048 6.3 (temporaries past L2/L3).
@@ -270,6 +275,49 @@ def _aligned_rows(x2: torch.Tensor) -> torch.Tensor:
     return x2 if x2.data_ptr() % _ALIGN == 0 else x2.clone()  # a fresh allocation is 64-byte aligned
 
 
+def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """lowbit.split_activation(x2) as the int8 GEMMs take it: ([2M, K] the hi rows then the lo rows, xs [M, 1] fp32),
+    the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point 128). Tokens with
+    NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows` recomputes them).
+
+    Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary; here a chunk of rows at a time goes through
+    reused buffers that stay in cache (PLANE_CHUNK), ~the same op count. No clamp to ±32639: |x| <= amax and
+    x · RN(1 / RN(amax / 32639)) <= 32639 · (1 + 3·2⁻²⁴), which rounds to 32639. TinyLlama block (d 2048, h 5632),
+    pack_for_cpu, W8A16, ms, lowbit's / this: M=16 4.72 / 4.20, 128 27.1 / 25.7, 1024 227.6 / 193.8 (for W8A8's
+    single plane the extra ops of this form cost more than the cache saves: M=1 0.92 / 1.13)."""
+    M, K = x2.shape
+    q = torch.empty(2 * M, K, dtype=torch.uint8 if u8 else torch.int8)
+    rows = max(1, min(M, PLANE_CHUNK // max(K, 1)))
+    ab = x2.new_empty(rows, K)
+    amax = x2.new_empty(M, 1)
+    for i in range(0, M, rows):
+        torch.amax(torch.abs(x2[i:i + rows], out=ab[:min(rows, M - i)]), -1, keepdim=True, out=amax[i:i + rows])
+    amax = amax.float()
+    finite = bool(amax.isfinite().all())
+    xs = (amax / torch.full_like(amax, SPLIT_QMAX)).clamp_min_(MIN_SCALE)  # an IEEE division, as lowbit's
+    if not finite:
+        xs.masked_fill_(~amax.isfinite(), float("nan"))
+    r = xs.reciprocal()
+    t, hi = torch.empty(rows, K), torch.empty(rows, K)
+    for i in range(0, M, rows):
+        j = min(i + rows, M)
+        v, h = torch.mul(x2[i:j], r[i:j], out=t[:j - i]), hi[:j - i]
+        if not finite:
+            v.nan_to_num_(0.0)
+        v.round_()  # ties to even, as lowbit. Then hi = (v + 128) >> 8, lo = v - 256·hi: exact in fp32 (|v| <= 32639)
+        if u8:  # lo + 128 = (v + 128) - 256·hi, and hi + 128
+            v.add_(128)
+            torch.mul(v, 1 / 256, out=h).floor_()  # exact; a floor-mode div is 6x slower here (fmod)
+            v.add_(h, alpha=-256)
+            h.add_(128)
+        else:
+            torch.add(v, 128, out=h).mul_(1 / 256).floor_()
+            v.add_(h, alpha=-256)
+        q[i:j].copy_(h)
+        q[M + i:M + j].copy_(v)
+    return q, xs
+
+
 def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Exact float8 e4m3fn -> bf16 by bit arithmetic (e4m3 values are a subset of bf16's), into ``out``
     (int16, q's shape) when given.
@@ -371,17 +419,17 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         onednn, split = path.endswith("qlinear"), "split" in path
         if onednn and (packed or qweight.dtype != torch.int8):
             raise ValueError(f"CPU path {path!r} takes a dense int8 weight")
-        if split:
-            hi, lo, xs = split_activation(x2)
-            q = torch.cat([hi, lo])  # both planes in one GEMM: each weight tile is read once
+        if split:  # both planes in one GEMM: each weight tile is read once
+            q, xs = _split_planes(x2, onednn)
         else:
             q, xs = quantize_activation(x2, "int8")
+            q = q.view(torch.uint8).bitwise_xor(128) if onednn else q  # oneDNN: q + 128, zero point 128
         if onednn:
             pw, ones, zeros = packed_cached(qweight)
-            # q + 128 as uint8 (the sign bit flipped) with zero point 128: oneDNN's int32 sums are Σq·w as _int_mm's,
-            # each rounded once to fp32 (unit scales), as _int_mm's .float() rounds them
-            full = torch.ops.onednn.qlinear_pointwise(q.view(torch.uint8).bitwise_xor(128), 1.0, 128, pw, ones, zeros,
-                                                      None, 1.0, 0, torch.float32, "none", [], "")
+            # q + 128 as uint8 with zero point 128: oneDNN's int32 sums are Σq·w as _int_mm's, each rounded once to
+            # fp32 (unit scales), as _int_mm's .float() rounds them
+            full = torch.ops.onednn.qlinear_pointwise(q, 1.0, 128, pw, ones, zeros, None, 1.0, 0, torch.float32, "none",
+                                                      [], "")
         else:
             # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls
             # cost more than they save there), its scales and epilogue still per tile where the product is large

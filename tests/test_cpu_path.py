@@ -7,6 +7,7 @@ import fused
 from fused import cpu, dispatch, reference
 from fused.demo import LlamaMLP
 from lowbit import quantize_weight, sqnr
+from lowbit.quant import split_activation
 
 # Our kernels vs the reference (fp32 math, one rounding to the output dtype). bf16: the GEMMs round
 # their output to bf16 and the epilogue rounds once per op, measured 44-52 dB (one bf16 rounding alone
@@ -224,6 +225,30 @@ def test_split_int_mm_matches_reference_and_its_off_switch(m, n, k, monkeypatch)
     assert sqnr(ref, y32) > 70, sqnr(ref, y32)
     monkeypatch.setattr(cpu, "SPLIT_MAX_M", 0)
     assert _path("linear", "int8", False, torch.bfloat16, 13, 2048) == "cpu:int8_dequant_mm"
+
+
+@pytest.mark.parametrize("m,k,chunk", [(1, 7, 1 << 18), (3, 33, 40), (17, 300, 600), (300, 130, 1 << 18), (5, 64, 1)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_split_planes_are_lowbits_split_activation(m, k, chunk, dtype, monkeypatch):
+    """cpu._split_planes (reused chunk buffers) gives lowbit.split_activation's planes bit for bit, as int8 and as
+    uint8 + 128, with its chunks ending mid-tensor (PLANE_CHUNK of a row or less), zero rows, a row at the largest
+    magnitude, tokens with NaN / ±Inf (zero planes, NaN scale) and values that round half to even."""
+    monkeypatch.setattr(cpu, "PLANE_CHUNK", chunk)
+    x = (torch.randn(m, k) * torch.rand(m, 1) * 100).to(dtype)
+    x[0] = 0
+    if m > 2:
+        x[1, 0], x[2, k // 2] = float("nan"), float("-inf")
+        x[-1] = torch.arange(k) + 0.5  # with scale 1/... : many products at .5
+    hi, lo, xs = split_activation(x)
+    hi, lo = torch.nan_to_num(hi.float()).to(torch.int8), torch.nan_to_num(lo.float()).to(torch.int8)
+    for u8 in (False, True):
+        q, s = cpu._split_planes(x, u8)
+        assert q.shape == (2 * m, k) and q.dtype == (torch.uint8 if u8 else torch.int8)
+        assert torch.equal(s.isnan(), xs.isnan()) and torch.equal(s[~s.isnan()], xs[~xs.isnan()])
+        ok = ~xs.view(-1).isnan()
+        got = (q.int() - 128) if u8 else q.int()
+        assert torch.equal(got[:m][ok], hi.int()[ok]) and torch.equal(got[m:][ok], lo.int()[ok])
+        assert (got[:m][~ok] == 0).all() and (got[m:][~ok] == 0).all()
 
 
 def test_scale_cache_follows_in_place_updates():
