@@ -123,8 +123,9 @@ _ALIGN = 64
 TILE_BYTES = 4 << 20
 
 # Elements of x per pass of `_split_planes` (its fp32 temporaries, 1 MiB each, stay in this host's 1 MiB L2 per core).
-# bf16 x, 2 threads, ms, lowbit's split_activation (+ torch.cat) / 64K / 256K chunks: 16 x 1408 0.19 / 0.14 / 0.13,
-# 128 x 5632 3.2 / 2.2 / 1.3, 1024 x 5632 27.6 / 17.7 / 9.7 (the int8 W8A8 planes 7.2 / 9.2 / 5.2)
+# bf16 x, uint8 planes, 2 threads, best of 18 calls, ms, lowbit.split_activation + torch.cat / chunks of 64K / 256K /
+# 512K / the whole x: 128 x 5632 1.52 / 1.88 / 1.53 / 1.49 / 1.45; 608 x 1536 2.25 / 2.43 / 1.98 / 3.59 / 5.48;
+# 1024 x 5632 24.2 / 15.6 / 12.7 / 12.1 / 16.6 (16 x 1408 0.14 for all: one chunk)
 PLANE_CHUNK = 1 << 18
 
 # Weights per tile of the 2:4 expansion, whatever the compute dtype: TinyLlama gate/up (11264 x 2048), int8,
@@ -282,9 +283,10 @@ def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tenso
 
     Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary; here a chunk of rows at a time goes through
     reused buffers that stay in cache (PLANE_CHUNK), ~the same op count. No clamp to ±32639: |x| <= amax and
-    x · RN(1 / RN(amax / 32639)) <= 32639 · (1 + 3·2⁻²⁴), which rounds to 32639. TinyLlama block (d 2048, h 5632),
-    pack_for_cpu, W8A16, ms, lowbit's / this: M=16 4.72 / 4.20, 128 27.1 / 25.7, 1024 227.6 / 193.8 (for W8A8's
-    single plane the extra ops of this form cost more than the cache saves: M=1 0.92 / 1.13)."""
+    x · RN(1 / RN(amax / 32639)) <= 32639 · (1 + 3·2⁻²⁴), which rounds to 32639. TinyLlama block (d 2048, h 5632), int8
+    W8A16, one process, alternated, ms, lowbit's / this: pack_for_cpu M=16 3.92 / 3.88, 128 25.2 / 24.6, 1024 209.2 /
+    190.0; default (cpu:split_int_mm) M=32 11.65 / 10.86, 48 15.50 / 14.18. For W8A8's single plane this form's extra
+    ops cost more than the cache saves (M=1 0.92 / 1.13), so it keeps lowbit.quantize_activation."""
     M, K = x2.shape
     q = torch.empty(2 * M, K, dtype=torch.uint8 if u8 else torch.int8)
     rows = max(1, min(M, PLANE_CHUNK // max(K, 1)))
