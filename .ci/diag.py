@@ -469,6 +469,28 @@ if "ncu128" in what:
                         config=cfg)
             torch.cuda.synchronize()
 
+if "ncusplit128" in what:
+    # run under ncu (NOTES, thirty-ninth): W8A16 through split activations at M=128, int8, Llama (issue 3: block 114 µs
+    # against 75; layers alone 74.6 gated / 46.4 down, twenty-ninth). The shipped picks, then for the down the stacked
+    # 128x128 tile with split-K 4 / 8 (fewer L2 bytes per product: it lost the tuning), 2 launches each, no tuning
+    from fused.kernels.act_split import act_split
+    from fused.kernels.tuned_h200 import TUNED
+    from fused.kernels.w8_gemm import w8_gemm
+    from lowbit import quantize_weight
+    for R, K, gated in ((2 * 14336, 4096, True), (4096, 14336, False)):
+        q, s = quantize_weight(torch.randn(R, K, device="cuda"), "int8")
+        planes, xs = act_split(torch.randn(128, K, device="cuda", dtype=torch.bfloat16))
+        shipped = TUNED[("w8_gemm", "128", str(R // 2 if gated else R), str(K), str(gated), "True", "torch.int8",
+                         "split")]
+        cfgs = [shipped] + ([] if gated else [dict(shipped, BLOCK_N=128, num_stages=3, num_warps=8, SPLIT_K=sk)
+                                              for sk in (4, 8)])
+        for cfg in cfgs:
+            print("config", R, K, cfg, flush=True)
+            for _ in range(2):
+                w8_gemm(planes, q, s, None, "silu" if gated else "none", gated, x_scale=xs, out_dtype=torch.bfloat16,
+                        config=cfg, x_split=True)
+            torch.cuda.synchronize()
+
 if "narrow8" in what:
     # one candidate config of the 8-layer narrow MLP (tests/test_narrow_mlp.py ARCHS), in its own process so a
     # fault names its config: `diag.py narrow8 fp16 3`

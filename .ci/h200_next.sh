@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-eighth"; the thirty-eighth had no machine): `grouped4` first (~6-9 min), then `stages2`
 # (~4 min); if a grouped form won, `groupedtable` (FORMS=<its name> to time that one alone); `ncuws` (~2 min) for
 # W8A16 lead 4.
@@ -383,6 +383,24 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  ncusplit)  # thirty-ninth session (no machine then; NOTES "thirty-ninth"): why W8A16 at M=128 (issue 3: block 114 µs
+             # against 75) runs its split-plane GEMMs at ~half their floor (down 46.4 µs for 58.7 MB and 30 G int8 ops:
+             # ~15 µs of DRAM, ~19 of tensor work). ncu of the shipped int8 picks (gated 64x128 SPLIT 1; down stacked
+             # 128x64 SPLIT 2) and of the down's stacked 128x128 tile with SPLIT 4 / 8 (half the L2 bytes, lost the
+             # tuning). Prediction (arithmetic, not measured): the down pick's L2 throughput near its peak (~352 MB
+             # of x + weight tile reads per call), tensor pipe < 50%; if instead the shared-memory pipe (64-wide
+             # wgmma: A + B bytes per MAC twice the 128-wide's) or the stalls at the K loop's wait dominate, the next
+             # form is a 256-row stacked tile (all 128 tokens' planes, both warpgroups, B read once per tile)
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 400 "$NCU" --clock-control none --kernel-name regex:w8_gemm --launch-count 8 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section Occupancy \
+      --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      -o "$OUT/split" python3 .ci/diag.py ncusplit128 > "$OUT/ncusplit_run.txt" 2>&1
+    tail -3 "$OUT/ncusplit_run.txt"
+    "$NCU" -i "$OUT/split.ncu-rep" --page details > "$OUT/ncusplit.txt" 2>&1
+    rm -f "$OUT/split.ncu-rep"
+    grep -E "^config|^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache|DRAM Through|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|Waves Per SM|Shared Memory|Est. Speedup|Stall" \
+      "$OUT/ncusplit_run.txt" "$OUT/ncusplit.txt" | head -120 ;;
   ncuws)  # thirty-eighth session (no machine then; NOTES lead 4): the W8A16 Gluon GEMM's stalls per SASS line, for the
           # transform-warpgroup question. Its consumer K loop has two warpgroup bar.syncs per step (before the ready
           # wait and before the one-thread empty arrive: Gluon's lowering) and waits for its wgmma before widening the
