@@ -122,10 +122,10 @@ _ALIGN = 64
 # fewer, larger GEMMs: TinyLlama block at M=64, 2 threads: 1 MiB 17.5 ms, 4 MiB 14.4 ms, 16 MiB 14.8 ms.
 TILE_BYTES = 4 << 20
 
-# Elements of x per pass of `_split_planes` (its fp32 temporaries, 1 MiB each, stay in this host's 1 MiB L2 per core).
-# bf16 x, uint8 planes, 2 threads, best of 18 calls, ms, lowbit.split_activation + torch.cat / chunks of 64K / 256K /
-# 512K / the whole x: 128 x 5632 1.52 / 1.88 / 1.53 / 1.49 / 1.45; 608 x 1536 2.25 / 2.43 / 1.98 / 3.59 / 5.48;
-# 1024 x 5632 24.2 / 15.6 / 12.7 / 12.1 / 16.6 (16 x 1408 0.14 for all: one chunk)
+# Elements of x per pass of `_split_planes` (its fp32 temporary, 1 MiB, stays in this host's 1 MiB L2 per core). bf16
+# x, uint8 planes, 2 threads, best of 18+ calls, ms, lowbit.split_activation + torch.cat + xor / chunks of 128K / 256K
+# / 512K / the whole x: 608 x 1536 6.86 / 0.76 / 0.57 / 2.08 / 3.64; 128 x 5632 5.17 / 0.59 / 0.44 / 0.40 / 2.83;
+# 1024 x 5632 50.9 / 4.8 / 3.7 / 3.1 / 24.1 (one chunk up to 16 x 2048: 0.18 / 0.10)
 PLANE_CHUNK = 1 << 18
 
 # Weights per tile of the 2:4 expansion, whatever the compute dtype: TinyLlama gate/up (11264 x 2048), int8,
@@ -276,47 +276,53 @@ def _aligned_rows(x2: torch.Tensor) -> torch.Tensor:
     return x2 if x2.data_ptr() % _ALIGN == 0 else x2.clone()  # a fresh allocation is 64-byte aligned
 
 
-def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """lowbit.split_activation(x2) as the int8 GEMMs take it: ([2M, K] the hi rows then the lo rows, xs [M, 1] fp32),
-    the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point 128). Tokens with
-    NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows` recomputes them).
+def _absmax_rows(x2: torch.Tensor, out: torch.Tensor, buf: torch.Tensor) -> None:
+    """out [n, 1] (x2's dtype) = max |x| per row of x2 [n, K] (bf16 or fp32), NaN for a row with NaN: the max of the bit
+    patterns with the sign bit cleared (they order as |x| does, NaN above Inf), an integer reduction. ``buf`` [n, K],
+    the int view's dtype. 4x faster than abs + amax for bf16 at 608 x 1536 (1 thread), whose abs is a slow loop."""
+    idt, mask = (torch.int16, 0x7FFF) if x2.dtype == torch.bfloat16 else (torch.int32, 0x7FFFFFFF)
+    torch.amax(torch.bitwise_and(x2.view(idt), mask, out=buf), -1, keepdim=True, out=out.view(idt))
 
-    Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary; here a chunk of rows at a time goes through
-    reused buffers that stay in cache (PLANE_CHUNK), ~the same op count. No clamp to ±32639: |x| <= amax and
-    x · RN(1 / RN(amax / 32639)) <= 32639 · (1 + 3·2⁻²⁴), which rounds to 32639. TinyLlama block (d 2048, h 5632), int8
-    W8A16, one process, alternated, ms, lowbit's / this: pack_for_cpu M=16 3.92 / 3.88, 128 25.2 / 24.6, 1024 209.2 /
-    190.0; default (cpu:split_int_mm) M=32 11.65 / 10.86, 48 15.50 / 14.18. For W8A8's single plane this form's extra
-    ops cost more than the cache saves (M=1 0.92 / 1.13), so it keeps lowbit.quantize_activation."""
+
+def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """lowbit.split_activation(x2) (x2 bf16 or fp32) as the int8 GEMMs take it: ([2M, K] the hi rows then the lo rows,
+    xs [M, 1] fp32), the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point
+    128). Tokens with NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows` recomputes them).
+
+    Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary, and its fp32 -> int8 / uint8 casts are slow
+    loops here; here a chunk of rows at a time (PLANE_CHUNK) goes through reused buffers that stay in cache, with
+    u = v + 128 as int16 (a fast cast): hi = u >> 8, lo = v - 256·hi = (u & 255) - 128, and for oneDNN hi + 128 =
+    (u >> 8) ^ 128 and lo + 128 = u & 255 (the int16 -> uint8 cast keeps the low byte). No clamp to ±32639: |x| <=
+    amax and x · RN(1 / RN(amax / 32639)) <= 32639 · (1 + 3·2⁻²⁴), which rounds to 32639. 1 thread, ms, lowbit's
+    (+ cat, xor) / this: 608 x 384 bf16 ~0.55 / 0.20, 608 x 1536 ~2.2 / 0.69 (all-MiniLM-L6-v2's shapes).
+    For W8A8's single plane this form's extra ops cost more than the cache saves (TinyLlama block M=1 0.92 / 1.13
+    ms), so it keeps lowbit.quantize_activation."""
     M, K = x2.shape
     q = torch.empty(2 * M, K, dtype=torch.uint8 if u8 else torch.int8)
     rows = max(1, min(M, PLANE_CHUNK // max(K, 1)))
-    ab = x2.new_empty(rows, K)
+    ib = torch.empty(rows, K, dtype=torch.int16 if x2.dtype == torch.bfloat16 else torch.int32)
     amax = x2.new_empty(M, 1)
     for i in range(0, M, rows):
-        torch.amax(torch.abs(x2[i:i + rows], out=ab[:min(rows, M - i)]), -1, keepdim=True, out=amax[i:i + rows])
+        _absmax_rows(x2[i:i + rows], amax[i:i + rows], ib[:min(rows, M - i)])
     amax = amax.float()
     finite = bool(amax.isfinite().all())
     xs = (amax / torch.full_like(amax, SPLIT_QMAX)).clamp_min_(MIN_SCALE)  # an IEEE division, as lowbit's
     if not finite:
         xs.masked_fill_(~amax.isfinite(), float("nan"))
     r = xs.reciprocal()
-    t, hi = torch.empty(rows, K), torch.empty(rows, K)
+    t, u, w = torch.empty(rows, K), torch.empty(rows, K, dtype=torch.int16), torch.empty(rows, K, dtype=torch.int16)
     for i in range(0, M, rows):
         j = min(i + rows, M)
-        v, h = torch.mul(x2[i:j], r[i:j], out=t[:j - i]), hi[:j - i]
+        n = j - i
+        v = torch.mul(x2[i:j], r[i:j], out=t[:n])
         if not finite:
             v.nan_to_num_(0.0)
-        v.round_()  # ties to even, as lowbit. Then hi = (v + 128) >> 8, lo = v - 256·hi: exact in fp32 (|v| <= 32639)
-        if u8:  # lo + 128 = (v + 128) - 256·hi, and hi + 128
-            v.add_(128)
-            torch.mul(v, 1 / 256, out=h).floor_()  # exact; a floor-mode div is 6x slower here (fmod)
-            v.add_(h, alpha=-256)
-            h.add_(128)
-        else:
-            torch.add(v, 128, out=h).mul_(1 / 256).floor_()
-            v.add_(h, alpha=-256)
-        q[i:j].copy_(h)
-        q[M + i:M + j].copy_(v)
+        uc, wc = u[:n], w[:n]
+        uc.copy_(v.round_().add_(128))  # ties to even, as lowbit; |v| <= 32639, so v + 128 fits int16 exactly
+        torch.bitwise_right_shift(uc, 8, out=wc)
+        q[i:j].copy_(wc.bitwise_xor_(128) if u8 else wc)
+        torch.bitwise_and(uc, 255, out=wc)
+        q[M + i:M + j].copy_(wc if u8 else wc.sub_(128))
     return q, xs
 
 
@@ -442,8 +448,8 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             acc = full[:, i:j] if full is not None else torch._int_mm(q, _rows(qweight, i, j).t())
             if split and acc.dtype == torch.int32:  # 256·Σhi·w + Σlo·w = Σv·w exactly (int64)
                 acc = acc[:M].long() * 256 + acc[M:]
-            elif split:  # oneDNN's fp32 sums: 256·Σhi·w exact (a power of two), + Σlo·w rounded once
-                acc = acc[:M].mul(256).add_(acc[M:])
+            elif split:  # oneDNN's fp32 sums: Σlo·w + 256·Σhi·w (exact: a power of two), rounded once; in place on
+                acc = acc[M:].add_(acc[:M], alpha=256)  # the lo rows (each column range is asked for once)
             # fp32 in the reference's order: (acc · s_x) · s_w; in place on oneDNN's fp32 columns (each read once)
             out = acc.float().mul_(xs).mul_(wscale[i:j])
             if fix is not None:
