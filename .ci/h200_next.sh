@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh split256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-eighth"; the thirty-eighth had no machine): `grouped4` first (~6-9 min), then `stages2`
 # (~4 min); if a grouped form won, `groupedtable` (FORMS=<its name> to time that one alone); `ncuws` (~2 min) for
 # W8A16 lead 4.
@@ -383,6 +383,20 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  split256)  # thirty-ninth session (no machine then): 256-row stacked tiles (128 tokens' planes in one tile, 256x64 /
+             # 256x128, 8 warps) offered for the W8A16 split GEMMs at 65 <= M <= 128. The cuda test of every STACK
+             # candidate (M = 100 adds the 256-row ones; int8 bit-equal to the unstacked tile), then the int8 / fp8
+             # W8A16 Llama blocks at M=128 with w8_gemm retuned (its shipped picks timed beside every candidate).
+             # Prediction: if the down's 128-row tiles are bound by L2 reads (`ncusplit`), its 256-row tile 46.4 ->
+             # ~30 µs and the block 114 -> ~100; the gated GEMM unchanged (its L2 bytes are the same either way)
+    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k stacked \
+      2>&1 | filt | tail -3
+    FUSED_RETUNE=w8_gemm timeout 360 python3 -m fused bench --blocks llama --m 128 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/s256" > "$OUT/s256.log" 2>&1
+    grep "^|" "$OUT/s256.log" | grep -v "^|--" | head -8
+    cands "$OUT/s256/bench.json" "'split'" | head -40
+    python3 .ci/picks_to_tuned.py "$OUT/s256/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   ncusplit)  # thirty-ninth session (no machine then; NOTES "thirty-ninth"): why W8A16 at M=128 (issue 3: block 114 µs
              # against 75) runs its split-plane GEMMs at ~half their floor (down 46.4 µs for 58.7 MB and 30 G int8 ops:
              # ~15 µs of DRAM, ~19 of tensor work). ncu of the shipped int8 picks (gated 64x128 SPLIT 1; down stacked

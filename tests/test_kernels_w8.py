@@ -926,13 +926,13 @@ def test_gemm_stacked_planes_interpreted(fmt, gated, split, monkeypatch):
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemm_stacked_planes_cuda(fmt):
-    """On the GPU, every STACK candidate at M = 17 (64-row stacked tiles) and M = 45 (128-row ones as well), odd
-    N and K: int8 bit-equal to the unstacked half-height tile with the same K split (exact int32 sums), fp8
+    """On the GPU, every STACK candidate at M = 17 (64-row stacked tiles), M = 45 (128-row ones as well) and M = 100
+    (256-row ones as well), odd N and K: int8 bit-equal to the unstacked half-height tile with the same K split (exact int32 sums), fp8
     within bf16 rounding of the W8A16 reference; gated and not."""
     from fused.kernels.act_split import act_split
     from fused.kernels.w8_gemm import _candidates, w8_gemm
 
-    for M, N, K in ((17, 176, 1040), (45, 200, 1456)):
+    for M, N, K in ((17, 176, 1040), (45, 200, 1456), (100, 200, 1456)):  # 100: 256-row stacked tiles too
         for gated in (True, False):
             x, q, s, b = _case(M, N, K, fmt, gated, gated, torch.bfloat16, "cuda", "plain")
             bias = b if gated else None
@@ -973,7 +973,8 @@ def test_gemm_candidates():
         assert all((2 if gated else 1) * c["BLOCK_M"] * c["BLOCK_N"] // (32 * c["num_warps"]) <= 128 for c in stk)
         assert all(c["num_stages"] * (c["BLOCK_M"] + (2 if gated else 1) * c["BLOCK_N"]) * c["BLOCK_K"] <= 220 * 1024
                    for c in stk)
-    assert {c["BLOCK_M"] for c in _candidates(128, 14336, 4096, True, True, True) if c.get("STACK")} == {128}
+    assert {c["BLOCK_M"] for c in _candidates(128, 14336, 4096, True, True, True) if c.get("STACK")} == {128, 256}
+    assert {c["BLOCK_M"] for c in _candidates(64, 4096, 14336, False, True, True) if c.get("STACK")} == {64, 128}
     assert not any(c.get("STACK") for c in _candidates(256, 14336, 4096, True, True, True))
     assert not any(c.get("STACK") for c in _candidates(17, 14336, 4096, True, True))
     for M in (16, 300, 1024):

@@ -302,7 +302,11 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # (at M=128 the stacked 128x64 down tile won, fifteenth session: block int8 W8A16 116.2 -> 114.1 µs,
         # fp8 111.4 -> 108.5)
         stacked = ([(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 3, 4)] if M <= 64 else []) + (
-            [(128, 128, 128, 3, 8), (128, 64, 128, 4, 4)] if M > 32 else [])
+            [(128, 128, 128, 3, 8), (128, 64, 128, 4, 4)] if M > 32 else []) + (
+            # 128 tokens' planes in one tile (thirty-ninth session, not yet timed): at M=128 the down projection's
+            # 128-row tiles read each weight tile twice and every x tile once per 64 outputs (~352 MB from L2 per call
+            # for 58.7 MB of weights); 256 x 64 / 256 x 128 tiles read half that
+            [(256, 64, 128, 4, 8), (256, 128, 128, 3, 8)] if M > 64 else [])
     for i, (bm, bn, k, stages, warps) in enumerate(c + stacked):
         stack = i >= len(c)
         if split:
