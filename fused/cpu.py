@@ -284,9 +284,9 @@ def _absmax_rows(x2: torch.Tensor, out: torch.Tensor, buf: torch.Tensor) -> None
     torch.amax(torch.bitwise_and(x2.view(idt), mask, out=buf), -1, keepdim=True, out=out.view(idt))
 
 
-def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """lowbit.split_activation(x2) (x2 bf16 or fp32) as the int8 GEMMs take it: ([2M, K] the hi rows then the lo rows,
-    xs [M, 1] fp32), the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point
+    xs [M, 1] fp32, whether every token is finite), the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point
     128). Tokens with NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows` recomputes them).
 
     Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary, and its fp32 -> int8 / uint8 casts are slow
@@ -300,30 +300,34 @@ def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tenso
     M, K = x2.shape
     q = torch.empty(2 * M, K, dtype=torch.uint8 if u8 else torch.int8)
     rows = max(1, min(M, PLANE_CHUNK // max(K, 1)))
+    # one chunk (decode, small batches): whole tensors, no slices (each torch op is ~2-5 µs of host time here)
+    chunks = [(0, M)] if rows == M else [(i, min(i + rows, M)) for i in range(0, M, rows)]
     ib = torch.empty(rows, K, dtype=torch.int16 if x2.dtype == torch.bfloat16 else torch.int32)
     amax = x2.new_empty(M, 1)
-    for i in range(0, M, rows):
-        _absmax_rows(x2[i:i + rows], amax[i:i + rows], ib[:min(rows, M - i)])
+    if rows == M:
+        _absmax_rows(x2, amax, ib)
+    else:
+        for i, j in chunks:
+            _absmax_rows(x2[i:j], amax[i:j], ib[:j - i])
     amax = amax.float()
     finite = bool(amax.isfinite().all())
-    xs = (amax / torch.full_like(amax, SPLIT_QMAX)).clamp_min_(MIN_SCALE)  # an IEEE division, as lowbit's
+    xs = (amax / SPLIT_QMAX).clamp_min_(MIN_SCALE)  # IEEE division on the CPU, as lowbit's tensor divisor (tested)
     if not finite:
         xs.masked_fill_(~amax.isfinite(), float("nan"))
     r = xs.reciprocal()
     t, u, w = torch.empty(rows, K), torch.empty(rows, K, dtype=torch.int16), torch.empty(rows, K, dtype=torch.int16)
-    for i in range(0, M, rows):
-        j = min(i + rows, M)
-        n = j - i
-        v = torch.mul(x2[i:j], r[i:j], out=t[:n])
+    for i, j in chunks:
+        whole = rows == M
+        v = torch.mul(x2 if whole else x2[i:j], r if whole else r[i:j], out=t if whole else t[:j - i])
         if not finite:
             v.nan_to_num_(0.0)
-        uc, wc = u[:n], w[:n]
+        uc, wc = (u, w) if whole else (u[:j - i], w[:j - i])
         uc.copy_(v.round_().add_(128))  # ties to even, as lowbit; |v| <= 32639, so v + 128 fits int16 exactly
         torch.bitwise_right_shift(uc, 8, out=wc)
         q[i:j].copy_(wc.bitwise_xor_(128) if u8 else wc)
         torch.bitwise_and(uc, 255, out=wc)
         q[M + i:M + j].copy_(wc if u8 else wc.sub_(128))
-    return q, xs
+    return q, xs, finite
 
 
 def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -428,7 +432,7 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         if onednn and (packed or qweight.dtype != torch.int8):
             raise ValueError(f"CPU path {path!r} takes a dense int8 weight")
         if split:  # both planes in one GEMM: each weight tile is read once
-            q, xs = _split_planes(x2, onednn)
+            q, xs, finite = _split_planes(x2, onednn)
         else:
             q, xs = quantize_activation(x2, "int8")
             q = q.view(torch.uint8).bitwise_xor(128) if onednn else q  # oneDNN: q + 128, zero point 128
@@ -442,7 +446,7 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls
             # cost more than they save there), its scales and epilogue still per tile where the product is large
             full = torch._int_mm(q, qweight.t()) if M < TILE_MIN_M and not packed else None
-        fix = _nonfinite_rows(x2, xs, qweight, wscale) if split else None
+        fix = _nonfinite_rows(x2, xs, qweight, wscale) if split and not finite else None
 
         def cols(i, j):
             acc = full[:, i:j] if full is not None else torch._int_mm(q, _rows(qweight, i, j).t())

@@ -242,7 +242,8 @@ def test_split_planes_are_lowbits_split_activation(m, k, chunk, dtype, monkeypat
     hi, lo, xs = split_activation(x)
     hi, lo = torch.nan_to_num(hi.float()).to(torch.int8), torch.nan_to_num(lo.float()).to(torch.int8)
     for u8 in (False, True):
-        q, s = cpu._split_planes(x, u8)
+        q, s, finite = cpu._split_planes(x, u8)
+        assert finite == bool(xs.isfinite().all())
         assert q.shape == (2 * m, k) and q.dtype == (torch.uint8 if u8 else torch.int8)
         assert torch.equal(s.isnan(), xs.isnan()) and torch.equal(s[~s.isnan()], xs[~xs.isnan()])
         ok = ~xs.view(-1).isnan()
