@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh split256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session (NOTES "thirty-ninth"; the thirty-eighth and thirty-ninth had no machine): `grouped4` first (~6-9 min),
 # then `split256` (~5 min) and `ncusplit` (~2 min) for issue 3's W8A16 at M=128, then `stages2` (~4 min); if a grouped
 # form won, `groupedtable` (FORMS=<its name> to time that one alone); `ncuws` (~2 min) for W8A16 lead 4.
@@ -396,6 +396,20 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     grep "^|" "$OUT/s256.log" | grep -v "^|--" | head -8
     cands "$OUT/s256/bench.json" "'split'" | head -40
     python3 .ci/picks_to_tuned.py "$OUT/s256/bench.json" 2>&1 | filt
+    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+  down256)  # thirty-ninth session (no machine then): a 128 x 256 tile (all 128 tokens against 256 outputs, 8 warps,
+            # split-K up to 8) offered to the W8A8 GEMM at 65 <= M <= 256. At M=128 the fp8 down projection takes 30.2 µs
+            # on cuBLAS and 34.7 on Triton's 128 x 64 split-4 pick (58.7 MB: ~15 µs of DRAM), and the block is 76.0
+            # against issue 4's 70. The fp8 / int8 W8A8 Llama blocks at M=128 with w8_gemm retuned. Prediction: if x's
+            # re-reads from L2 (~176 MB per call for the pick, ~88 MB for this tile) bound the down GEMM, Triton's down
+            # ~24 µs, ahead of cuBLAS, block 76 -> ~70; the earlier 64 x 256 / 128 x 128 split-8 tiles (117-146 MB) lost
+            # to the pick, so a loss here is the likelier outcome: then the pick's limiter is not L2 bytes (`ncusplit`)
+    FUSED_RETUNE=w8_gemm timeout 420 python3 -m fused bench --blocks llama --m 128 --no-baselines \
+      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/d256" > "$OUT/d256.log" 2>&1
+    grep "^|" "$OUT/d256.log" | grep -v "^|--" | head -8
+    cands "$OUT/d256/bench.json" "w8_gemm" | head -40
+    picks "$OUT/d256/bench.json" "w8a8_route" "128"
+    python3 .ci/picks_to_tuned.py "$OUT/d256/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   ncusplit)  # thirty-ninth session (no machine then; NOTES "thirty-ninth"): why W8A16 at M=128 (issue 3: block 114 µs
              # against 75) runs its split-plane GEMMs at ~half their floor (down 46.4 µs for 58.7 MB and 30 G int8 ops:

@@ -289,6 +289,12 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # per SM (164 KB smem) in 1.7 waves, DRAM 59%. Shallower pipelines fit 2-4 CTAs per SM, so the whole
         # grid is resident at once (one wave) with as many weight bytes in flight.
         c += [(128, 64, 128, 3, 8), (64, 128, 128, 2, 4), (128, 64, 128, 2, 4), (64, 128, 128, 3, 4)]
+        if a8 and M > 64:
+            # all 128 tokens against 256 outputs (thirty-ninth session, not yet timed): the fp8 W8A8 down projection at
+            # M=128 (58.7 MB) takes 30.2 µs on cuBLAS and 34.7 on the 128 x 64 split-4 pick, which reads ~176 MB from
+            # L2 per call (x once per 64 outputs); this tile with split-K 8 reads ~88 MB, in one wave of 128 CTAs (sm_90,
+            # triton 3.6: 255 registers and 32 bytes of spill with split-K, in the reduce's [128, 256] offsets; 190 without)
+            c += [(128, 256, 128, 3, 8)]
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
