@@ -78,8 +78,10 @@ PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_P
 # weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
 # GEMM path costs one conversion of the weight plus a GEMM. TinyLlama block (d 2048, h 5632), 2-core
 # AVX512 x86, 2 threads, ms (int8pack / tiled): M=4 2.5/4.9, M=8 5.0/6.9, M=12 7.0/7.6, M=16 9.5/8.4;
-# examples/cpu_edge_bench.py times the whole block.
-INT8PACK_MAX_M = 12
+# examples/cpu_edge_bench.py times the whole block. Thirty-ninth session, the split planes through int16
+# (`_split_planes`): the block, one process, int8pack / cpu:split_int_mm, ms: M=8 4.73-4.85 / 4.97-5.09, 9 6.66 / 5.08,
+# 10 6.57 / 5.36, 12 6.75-6.81 / 5.79-5.80, so int8pack now stops at 8 (its third 4-row pass starts at 9).
+INT8PACK_MAX_M = 8
 # Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
 # split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
 # block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
