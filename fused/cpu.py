@@ -82,6 +82,12 @@ PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_P
 # (`_split_planes`): the block, one process, int8pack / cpu:split_int_mm, ms: M=8 4.73-4.85 / 4.97-5.09, 9 6.66 / 5.08,
 # 10 6.57 / 5.36, 12 6.75-6.81 / 5.79-5.80, so int8pack now stops at 8 (its third 4-row pass starts at 9).
 INT8PACK_MAX_M = 8
+# ... unless the weight stays in this host's L2 (2 x 1 MiB): then the extra passes are cheap and int8pack wins up to
+# INT8PACK_CACHED_MAX_M. The demo model's blocks (d 512, h 1408: 1.4 / 0.7 MB per layer), one process, ms,
+# cpu:split_int_mm / int8pack: M=8 3.86 / 2.14, 16 4.48 / 3.40, 24 5.30 / 4.66, 32 7.37 / 6.32, 48 10.07 / 8.74; at
+# d 1024 (5.8 / 2.9 MB) int8pack loses from M=16 (9.99 / 12.35), as on TinyLlama's 23 / 11.5 MB.
+INT8PACK_CACHED_BYTES = 2 << 20
+INT8PACK_CACHED_MAX_M = 48
 # Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
 # split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
 # block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
@@ -149,6 +155,13 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def aligned(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.data_ptr() % _ALIGN == 0
+
+
+def int8pack_max_m(n: int | None, k: int | None) -> int:
+    """The largest M that takes cpu:int8pack for an [n, k] int8 weight (size unknown: as for a large one)."""
+    if n is not None and k is not None and n * k <= INT8PACK_CACHED_BYTES:
+        return max(INT8PACK_MAX_M, INT8PACK_CACHED_MAX_M)
+    return INT8PACK_MAX_M
 
 
 def int8pack_ok(k: int, qweight: torch.Tensor | None = None) -> bool:
@@ -288,8 +301,9 @@ def _absmax_rows(x2: torch.Tensor, out: torch.Tensor, buf: torch.Tensor) -> None
 
 def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tensor, bool]:
     """lowbit.split_activation(x2) (x2 bf16 or fp32) as the int8 GEMMs take it: ([2M, K] the hi rows then the lo rows,
-    xs [M, 1] fp32, whether every token is finite), the same numbers, int8, or uint8 holding the plane + 128 (``u8``: oneDNN's input with zero point
-    128). Tokens with NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows` recomputes them).
+    xs [M, 1] fp32, whether every token is finite), the same numbers, int8, or uint8 holding the plane + 128 (``u8``:
+    oneDNN's input with zero point 128). Tokens with NaN/Inf get zero planes and a NaN scale (`_nonfinite_rows`
+    recomputes them).
 
     Why not lowbit's: each of its ~20 ops makes a whole fp32 temporary, and its fp32 -> int8 / uint8 casts are slow
     loops here; here a chunk of rows at a time (PLANE_CHUNK) goes through reused buffers that stay in cache, with
@@ -427,7 +441,7 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         xa, sc = _aligned_rows(x2), cast_cached(wscale, x2.dtype)
         if packed:  # scale slices cloned: the kernel's vector loads want aligned buffers
             cols = lambda i, j: torch._weight_int8pack_mm(xa, _rows(qweight, i, j), sc[i:j].clone())  # noqa: E731
-        else:  # M <= INT8PACK_MAX_M: one call over every row
+        else:  # M <= int8pack_max_m: one call over every row
             return torch._weight_int8pack_mm(xa, qweight, sc), None, rows
     elif path in ("cpu:split_int_mm", "cpu:int_mm", "cpu:split_qlinear", "cpu:qlinear"):
         onednn, split = path.endswith("qlinear"), "split" in path

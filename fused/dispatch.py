@@ -190,11 +190,12 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
 
 def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
          dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True,
-         weight_cacheable: bool = True, weight_packed: bool = False) -> tuple[str, str]:
+         weight_cacheable: bool = True, weight_packed: bool = False, n: int | None = None) -> tuple[str, str]:
     """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints.
 
-    On the CPU the path also depends on the activation dtype, M (rows of x), K and the weight buffer's
-    alignment, whether a copy derived from it can be kept (`cpu.cacheable`) and whether it is packed for the CPU
+    On the CPU the path also depends on the activation dtype, M (rows of x), K, N (the weight's rows: its size) and
+    the weight buffer's alignment, whether a copy derived from it can be kept (`cpu.cacheable`) and whether it is
+    packed for the CPU
     (`fused.pack_for_cpu`: oneDNN's copy is its only data); left out, they default to what `explain` describes: bf16
     activations, M=1 (decode)."""
     device = torch.device(device)
@@ -261,7 +262,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         if weight_packed and fmt == "int8" and op not in SPARSE_OPS:
             return _plan_cpu_packed(dynamic, dtype, M, k)
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS,
-                         weight_cacheable=weight_cacheable)
+                         weight_cacheable=weight_cacheable, n=n)
     return "reference", f"{device.type}: no kernels, pure-torch reference"
 
 
@@ -295,7 +296,8 @@ def _plan_cpu_packed(dynamic, dtype, m, k) -> tuple[str, str]:
     return "cpu:split_qlinear", f"{str(dtype).removeprefix('torch.')} {why} (not exact fp32 math: ~85 dB)"
 
 
-def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_cacheable=True) -> tuple[str, str]:
+def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_cacheable=True,
+              n=None) -> tuple[str, str]:
     if sparse:  # the dense path's kernel on tiles expanded from the packed weight (always fresh, aligned, not kept)
         if fmt == "bfloat16":
             path, why = "cpu:bf16_mm", "bf16 values: per-tile F.linear"
@@ -340,8 +342,10 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
     if described and no_onednn is None:
         later = (f"; {cpu.ONEDNN_MIN_M} <= M <= {cpu.SPLIT_QLINEAR_MAX_M}: cpu:split_qlinear, bf16 x as two int8 "
                  f"planes on {kept}")
-    if dtype == torch.bfloat16 and m <= cpu.INT8PACK_MAX_M and weight_aligned and (k is None or cpu.int8pack_ok(k)):
-        why = f"torch._weight_int8pack_mm (bf16, M <= {cpu.INT8PACK_MAX_M})"
+    pack_max = cpu.int8pack_max_m(n, k)  # larger for a weight that stays in L2
+    if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
+        why = f"torch._weight_int8pack_mm (bf16, M <= {pack_max}" + (
+            ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else ")")
         if described:
             why += (later if no_onednn is None else f"; M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm") + (
                 "; larger M or fp32 activations: cpu:int8_dequant_mm") + (later if no_onednn else "")
@@ -352,8 +356,8 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
                                     f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run){later}")
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
-    elif m > max(cpu.INT8PACK_MAX_M, cpu.SPLIT_MAX_M):
-        why = f"M={m} > {max(cpu.INT8PACK_MAX_M, cpu.SPLIT_MAX_M)}: one bf16 GEMM beats int8pack and two int8 planes"
+    elif m > max(pack_max, cpu.SPLIT_MAX_M):
+        why = f"M={m} > {max(pack_max, cpu.SPLIT_MAX_M)}: one bf16 GEMM beats int8pack and two int8 planes"
     elif not weight_aligned:
         why = "weight buffer not contiguous/64-byte aligned: int8pack would read out of bounds"
     else:
@@ -452,7 +456,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         elif W8A16_WS_MIN_M <= M < WIDEN_MIN_M and path == SPLIT_PATH and W8A16_WS:
             path = _ws_mid_route(op, x2, qweight, wscale, bias, act, path)
     else:
-        path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K,
+        path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K, n=qweight.shape[0],
                          weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight),
                          weight_cacheable=x.device.type != "cpu" or cpu.cacheable(qweight),
                          weight_packed=x.device.type == "cpu" and cpu.packed_only(qweight))
@@ -1369,7 +1373,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
                                lambda: _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act), op, others=others or None)
             path = {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)
     else:
-        path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K,
+        path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K, n=wg.shape[0],  # each read alone
                          weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)),
                          weight_cacheable=x.device.type != "cpu" or (cpu.cacheable(wg) and cpu.cacheable(wu)),
                          weight_packed=x.device.type == "cpu" and cpu.packed_only(wg) and cpu.packed_only(wu))

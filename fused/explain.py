@@ -32,7 +32,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         dev = torch.device(device) if device is not None else next(mod.buffers()).device
         dense = hasattr(mod, "qweight")
         k = mod.qweight.shape[1] if dense else 2 * mod.values.shape[1] if hasattr(mod, "values") else None
-        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev, k=k,
+        n = mod.qweight.shape[0] if dense else None
+        path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev, k=k, n=n,
                                   weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight),
                                   weight_cacheable=not dense or dev.type != "cpu" or cpu.cacheable(mod.qweight),
                                   weight_packed=dense and cpu.packed_only(mod.qweight))

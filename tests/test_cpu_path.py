@@ -31,8 +31,8 @@ def _check(y, yr, dtype):
     assert sqnr(yr, y) >= MIN_SQNR[dtype], f"SQNR {sqnr(yr, y):.1f} dB < {MIN_SQNR[dtype]}"
 
 
-def _path(op, fmt, dynamic, dtype, m, k):
-    return dispatch.plan(op, fmt, dynamic, "cpu", M=m, dtype=dtype, k=k)[0]
+def _path(op, fmt, dynamic, dtype, m, k, n=None):
+    return dispatch.plan(op, fmt, dynamic, "cpu", M=m, dtype=dtype, k=k, n=n)[0]
 
 
 @pytest.mark.parametrize("fmt,dynamic", FORMATS)
@@ -45,7 +45,7 @@ def test_matches_reference(fmt, dynamic, dtype, op, m, n, k):
     dispatch.stats.clear()
     y, yr = _run(op, x, q, s, b, "silu", dynamic)
     _check(y, yr, dtype)
-    assert dispatch.stats[(op, _path(op, fmt, dynamic, dtype, m, k))] == 1
+    assert dispatch.stats[(op, _path(op, fmt, dynamic, dtype, m, k, n))] == 1
     assert all(p.startswith("cpu:") for (_, p) in dispatch.stats)
 
 
@@ -93,6 +93,14 @@ def test_path_choice(monkeypatch):
     assert _path("linear", "int8", True, bf16, 1, 2048) == "cpu:int_mm"
     assert _path("linear", "float8_e4m3", False, bf16, 1, 2048) == "cpu:fp8_dequant_mm"
     assert dispatch.plan("linear", "int8", False, "cpu", k=2048, weight_aligned=False)[0] == "cpu:split_int_mm"
+    # a weight that stays in L2 (<= INT8PACK_CACHED_BYTES): int8pack's extra passes are cheap, it runs to a larger M
+    small, big = cpu.INT8PACK_CACHED_BYTES // 2048, cpu.INT8PACK_CACHED_BYTES // 2048 + 1
+    top = cpu.int8pack_max_m(small, 2048)
+    assert top == cpu.INT8PACK_CACHED_MAX_M > cpu.INT8PACK_MAX_M == cpu.int8pack_max_m(big, 2048)
+    assert _path("gated", "int8", False, bf16, top, 2048, small) == "cpu:int8pack"
+    assert "stays in L2" in dispatch.plan("gated", "int8", False, "cpu", M=top, dtype=bf16, k=2048, n=small)[1]
+    assert _path("gated", "int8", False, bf16, top + 1, 2048, small) == "cpu:int8_dequant_mm"
+    assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048, big) == "cpu:split_int_mm"
     assert dispatch.plan("linear", "int8", False, "cpu", M=cpu.SPLIT_MAX_M + 1, k=2048,
                          weight_aligned=False)[0] == "cpu:int8_dequant_mm"
     with dispatch.force_path("reference"):
@@ -529,6 +537,7 @@ def test_onednn_copy_is_kept_counted_and_follows_in_place_updates(onednn_on):
 
 @onednn
 def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch, onednn_on):
+    monkeypatch.setattr(cpu, "INT8PACK_CACHED_BYTES", 0)  # this small weight takes the large ones' paths
     with torch.inference_mode():
         lin = fused.FusedLinear.from_float(torch.randn(64, 32), None)  # buffers without a version counter
         x = torch.randn(20, 32, dtype=torch.bfloat16)
