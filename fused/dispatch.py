@@ -347,7 +347,8 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
         why = f"torch._weight_int8pack_mm (bf16, M <= {pack_max}" + (
             ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else ")")
         if described:
-            why += (later if no_onednn is None else f"; M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm") + (
+            split = f"; {pack_max} < M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm" if cpu.SPLIT_MAX_M > pack_max else ""
+            why += (later if no_onednn is None else split) + (
                 "; larger M or fp32 activations: cpu:int8_dequant_mm") + (later if no_onednn else "")
             return "cpu:int8pack", why
         return "cpu:int8pack", why + later
