@@ -71,8 +71,8 @@ class OneDNN(nn.Module):
             cpu.ONEDNN = old
 
 
-def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False, onednn_ab: bool = False
-          ) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
+def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False, onednn_ab: bool = False,
+          fp32_acts: bool = False) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
     """The variants, and the fp32 model the 2:4 variants were pruned from (None without --sparse)."""
     torch.manual_seed(0)
     base = LlamaMLP(d, h).eval()
@@ -114,6 +114,9 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
         variants["ours int8 2:4 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP(sparsity="2:4"), pruned), torch.bfloat16)
         variants["ours int8 2:4 W8A8 (bf16 acts)"] = (
             ours(fused.FusedInt8MLP(weight_only=False, sparsity="2:4"), pruned), torch.bfloat16)
+    if fp32_acts:  # the same int8 modules called with fp32 x: exact fp32 math, or (packed W8A16) two int8 planes
+        for name in [n for n in variants if n.startswith("ours int8") and "2:4" not in n and "oneDNN" not in n]:
+            variants[name.replace(" (bf16 acts)", "") + " (fp32 acts)"] = (variants[name][0], torch.float32)
     return variants, pruned
 
 
@@ -148,6 +151,7 @@ def main(argv=None):
     ap.add_argument("--onednn-ab", action="store_true",
                     help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) and packed by "
                          "fused.pack_for_cpu, same process")
+    ap.add_argument("--fp32-acts", action="store_true", help="also call our int8 variants with fp32 activations")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632
@@ -155,7 +159,8 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
 
     load0 = os.getloadavg()
-    variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse, args.onednn_ab)
+    variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse, args.onednn_ab,
+                             args.fp32_acts)
     results, accuracy, paths = {}, {}, {}
     for m in args.m:
         x = torch.randn(m, args.d)

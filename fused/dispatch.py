@@ -255,8 +255,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
         return f"triton:{kernel}", why
     if op == "narrow_mlp":
         if device.type == "cpu":
-            return "cpu:narrow_addmm", ("layer by layer: addmm (bias inside the GEMM) + in-place activation in fp32, "
-                                        "on fp32 layers unpacked once and cached")
+            return "cpu:narrow_addmm", ("layer by layer: one fp32 GEMM with the bias inside (oneDNN's linear, or "
+                                        "addmm) + in-place activation, on fp32 layers unpacked once and cached")
         return "reference", f"{device.type}: no kernels, pure-torch reference"
     if device.type == "cpu":
         if weight_packed and fmt == "int8" and op not in SPARSE_OPS:

@@ -319,7 +319,7 @@ def test_cpu_edge_bench_smoke(capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     results, mem = bench.main(["--d", "64", "--h", "96", "--m", "1", "3", "--calls", "1", "--repeats", "1", "--fp8",
-                               "--sparse", "--onednn-ab"])
+                               "--sparse", "--onednn-ab", "--fp32-acts"])
     assert set(results) == {1, 3} and all(t > 0 for r in results.values() for t in r.values())
     # by default 1 B/weight; the A/B variant's M=3 made oneDNN's copy of the int8 weights (counted)
     lo, hi = (0.5, 0.55) if cpu.onednn_ok() else (0.25, 0.28)
@@ -332,6 +332,7 @@ def test_cpu_edge_bench_smoke(capsys):
     assert not cpu.onednn_ok() or ("cpu:split_qlinear" in out and "cpu:qlinear" in out and "cpu:int_mm" in out)
     assert mem["ours int8 2:4 W8A8 (bf16 acts)"] < 0.7 * mem["ours int8 W8A8 (bf16 acts)"]
     assert "cpu:s24+int8pack" in out and "cpu:s24+int_mm" in out
+    assert "| ours int8 W8A16 (fp32 acts) |" in out and "cpu:int8_dequant_mm" in out  # fp32 x: exact fp32 math
 
 
 @pytest.mark.parametrize("fmt,dynamic", FORMATS)

@@ -21,7 +21,8 @@ def test_from_float_matches_reference_and_float(fmt):
     x = torch.randn(3, 20)
     with torch.no_grad():
         y = mod(x)
-    assert torch.equal(y, linear_ref(x, mod.qweight, mod.scale, mod.bias, "gelu"))
+    # fp32 math, another summation order (the CPU's fp32 GEMMs run on oneDNN, the reference's on MKL): ~1e-7
+    assert sqnr(linear_ref(x, mod.qweight, mod.scale, mod.bias, "gelu"), y) > 120
     assert sqnr(torch.nn.functional.gelu(x @ w.t() + b), y) > (35 if fmt == "int8" else 25)
     assert mod.source_bytes == 12 * 20 * 4 + 12 * 4
     assert mod.weight_bytes() == 12 * 20 + 12 * 4 + 12 * 4
