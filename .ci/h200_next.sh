@@ -398,12 +398,13 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     python3 .ci/picks_to_tuned.py "$OUT/s256/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   down256)  # thirty-ninth session (no machine then): a 128 x 256 tile (all 128 tokens against 256 outputs, 8 warps,
-            # split-K up to 8) offered to the W8A8 GEMM at 65 <= M <= 256. At M=128 the fp8 down projection takes 30.2 µs
-            # on cuBLAS and 34.7 on Triton's 128 x 64 split-4 pick (58.7 MB: ~15 µs of DRAM), and the block is 76.0
-            # against issue 4's 70. The fp8 / int8 W8A8 Llama blocks at M=128 with w8_gemm retuned. Prediction: if x's
-            # re-reads from L2 (~176 MB per call for the pick, ~88 MB for this tile) bound the down GEMM, Triton's down
-            # ~24 µs, ahead of cuBLAS, block 76 -> ~70; the earlier 64 x 256 / 128 x 128 split-8 tiles (117-146 MB) lost
-            # to the pick, so a loss here is the likelier outcome: then the pick's limiter is not L2 bytes (`ncusplit`)
+            # split-K up to 8) offered to the W8A8 GEMM at 65 <= M <= 256. At M=128 the fp8 down projection takes
+            # 30.2 µs on cuBLAS and 34.7 on Triton's 128 x 64 split-4 pick (58.7 MB: ~15 µs of DRAM), and the block
+            # is 76.0 against issue 4's 70. The fp8 / int8 W8A8 Llama blocks at M=128 with w8_gemm retuned.
+            # Prediction: if x's re-reads from L2 (~176 MB per call for the pick, ~88 MB for this tile) bound the down
+            # GEMM, Triton's down ~24 µs, ahead of cuBLAS, block 76 -> ~70; the earlier 64 x 256 / 128 x 128 split-8
+            # tiles (117-146 MB) lost to the pick, so a loss here is the likelier outcome: then the pick's limiter is
+            # not L2 bytes (`ncusplit`)
     FUSED_RETUNE=w8_gemm timeout 420 python3 -m fused bench --blocks llama --m 128 --no-baselines \
       --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/d256" > "$OUT/d256.log" 2>&1
     grep "^|" "$OUT/d256.log" | grep -v "^|--" | head -8
@@ -427,8 +428,10 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     tail -3 "$OUT/ncusplit_run.txt"
     "$NCU" -i "$OUT/split.ncu-rep" --page details > "$OUT/ncusplit.txt" 2>&1
     rm -f "$OUT/split.ncu-rep"
-    grep -E "^config|^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Cache|DRAM Through|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per|Achieved Occupancy|Waves Per SM|Shared Memory|Est. Speedup|Stall" \
-      "$OUT/ncusplit_run.txt" "$OUT/ncusplit.txt" | head -120 ;;
+    PAT="^config|^  [a-z_0-9]+.*\(|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput"
+    PAT="$PAT|L1/TEX Cache|DRAM Through|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|Registers Per"
+    PAT="$PAT|Achieved Occupancy|Waves Per SM|Shared Memory|Est. Speedup|Stall"
+    grep -E "$PAT" "$OUT/ncusplit_run.txt" "$OUT/ncusplit.txt" | head -120 ;;
   ncuws)  # thirty-eighth session (no machine then; NOTES lead 4): the W8A16 Gluon GEMM's stalls per SASS line, for the
           # transform-warpgroup question. Its consumer K loop has two warpgroup bar.syncs per step (before the ready
           # wait and before the one-thread empty arrive: Gluon's lowering) and waits for its wgmma before widening the
