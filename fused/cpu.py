@@ -659,9 +659,9 @@ def narrow_cached_bytes(weights: torch.Tensor) -> int:
 
 
 def narrow_mlp(x: torch.Tensor, weights, params, dims, acts) -> torch.Tensor:
-    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one fp32 GEMM with the bias added inside (oneDNN's linear,
-    or ``addmm``) and the activation in place, in fp32 like the reference (fused.reference.narrow_mlp_ref), on the cached
-    fp32 layers; the output in x's dtype."""
+    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one fp32 GEMM with the bias added inside (oneDNN's linear
+    with the activation as a post-op, or ``addmm`` and the activation in place), in fp32 like the reference
+    (fused.reference.narrow_mlp_ref), on the cached fp32 layers; the output in x's dtype."""
     if torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):  # fp32 whatever the caller's autocast, as the reference
             return narrow_mlp(x, weights, params, dims, acts)
