@@ -34,7 +34,9 @@ Paths (names as `dispatch.plan` and `explain` print them):
                       for a TinyLlama MLP block): on the CPU 2:4 saves memory, not time.
 
 Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
-fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back.
+fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back. The fp32
+GEMMs (``F.linear`` above) run on oneDNN, not MKL (`_linear`). The split paths build their planes with
+`_split_planes` (the same numbers as `lowbit.split_activation`, cheaper).
 
 Every path ends with the same epilogue, in place on one tile of output columns at a time while it is in cache
 (`_epilogue`): scales, + bias, activation, and for the gated op act(gate) * up (the gate and up tiles side by
