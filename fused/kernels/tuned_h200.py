@@ -11,6 +11,10 @@ fp8 2:4 W8A8 57.8 in those runs. The int8 M=1 rows take CVT="prmt" since the nin
 picks of that session. The M=1 rows and the fp8 M=16 rows were retuned on 2026-12-03 with the weights' L2
 evict_first policy on (`bash .ci/h200_next.sh evict2`): block int8 W8A16 M=1 59.3 µs, fp8 W8A16 / W8A8 58.2."""
 
+# The W8A16 gated split tiles at M=128: 256-row stacked tiles (all 128 tokens' planes), retuned on the H200 on
+# 2026-12-05 (`bash .ci/h200_next.sh split256`, FUSED_RETUNE=w8_gemm): int8 68.58 vs 70.85 µs for the 64x128 pick
+# before, fp8 64.11 vs 65.95; the down projections keep their 128x64 stacked split-2 picks (40.3 / 38.8, the 256-row
+# tiles not among the 3 fastest).
 TUNED: dict = {
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.float8_e4m3fn'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
     ('w8_gemm', '1024', '14336', '4096', 'True', 'False', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4},
@@ -60,11 +64,11 @@ TUNED: dict = {
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.int8'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'SPLIT_K': 4},
     # the split down projections at M=128: the 128-row STACK tile (fifteenth session, `bash .ci/h200_next.sh fifteenth2`,
     # FUSED_RETUNE=1; block graph µs with STACK off / on in `fifteenth1`: int8 W8A16 116.2 / 114.1, fp8 111.4 / 108.5)
-    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.int8', 'split'): {'BLOCK_M': 256, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'STACK': True, 'SPLIT_K': 1},
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.int8', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'STACK': True, 'SPLIT_K': 2},
     # fp8 W8A16 through e4m3 split activations and int8 split at M=512 (bench of 2026-12-01, fourth session,
     # examples/results/h200/llama_fp8split.json "tuned"; every candidate timed, L2 flushed)
-    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 64, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
+    ('w8_gemm', '128', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 256, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'STACK': True, 'SPLIT_K': 1},
     ('w8_gemm', '128', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 4, 'STACK': True, 'SPLIT_K': 2},
     ('w8_gemm', '512', '14336', '4096', 'True', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 64, 'BLOCK_K': 64, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
     ('w8_gemm', '512', '4096', '14336', 'False', 'True', 'torch.float8_e4m3fn', 'split'): {'BLOCK_M': 128, 'BLOCK_N': 128, 'BLOCK_K': 128, 'GROUP_M': 8, 'num_stages': 4, 'num_warps': 8, 'SPLIT_K': 1},
