@@ -289,12 +289,10 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # per SM (164 KB smem) in 1.7 waves, DRAM 59%. Shallower pipelines fit 2-4 CTAs per SM, so the whole
         # grid is resident at once (one wave) with as many weight bytes in flight.
         c += [(128, 64, 128, 3, 8), (64, 128, 128, 2, 4), (128, 64, 128, 2, 4), (64, 128, 128, 3, 4)]
-        if a8 and M > 64:
-            # all 128 tokens against 256 outputs (thirty-ninth session, not yet timed): the fp8 W8A8 down projection at
-            # M=128 (58.7 MB) takes 30.2 µs on cuBLAS and 34.7 on the 128 x 64 split-4 pick, which reads ~176 MB from
-            # L2 per call (x once per 64 outputs); this tile with split-K 8 reads ~88 MB, in one wave of 128 CTAs (sm_90,
-            # triton 3.6: 255 registers and 32 bytes of spill with split-K, in the reduce's [128, 256] offsets; 190 without)
-            c += [(128, 256, 128, 3, 8)]
+        # (a 128 x 256 W8A8 tile with split-K up to 8 was offered here in the thirty-ninth session: ~88 MB from L2 per
+        # down call instead of ~176; on the H200 it lost, fp8 down at M=128 45.9 vs 33.9 µs for the 128 x 64 split-4
+        # pick, int8 48.8 vs 34.5; L2 bytes do not rank these tiles: the W8A16 split down pick, under ncu, waits at
+        # CTA barriers at 12% occupancy with L2 at 69%)
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
@@ -309,9 +307,10 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # fp8 111.4 -> 108.5)
         stacked = ([(64, 128, 128, 4, 4), (64, 64, 128, 4, 4), (64, 128, 128, 3, 4)] if M <= 64 else []) + (
             [(128, 128, 128, 3, 8), (128, 64, 128, 4, 4)] if M > 32 else []) + (
-            # 128 tokens' planes in one tile (thirty-ninth session, not yet timed): at M=128 the down projection's
-            # 128-row tiles read each weight tile twice and every x tile once per 64 outputs (~352 MB from L2 per call
-            # for 58.7 MB of weights); 256 x 64 / 256 x 128 tiles read half that
+            # 128 tokens' planes in one tile (thirty-ninth session, H200, FUSED_RETUNE=w8_gemm at M=128): the gated
+            # 256 x 64 tile won (int8 70.85 -> 68.58 µs, fp8 65.95 -> 64.11; shipped); for the down projection, whose
+            # 128-row pick reads ~352 MB from L2 per call, the 256-row tiles lost (int8 48.6 vs 40.3 µs): it waits at
+            # CTA barriers at 12% occupancy (ncu), L2 bytes are not its limit
             [(256, 64, 128, 4, 8), (256, 128, 128, 3, 8)] if M > 64 else [])
     for i, (bm, bn, k, stages, warps) in enumerate(c + stacked):
         stack = i >= len(c)
