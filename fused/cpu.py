@@ -318,15 +318,15 @@ def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tenso
     M, K = x2.shape
     q = torch.empty(2 * M, K, dtype=torch.uint8 if u8 else torch.int8)
     rows = max(1, min(M, PLANE_CHUNK // max(K, 1)))
-    # one chunk (decode, small batches): whole tensors, no slices (each torch op is ~2-5 µs of host time here)
-    chunks = [(0, M)] if rows == M else [(i, min(i + rows, M)) for i in range(0, M, rows)]
+    chunks = [(i, min(i + rows, M)) for i in range(0, M, rows)]
+
+    def part(t, i, j):  # rows i:j of a [M, ...] tensor, or of a [rows, ...] buffer from 0; one chunk (decode, small
+        return t if rows == M else t[i:j] if t.shape[0] == M else t[:j - i]  # batches): no slices, ~2-5 µs each here
+
     ib = torch.empty(rows, K, dtype=torch.int16 if x2.dtype == torch.bfloat16 else torch.int32)
     amax = x2.new_empty(M, 1)
-    if rows == M:
-        _absmax_rows(x2, amax, ib)
-    else:
-        for i, j in chunks:
-            _absmax_rows(x2[i:j], amax[i:j], ib[:j - i])
+    for i, j in chunks:
+        _absmax_rows(part(x2, i, j), part(amax, i, j), part(ib, i, j))
     amax = amax.float()
     finite = bool(amax.isfinite().all())
     xs = (amax / SPLIT_QMAX).clamp_min_(MIN_SCALE)  # IEEE division on the CPU, as lowbit's tensor divisor (tested)
@@ -335,11 +335,10 @@ def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tenso
     r = xs.reciprocal()
     t, u, w = torch.empty(rows, K), torch.empty(rows, K, dtype=torch.int16), torch.empty(rows, K, dtype=torch.int16)
     for i, j in chunks:
-        whole = rows == M
-        v = torch.mul(x2 if whole else x2[i:j], r if whole else r[i:j], out=t if whole else t[:j - i])
+        v = torch.mul(part(x2, i, j), part(r, i, j), out=part(t, i, j))
         if not finite:
             v.nan_to_num_(0.0)
-        uc, wc = (u, w) if whole else (u[:j - i], w[:j - i])
+        uc, wc = part(u, i, j), part(w, i, j)
         uc.copy_(v.round_().add_(128))  # ties to even, as lowbit; |v| <= 32639, so v + 128 fits int16 exactly
         torch.bitwise_right_shift(uc, 8, out=wc)
         q[i:j].copy_(wc.bitwise_xor_(128) if u8 else wc)
@@ -416,11 +415,12 @@ _ONEDNN_ACT = {"none": ("none", [], ""), "relu": ("relu", [], ""), "gelu": ("gel
                "gelu_tanh": ("gelu", [], "tanh"), "silu": ("swish", [], "")}
 
 
-def _linear(x2: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x2 · wᵀ (F.linear without bias); fp32 through oneDNN where this torch has it (see _MKLDNN_LINEAR)."""
+def _linear(x2: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None, act: str = "none") -> torch.Tensor:
+    """act(x2 · wᵀ + b); fp32 through oneDNN where this torch has it (see _MKLDNN_LINEAR), bias and activation
+    inside its GEMM (see _ONEDNN_ACT)."""
     if x2.dtype == torch.float32 and _MKLDNN_LINEAR:
-        return torch.ops.mkldnn._linear_pointwise(x2, w, None, "none", [], "")
-    return F.linear(x2, w)
+        return torch.ops.mkldnn._linear_pointwise(x2, w, b, *_ONEDNN_ACT[act])
+    return _act_(F.linear(x2, w, b), act)
 
 
 def _act_(y: torch.Tensor, act: str) -> torch.Tensor:
@@ -661,16 +661,13 @@ def narrow_cached_bytes(weights: torch.Tensor) -> int:
 
 
 def narrow_mlp(x: torch.Tensor, weights, params, dims, acts) -> torch.Tensor:
-    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one fp32 GEMM with the bias added inside (oneDNN's linear
-    with the activation as a post-op, or ``addmm`` and the activation in place), in fp32 like the reference
+    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one fp32 GEMM with the bias added inside (`_linear`: oneDNN
+    with the activation as a post-op, or F.linear and the activation in place), in fp32 like the reference
     (fused.reference.narrow_mlp_ref), on the cached fp32 layers; the output in x's dtype."""
     if torch.is_autocast_enabled("cpu"):
         with torch.autocast("cpu", enabled=False):  # fp32 whatever the caller's autocast, as the reference
             return narrow_mlp(x, weights, params, dims, acts)
     h = x.reshape(-1, dims[0]).float()
     for (w, b), act in zip(_narrow_layers(weights, params, dims), acts):
-        if _MKLDNN_LINEAR:  # bias and activation inside oneDNN's GEMM (see _ONEDNN_ACT)
-            h = torch.ops.mkldnn._linear_pointwise(h, w, b, *_ONEDNN_ACT[act])
-        else:
-            h = _act_(torch.addmm(b, h, w.t()), act)
+        h = _linear(h, w, b, act)
     return h.to(x.dtype).reshape(*x.shape[:-1], dims[-1])

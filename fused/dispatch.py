@@ -266,6 +266,15 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     return "reference", f"{device.type}: no kernels, pure-torch reference"
 
 
+def cpu_weight_facts(device: torch.device, *weights: torch.Tensor) -> dict:
+    """plan()'s keyword facts about the weight buffers a CPU call reads (all of them must qualify); none elsewhere."""
+    if device.type != "cpu":
+        return {}
+    return dict(weight_aligned=all(cpu.aligned(w) for w in weights),
+                weight_cacheable=all(cpu.cacheable(w) for w in weights),
+                weight_packed=all(cpu.packed_only(w) for w in weights))
+
+
 def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:
     """A whole dense 8-bit block: "triton:decode_block" (one launch) or "per_layer" (each layer's own path)."""
     per_layer = "per_layer", "each layer takes its own path (see its row)"
@@ -458,9 +467,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _ws_mid_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K, n=qweight.shape[0],
-                         weight_aligned=x.device.type != "cpu" or cpu.aligned(qweight),
-                         weight_cacheable=x.device.type != "cpu" or cpu.cacheable(qweight),
-                         weight_packed=x.device.type == "cpu" and cpu.packed_only(qweight))
+                         **cpu_weight_facts(x.device, qweight))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run(path, op, x, qweight, wscale, bias, act, dynamic)
@@ -1375,9 +1382,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
             path = {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)
     else:
         path, why = plan(op, _fmt(wg), dynamic, x.device, M, dtype=x.dtype, k=K, n=wg.shape[0],  # each read alone
-                         weight_aligned=x.device.type != "cpu" or (cpu.aligned(wg) and cpu.aligned(wu)),
-                         weight_cacheable=x.device.type != "cpu" or (cpu.cacheable(wg) and cpu.cacheable(wu)),
-                         weight_packed=x.device.type == "cpu" and cpu.packed_only(wg) and cpu.packed_only(wu))
+                         **cpu_weight_facts(x.device, wg, wu))
     stats[(op, path)] += 1
     if path.startswith("cpu:"):
         return cpu.run_pair(path, x, wg, sg, bg, wu, su, bu, act, dynamic)

@@ -34,9 +34,7 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         k = mod.qweight.shape[1] if dense else 2 * mod.values.shape[1] if hasattr(mod, "values") else None
         n = mod.qweight.shape[0] if dense else None
         path, why = dispatch.plan(mod.op_name, mod.fmt, mod.dynamic, dev, k=k, n=n,
-                                  weight_aligned=not dense or dev.type != "cpu" or cpu.aligned(mod.qweight),
-                                  weight_cacheable=not dense or dev.type != "cpu" or cpu.cacheable(mod.qweight),
-                                  weight_packed=dense and cpu.packed_only(mod.qweight))
+                                  **(dispatch.cpu_weight_facts(dev, mod.qweight) if dense else {}))
         parent = name.rsplit(".", 1)[0] if "." in name else ""
         block_path = block_why = None
         if parent in blocks and blocks[parent].block_fusable():

@@ -324,7 +324,7 @@ def pack_for_cpu(model: nn.Module, pack: bool = True) -> int:
     ``pack=False`` restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as
     they are.
     For decode and small batches: at long prefills W8A16's two planes are slower than the default's bf16 GEMM on the
-    dequantized tile (MiniLM, 608 tokens per call: 94 -> 155 ms; README "CPU (edge)")."""
+    dequantized tile (MiniLM, 608 tokens per call, 1 thread: 94.8 -> 113.2 ms; README "CPU (edge)")."""
     n = 0
     for m in model.modules():
         w = m._buffers.get("qweight") if isinstance(m, _Fused8bit) else None
