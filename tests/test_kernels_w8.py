@@ -910,7 +910,7 @@ def test_gemm_stacked_planes_interpreted(fmt, gated, split, monkeypatch):
         x, q, s, b = _case(M, N, K, fmt, gated, True, torch.bfloat16, "cpu", view)
         planes, xs = act_split(x, fp8=fp8)
         base = dict(BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=split)
-        for out_m in (8, 16):
+        for out_m in (8, 16, 128):  # 128: the 256-row stacked tile (all 128 tokens of M=128; thirty-ninth)
             want = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype,
                            config=dict(base, BLOCK_M=out_m), x_split=True)
             got = w8_gemm(planes, q, s, b, "silu", gated, x_scale=xs, out_dtype=x.dtype,
