@@ -3,7 +3,7 @@ M=1024 at the 700 W cap (fp8 W8A8 237.5 mJ at M=1024 and 1719.4 at 8192 against 
 GEMMs alone; int8 W8A16 426.5 against 376.6 for cuBLAS's bf16 GEMMs): which parts spend the difference? Each part is
 captured as its own CUDA graph on the block's real operands and timed sustained as energy.py does (mJ and µs per
 replay, W, SM clock).
-usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg,int8a8cfg,qxdowncfg,qxdown8cfg]; on the CPU: a smoke run of the part
+usage: python .ci/energy_parts.py [M,..] [fp8a8,int8a16,fp8a8cfg,int8a8cfg]; on the CPU: a smoke run of the part
 list (no NVML)."""
 import copy
 import json
@@ -141,47 +141,6 @@ def configs_int8a8(blk, M, d, dev):
     return x, out
 
 
-def qxdown_fp8a8(blk, M, d, dev):
-    """The down GEMM quantizing bf16 h on load with a per-token absmax handed over as int32 bit patterns (w8_gemm
-    x_amax; the gated epilogue would take that absmax by atomic max), once per tuner candidate, beside act_quant(h) +
-    the down GEMMs the block runs now (h quantized first): does dropping act_quant(h)'s pass over h pay for the
-    conversion in the K loop and the 2-byte x tiles? Every candidate's y is checked bit-equal to act_quant + tuner
-    pick (prints a mismatch count)."""
-    from fused.kernels import w8_gemm as wg
-    from fused.kernels.act_quant import act_quant
-
-    w2, s2 = blk.down.qweight, blk.down.scale
-    fp8 = w2.dtype == torch.float8_e4m3fn
-    N, K = w2.shape
-    h = torch.randn(M, K, device=dev, dtype=torch.bfloat16)
-    bits = h.float().abs().view(torch.int32).amax(1)
-    hq, hs = act_quant(h, fp8=fp8)
-    ref = wg.w8_gemm(hq, w2, s2, None, "none", False, x_scale=hs, out_dtype=torch.bfloat16)
-    out = {"act_quant(h)": lambda: act_quant(h, fp8=fp8),
-           "triton down w8_gemm (tuner pick)": lambda: wg.w8_gemm(hq, w2, s2, None, "none", False, x_scale=hs,
-                                                                   out_dtype=torch.bfloat16),
-           "act_quant(h) + triton down": lambda: aq_down()}
-
-    def aq_down():
-        q, s = act_quant(h, fp8=fp8)
-        return wg.w8_gemm(q, w2, s2, None, "none", False, x_scale=s, out_dtype=torch.bfloat16)
-
-    if dev == "cuda":
-        from fused.kernels.w8a8_ws import w8a8_ws
-
-        out["act_quant(h) + gluon coop down"] = lambda: w8a8_ws(*act_quant(h, fp8=fp8), w2, s2, None, "none", False,
-                                                                out_dtype=torch.bfloat16, config=dict(COOP=True))
-    cands = wg._candidates(M, N, K, False, True, quantize_x=True) if dev == "cuda" else [
-        dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=32, GROUP_M=4, num_stages=1, num_warps=4, SPLIT_K=1)]
-    for c in cands:
-        name = "qx amax {BLOCK_M}x{BLOCK_N}x{BLOCK_K} s{num_stages} w{num_warps}".format(**c)
-        y = wg.w8_gemm(h, w2, s2, None, "none", False, quantize_x=True, x_amax=bits, config=c)
-        print(f"  {name} M={M}: {(y.view(torch.int16) != ref.view(torch.int16)).sum().item()} outputs differ "
-              "from act_quant + tuner pick", flush=True)
-        out[name] = lambda c=c: wg.w8_gemm(h, w2, s2, None, "none", False, quantize_x=True, x_amax=bits, config=c)
-    return h, out
-
-
 def main():
     Ms = [int(v) for v in (sys.argv[1] if len(sys.argv) > 1 else "1024,8192").split(",")]
     kinds = (sys.argv[2] if len(sys.argv) > 2 else "fp8a8,int8a16").split(",")
@@ -198,8 +157,7 @@ def main():
     for kind in kinds:
         name, maker = {"fp8a8": ("ours fp8 W8A8", parts_fp8a8), "int8a16": ("ours int8 W8A16", parts_int8a16),
                        "fp8a8cfg": ("ours fp8 W8A8", configs_fp8a8),
-                       "int8a8cfg": ("ours int8 W8A8", configs_int8a8),
-                       "qxdowncfg": ("ours fp8 W8A8", qxdown_fp8a8), "qxdown8cfg": ("ours int8 W8A8", qxdown_fp8a8)}[kind]
+                       "int8a8cfg": ("ours int8 W8A8", configs_int8a8)}[kind]
         model = fused.quantize(copy.deepcopy(base), OURS[name](), blocks=True)
         blk = next(m for m in model.modules() if hasattr(m, "gate_up"))
         with torch.no_grad():

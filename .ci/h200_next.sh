@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tw|twblock|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session: see NOTES "Open leads now (next session, after the thirty-ninth)". Done in the thirty-ninth (a machine
-# came for its last hour): grouped4, split256, down256, ncusplit, ncuws, stages2 (all measured; NOTES "thirty-ninth").
+# usage: bash .ci/h200_next.sh tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session: see NOTES "Open leads now (next session, after the fortieth)". Done in the fortieth (all lost; the code
+# measured is at 7a6823c, removed after): qxdown, occ128, tw; the cuda tests of w8_gemm's picks (testsx with
+# TESTSX_FILES, NOTES "fortieth"). Done in the thirty-ninth (a machine came for its last hour): grouped4, split256, down256, ncusplit, ncuws, stages2 (all measured; NOTES "thirty-ninth").
 # Done in the thirty-seventh: grouped3 (stages2 lost with the machine). Earlier: (NOTES "thirty-sixth") `grouped3`.
 # Done in the thirty-sixth: coop, perlayer, grouped, grouped2 (grouped3 lost with the machine).
 # Earlier: (NOTES "thirty-fifth") `coop` first, `perlayer`, then `stages2`.
@@ -382,7 +383,8 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
-  tw)  # fortieth session (NOTES lead 2): the Gluon W8A16 GEMM with a transform partition (2 warps widen each W tile
+  tw)  # run at 7a6823c (TRANSFORM removed after it lost).
+      # Fortieth session (NOTES lead 2): the Gluon W8A16 GEMM with a transform partition (2 warps widen each W tile
       # into a bf16 ring in shared memory; the consumers' wgmma take both operands from there with a group in flight,
       # where the register-operand form waits for each step: ncuws, 47% of stalls at barriers). Its cuda tests, then
       # Llama layers at M=1024 (do_bench, L2 flushed) against the shipped form and cuBLAS bf16. Prediction: down 177 ->
@@ -393,9 +395,8 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     WS_CFGS='[{}, {"TRANSFORM": true}, {"TRANSFORM": true, "WSTAGES": 3, "STAGES": 3, "GATED_STAGES": 2}]' \
       timeout 150 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tail -8
     WS_FP8=1 WS_CFGS='[{}, {"TRANSFORM": true}]' timeout 100 python3 .ci/ws_probe.py 1024 2>&1 | filt | tail -2 ;;
-  twblock)  # after `tw`: the int8 / fp8 W8A16 Llama blocks at M=1024 and 8192 with the transform form off / on
-    ab FUSED_W8A16_WS_TRANSFORM "0 1" 6 280 --m 1024,8192 --configs "ours int8 W8A16,ours fp8 W8A16" ;;
-  qxdown)  # fortieth session (NOTES lead 0): the fp8 / int8 W8A8 down GEMM quantizing bf16 h on load with a per-token
+  qxdown)  # run at 7a6823c (x_amax removed after it lost).
+            # Fortieth session (NOTES lead 0): the fp8 / int8 W8A8 down GEMM quantizing bf16 h on load with a per-token
           # absmax handed over as int32 bit patterns (w8_gemm x_amax), every tuner candidate, against act_quant(h) +
           # the down GEMMs the block runs now; sustained µs and mJ (the blocks run at the 700 W cap from M=1024).
           # Prediction: if the conversion hides under the fp8 MMAs, the best candidate <= act_quant(h) + Triton down
@@ -405,7 +406,8 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       qxdowncfg 2>&1 | filt | tail -32
     ENERGY_COOL_S=0.5 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1.5 timeout 200 python3 .ci/energy_parts.py 1024 \
       qxdown8cfg 2>&1 | filt | tail -16 ;;
-  occ128)  # fortieth session (NOTES lead 1): 2+ CTAs per SM for the W8A16 split GEMMs at M=128 (a 256 x 32 gated tile
+  occ128)  # run at 7a6823c (the two tiles removed after they lost).
+            # Fortieth session (NOTES lead 1): 2+ CTAs per SM for the W8A16 split GEMMs at M=128 (a 256 x 32 gated tile
            # with 64 accumulator registers a thread, 2 stages; a 2-stage 128 x 64 stacked down tile, 48 KB), w8_gemm
            # retuned with them among the candidates. Prediction: the ncusplit stalls (barriers at 12% occupancy) hide
            # behind a second CTA: gated 68.6 -> ~60 µs, down 40.3 -> ~36, block 111.8 -> ~100; the 256 x 32 tile reads

@@ -35,8 +35,7 @@ def label(c, M=None):
     bits, pad = " bits" if c["FP8_BITS"] else "", f" pad{c['U_PAD']}" if c["U_PAD"] else ""
     halves = " halves" if c["A_HALVES"] else ""
     persist = f" persist{'' if c['PERSIST'] is True else c['PERSIST']}" if c["PERSIST"] else ""
-    tw = f" tw{c['WSTAGES']}" if c["TRANSFORM"] else ""
-    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}{persist}{tw}"
+    return f"ws {c['BLOCK_T']}x{c['BLOCK_K']} s{c['STAGES']}/{c['GATED_STAGES']}{bits}{pad}{halves}{persist}"
 
 
 def ref(x, q, s):

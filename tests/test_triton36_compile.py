@@ -115,35 +115,6 @@ for gated, act, bias, stages, pad, halves, persist in ((False, 'none', False, 4,
     stack = re.search(r'STACK:(\d+)', usage)
     if not stack or (not gated and int(stack.group(1))):
         out.append(f'{label}: spills ({stack and stack.group(0)})')
-# TRANSFORM (a 2-warp partition widens W into a bf16 ring in shared memory): both operands from shared memory, a
-# group left in flight per consumer (a wait for <= 1 outstanding), 8 wgmma in 2 groups, no spill in the plain form
-for gated, act, stages in ((False, 'none', 4), (False, 'gelu_tanh', 3), (True, 'silu', 3)):
-    cfg = gws.default_config()
-    bt, bk, wr = cfg['BLOCK_T'], cfg['BLOCK_K'], 64 if gated else 128
-    xl = gl.NVMMASharedLayout.get_default_for([bt, bk], gl.bfloat16)
-    wl = gl.NVMMASharedLayout.get_default_for([wr, bk], gl.int8)
-    sig = {'x_desc': f'tensordesc<bf16[{bt}, {bk}],{xl!r}>', 'w_desc': f'tensordesc<i8[{wr}, {bk}],{wl!r}>',
-           'wu_desc': f'tensordesc<i8[{wr}, {bk}],{wl!r}>', 'ws_ptr': '*fp32', 'su_ptr': '*fp32', 'b_ptr': '*bf16',
-           'bu_ptr': '*bf16', 'y_ptr': '*bf16', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32',
-           'up_off': 'i32'}
-    consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=stages, CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated, ACT=act,
-                  HAS_BIAS=False, FP8_BITS=False, U_PAD=0, A_HALVES=True, PERSIST=False, TRANSFORM=True,
-                  WSTAGES=cfg['WSTAGES'], TW_REGS=cfg['TW_REGS'], num_warps=4)
-    sig.update({k: 'constexpr' for k in consts})
-    k = triton.compile(GluonASTSource(gws._w8a16_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
-                       options=dict(num_warps=4))
-    label = f'w8a16_ws TRANSFORM gated={gated} {act} s{stages}'
-    sass, usage = sass_and_usage(k)
-    lines = sass.splitlines()
-    hg = [line for line in lines if 'HGMMA' in line]
-    a_smem = all(line.split(',')[1].strip().startswith('gdesc') for line in hg)  # A from a descriptor
-    if len(hg) != 8 or sum('gsb0' in line for line in hg) != 2 or not a_smem:
-        out.append(f'{label}: {len(hg)} HGMMA, not 2 groups of 4 from shared memory')
-    if not any('DEPBAR.LE gsb0, 0x1' in line for line in lines):
-        out.append(f'{label}: no wgmma group left in flight')
-    stack = re.search(r'STACK:(\d+)', usage)
-    if not stack or (not gated and int(stack.group(1))):
-        out.append(f'{label}: spills ({stack and stack.group(0)})')
 from fused.kernels import w8a8_ws as w8s
 # the Gluon fp8 W8A8 GEMM: per consumer one group of 4 wgmma (both operands in shared memory) per accumulator and K
 # step, 16 in all; no spill; COOP (256-row tiles shared by the consumers) alike. The grouped hand-off: QUANT_OUT

@@ -34,8 +34,6 @@ def test_bad_operands_get_clear_errors():
         w8a16_ws(x, q, s, act="tanh")
     with pytest.raises(ValueError, match="contiguous"):
         w8a16_ws(x, q, s, out=torch.empty(4, 9, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="PERSIST off"):
-        w8a16_ws(x, q, s, config=dict(TRANSFORM=True, PERSIST=True))
     assert supports(x, q) == "Hopper (sm_90) only"  # a CPU tensor
     from fused.kernels.w8a16_ws import w8a16_ws_pair
 
@@ -69,10 +67,7 @@ def test_ws_matches_reference_cuda(M, N, K, act, bias, fp8):
     # tiles with the small-M config's 6 stages would not fit shared memory, hence STAGES=4 beside BLOCK_T=256
     for cfg in (None, dict(BLOCK_T=256, STAGES=4), dict(BLOCK_T=256, STAGES=3), dict(FP8_BITS=True),
                 dict(A_HALVES=False), dict(BLOCK_T=256, STAGES=4, A_HALVES=False), dict(PERSIST=5),
-                dict(BLOCK_T=256, STAGES=4, PERSIST=True),
-                # TRANSFORM: a 2-warp partition widens W into a bf16 ring, both wgmma operands from shared memory
-                dict(TRANSFORM=True), dict(BLOCK_T=256, STAGES=4, TRANSFORM=True),
-                dict(BLOCK_T=256, STAGES=3, WSTAGES=3, TRANSFORM=True)):
+                dict(BLOCK_T=256, STAGES=4, PERSIST=True)):
         out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, config=cfg, out=out)
         assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any()
@@ -91,9 +86,7 @@ def test_ws_gated_matches_reference_cuda(M, H, K, act, bias, fp8):
     ref = gated_ref(x.float(), q, s, b, act)
     for cfg in (None, dict(BLOCK_T=256, GATED_STAGES=3), dict(BLOCK_T=256, GATED_STAGES=4), dict(FP8_BITS=True),
                 dict(U_PAD=4), dict(BLOCK_T=256, GATED_STAGES=3, U_PAD=4, A_HALVES=False),  # U_PAD: rows padded
-                dict(PERSIST=3), dict(BLOCK_T=256, GATED_STAGES=3, PERSIST=True),  # PERSIST=3: u_buf reused
-                dict(TRANSFORM=True), dict(BLOCK_T=256, GATED_STAGES=3, TRANSFORM=True),
-                dict(BLOCK_T=256, GATED_STAGES=2, WSTAGES=3, TRANSFORM=True)):
+                dict(PERSIST=3), dict(BLOCK_T=256, GATED_STAGES=3, PERSIST=True)):  # PERSIST=3: u_buf reused
         out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
         y = w8a16_ws(x, q, s, b, act, gated=True, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
@@ -124,7 +117,7 @@ def test_ws_pair_matches_reference_cuda(M, H, K, act, bias, fp8):
     _, qu, su, bu = _operands(M, H, K, M + H + 1, bias, fp8)
     ref = gated_pair_ref(x.float(), qg, sg, bg, qu, su, bu, act)
     out = torch.full((M, H), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-    for cfg in (None, dict(PERSIST=2), dict(TRANSFORM=True)):
+    for cfg in (None, dict(PERSIST=2)):
         out.fill_(float("nan"))
         y = w8a16_ws_pair(x, qg, sg, bg, qu, su, bu, act, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg

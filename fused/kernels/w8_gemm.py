@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, up_operands
-from fused.kernels.act_quant import _quantize, reciprocal, token_scale
+from fused.kernels.act_quant import _quantize, reciprocal
 from fused.kernels.act_split import FP8_LO, split_planes
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, launch_kernel
@@ -113,7 +113,6 @@ def w8_tile(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
     HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
-    QX_AMAX: tl.constexpr = False,
 ):
     """One (output tile, K split) item of the kernel below: ``pid`` the tile (grouped order), ``pid_k`` the split.
     A jit function so that kernels which make the GEMM's input in the same launch (fused.kernels.split_gemm) run
@@ -142,14 +141,7 @@ def w8_tile(
     w_ptrs = w_ptr + offs_n[:, None] * stride_wn + (k_lo + rk)[None, :] * stride_wk
     u_ptrs = wu_ptr + (u_row0 + offs_n)[:, None] * stride_un + (k_lo + rk)[None, :] * stride_uk
 
-    if QX and QX_AMAX:
-        # x's per-token absmax comes in xs_ptr as the int32 bit patterns of |x| (the layer before took their
-        # atomic max in its epilogue: NaN sorts above Inf above every finite value), so no program re-reads its
-        # rows; the scale is act_quant's (token_scale), and the tiles are quantized on load as below
-        bits = tl.load(xs_ptr + offs_m, mask=m_ok, other=0)
-        qscale = token_scale(bits.to(tl.float32, bitcast=True), bits > 0x7F800000, QMAX, MIN_S)
-        qinv = reciprocal(qscale)
-    elif QX:
+    if QX:
         # W8A8 at small M in one launch: x arrives in its float dtype; each program finds its rows' per-token
         # scale over the whole K (a few KB from L2 at decode sizes) and quantizes its x tiles in registers,
         # exactly as act_quant would (same formula, same rounding): bit-identical to act_quant + this kernel.
@@ -249,13 +241,11 @@ def _w8_gemm_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     X_LO: tl.constexpr, QX: tl.constexpr = False, QMAX: tl.constexpr = 127.0, MIN_S: tl.constexpr = 1e-12,
     HAND_ROUND: tl.constexpr = False, STACK: tl.constexpr = False, OUT_M: tl.constexpr = 16,
-    QX_AMAX: tl.constexpr = False,
 ):
     w8_tile(tl.program_id(0), tl.program_id(1), x_ptr, xs_ptr, w_ptr, ws_ptr, b_ptr, wu_ptr, su_ptr, bu_ptr, y_ptr,
             part_ptr, count_ptr, M, N, K, K_PER_SPLIT, u_row0, stride_xm, stride_xk, stride_wn, stride_wk, stride_un,
             stride_uk, stride_ym, stride_yn, stride_xlo, GATED, A8, FP8, HAS_BIAS, ACT, DOT, FP8_AS_U8, SPLIT_K,
-            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, X_LO, QX, QMAX, MIN_S, HAND_ROUND, STACK, OUT_M,
-            QX_AMAX)
+            EVEN_K, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, X_LO, QX, QMAX, MIN_S, HAND_ROUND, STACK, OUT_M)
 
 
 # STACK candidates (both split planes in one tile) offered to the tuner at M <= 128: one >= 64-row wgmma per weight
@@ -322,9 +312,10 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
             # 128-row pick reads ~352 MB from L2 per call, the 256-row tiles lost (int8 48.6 vs 40.3 µs): it waits at
             # CTA barriers at 12% occupancy (ncu), L2 bytes are not its limit
             [(256, 64, 128, 4, 8), (256, 128, 128, 3, 8)] if M > 64 else [])
-        # (fortieth session, H200, `bash .ci/h200_next.sh occ128`: a 2-stage 256 x 32 gated tile and a 2-stage 128 x 64
-        # one, for 2+ CTAs per SM, lost at M=128: int8 gated 110.2 vs 68.3 µs, down 70.2 vs 47.1; the stages, not the
-        # occupancy, hide these loops' waits; with them the stacked cuda test hit a misaligned address at M=100)
+        # (fortieth session, H200, `bash .ci/h200_next.sh occ128` at 7a6823c: a 2-stage 256 x 32 gated tile and a
+        # 2-stage 128 x 64 one, for 2+ CTAs per SM, lost at M=128: int8 gated 110.2 vs 68.3 µs, down 70.2 vs 47.1; the
+        # stages, not the occupancy, hide these loops' waits; with them the stacked cuda test hit a misaligned address
+        # at M=100)
     for i, (bm, bn, k, stages, warps) in enumerate(c + stacked):
         stack = i >= len(c)
         if split:
@@ -352,20 +343,14 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             act: str = "none", gated: bool = False, x_scale: torch.Tensor | None = None,
             out_dtype: torch.dtype | None = None, config: dict | None = None,
             out: torch.Tensor | None = None, up: tuple | None = None, x_split: bool = False,
-            quantize_x: bool = False, x_amax: torch.Tensor | None = None) -> torch.Tensor:
+            quantize_x: bool = False) -> torch.Tensor:
     """Launch on 2-D x [M, K]. W8A8 when ``x_scale`` [M] is given (x then int8 / e4m3 from act_quant).
     Gated with ``up`` = (qweight, scale, bias) of the up projection: qweight is the gate, output [M, R].
     ``x_split``: x is act_split's [2, M, K] planes: int8 for int8 W (x·Wᵀ = 256·(hi·Wᵀ) + lo·Wᵀ), e4m3 for
     fp8 W (x·Wᵀ = hi·Wᵀ + (lo·Wᵀ)/16).
     ``quantize_x``: W8A8 with x in its float dtype, quantized per token inside the kernel (one launch; for
     small M, where every program re-reads its rows to find the scale); with ``x_split`` too, x (float) is
-    split into the two int8 planes inside the kernel, as act_split would. ``x_amax`` (with ``quantize_x``, for any
-    M): x's per-token absmax as int32 bit patterns of |x| [M] (atomic_absmax_rows in the layer before), so the
-    kernel quantizes x's tiles on load without reading its rows for the scale; bit-identical to act_quant + GEMM."""
-    if x_amax is not None and (not quantize_x or x_split or x_amax.dtype != torch.int32 or x_amax.dim() != 1
-                               or x_amax.shape[0] != x.shape[0]):
-        raise ValueError("x_amax needs quantize_x (no x_split) and int32 absmax bit patterns [M] for x's "
-                         f"{x.shape[0]} rows; got {x_amax.dtype} {tuple(x_amax.shape)}")
+    split into the two int8 planes inside the kernel, as act_split would."""
     planes = x if (x_split and not quantize_x) else None
     if x_split:
         if quantize_x and qweight.dtype != torch.int8:
@@ -418,7 +403,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
         tiles = cdiv(M, out_m) * cdiv(N, bn)
         k_per, split, part, count = plan_split(x.device, K, cfg.get("SPLIT_K", 1), bk, tiles, out_m * bn, gated, y)
         launch_kernel(_w8_gemm_kernel, (tiles, split),
-            xk, x_amax if x_amax is not None else x_scale if x_scale is not None else wscale, w, wscale, bias if bias is not None else wscale,
+            xk, x_scale if x_scale is not None else wscale, w, wscale, bias if bias is not None else wscale,
             wu, su, bu if bu is not None else su, y, part, count,
             M, N, K, k_per, u_row0,
             xk.stride(0), xk.stride(1), w.stride(0), w.stride(1), wu.stride(0), wu.stride(1), y.stride(0), y.stride(1),
@@ -428,7 +413,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], GROUP_M=cfg["GROUP_M"],
             X_LO=x_split, QX=quantize_x, QMAX=float(SPLIT_QMAX) if x_split else (448.0 if fp8 else 127.0),
             MIN_S=MIN_SCALE, HAND_ROUND=INTERPRET, STACK=stack, OUT_M=out_m,
-            QX_AMAX=x_amax is not None, num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"], num_warps=cfg["num_warps"],
         )
 
     if config is None:
@@ -444,7 +429,7 @@ def w8_gemm(x: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor, bias: 
                         out += w8a8_tma.candidates(M, N, K, gated)
                 return out
         key = (m_bucket(M), N, K, gated, a8, qweight.dtype) + (("split",) if x_split else ()) + (
-            ("qx",) if quantize_x and x_amax is None else ("qx amax",) if quantize_x else ())
+            ("qx",) if quantize_x else ())
         config = pick("w8_gemm", key, cands, launch)
     launch(config)
     return y

@@ -31,15 +31,12 @@ compiled for sm_90 on the CPU with the H200's triton (tests/test_triton36_compil
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 from triton.experimental import gluon
 from triton.runtime.jit import constexpr_function
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                             warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fused.kernels import sm_count
@@ -192,21 +189,8 @@ def _consumer_tile(x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, 
             acc, a = warpgroup_mma_wait(num_outstanding=0, deps=(acc, a))
         mbarrier.arrive(empty.index(s), count=1)
 
-    _epilogue(acc, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o,
-              up_off, u_phase, HALF, PERSIST, GATED, ACT, HAS_BIAS)
-    return it + k_tiles
-
-
-@gluon.jit
-def _epilogue(acc, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o, up_off,
-              u_phase, HALF: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr,
-              HAS_BIAS: gl.constexpr):
-    """A consumer's epilogue on yᵀ's tile [rows, tokens]: scale, bias (gated: up values handed to the gate consumer),
-    act, stored transposed (tokens along memory's slow axis)."""
-    ROWS: gl.constexpr = acc.shape[0]
-    BLOCK_T: gl.constexpr = acc.shape[1]
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, _instr_n(BLOCK_T), 16])
+    # epilogue on yᵀ's tile [rows, tokens]: scale, bias (gated: up values handed to the gate consumer), act, stored
+    # transposed (tokens along memory's slow axis)
     rows_l: gl.constexpr = gl.SliceLayout(1, acc_layout)
     if GATED:
         o = off_o + gl.arange(0, ROWS, layout=rows_l)
@@ -240,60 +224,7 @@ def _epilogue(acc, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M
         o = gl.convert_layout(o, gl.SliceLayout(1, out_layout))
         t = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, out_layout))
         gl.store(y_ptr + t[None, :] * stride_ym + o[:, None], y, mask=(o < N_OUT)[:, None] & (t < M)[None, :])
-
-
-@gluon.jit
-def _transform_partition(w8_bufs, wb_bufs, ready, empty, wready, wempty, k_tiles, FP8_BITS: gl.constexpr):
-    """TRANSFORM: widens each stage's 8-bit W tile into a bf16 copy in shared memory (the wb ring), so that the
-    consumers' wgmma read both operands from shared memory and keep a group in flight, where the register-operand
-    form waits for each step's group before widening the next (ncu: 47% of stalls at barriers, 18% wgmma waits)."""
-    STAGES: gl.constexpr = w8_bufs.type.shape[0]
-    WSTAGES: gl.constexpr = wb_bufs.type.shape[0]
-    BLOCK_K: gl.constexpr = w8_bufs.type.shape[2]
-    # 16 bytes of a row per thread: one 16-byte shared load, two 16-byte stores of the widened values
-    layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 * 16 // BLOCK_K, BLOCK_K // 16], [gl.num_warps(), 1], [1, 0])
-    for k in range(k_tiles):
-        s = k % STAGES
-        t = k % WSTAGES
-        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-        w = w8_bufs.index(s).load(layout)
-        mbarrier.wait(wempty.index(t), ((k // WSTAGES) & 1) ^ 1)  # barriers start at phase 1 complete: free
-        wb_bufs.index(t).store(_widen(w, FP8_BITS))
-        fence_async_shared()  # the generic-proxy stores before wgmma's async-proxy reads
-        gl.thread_barrier()  # every thread's stores before the one arrival
-        mbarrier.arrive(wready.index(t), count=1)
-        mbarrier.arrive(empty.index(s), count=1)
-
-
-@gluon.jit
-def _consumer_tw(x_bufs, wb_bufs, ready, empty, wready, wempty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr,
-                 y_ptr, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, HALF: gl.constexpr, GATED: gl.constexpr,
-                 ACT: gl.constexpr, HAS_BIAS: gl.constexpr):
-    """A consumer of the TRANSFORM form: its ROWS of the widened tile against x's, both from shared memory, one wgmma
-    group left in flight; a step's stages are released once the group after it is issued and it is done."""
-    STAGES: gl.constexpr = x_bufs.type.shape[0]
-    WSTAGES: gl.constexpr = wb_bufs.type.shape[0]
-    BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
-    ROWS: gl.constexpr = wb_bufs.type.shape[1] // 2
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[gl.num_warps(), 1],
-                                                         instr_shape=[16, _instr_n(BLOCK_T), 16])
-    acc = gl.zeros((ROWS, BLOCK_T), dtype=gl.float32, layout=acc_layout)
-    for k in range(k_tiles):
-        s = k % STAGES
-        t = k % WSTAGES
-        mbarrier.wait(ready.index(s), (k // STAGES) & 1)
-        mbarrier.wait(wready.index(t), (k // WSTAGES) & 1)
-        acc = warpgroup_mma(wb_bufs.index(t).slice(HALF * ROWS, ROWS, dim=0), x_bufs.index(s).permute((1, 0)), acc,
-                            is_async=True)
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-        if k > 0:  # step k - 1's group is done
-            mbarrier.arrive(empty.index((k - 1) % STAGES), count=1)
-            mbarrier.arrive(wempty.index((k - 1) % WSTAGES), count=1)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    mbarrier.arrive(empty.index((k_tiles - 1) % STAGES), count=1)
-    mbarrier.arrive(wempty.index((k_tiles - 1) % WSTAGES), count=1)
-    _epilogue(acc, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o,
-              up_off, 0, HALF, False, GATED, ACT, HAS_BIAS)
+    return it + k_tiles
 
 
 @gluon.jit
@@ -323,8 +254,7 @@ def _grouped(pid, tiles_a, tiles_b, GROUP: gl.constexpr):
 def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, M, N_OUT, K, stride_ym, up_off,
                      GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr, GATED: gl.constexpr,
                      ACT: gl.constexpr, HAS_BIAS: gl.constexpr, FP8_BITS: gl.constexpr, U_PAD: gl.constexpr,
-                     A_HALVES: gl.constexpr, PERSIST: gl.constexpr, TRANSFORM: gl.constexpr = False,
-                     WSTAGES: gl.constexpr = 2, TW_REGS: gl.constexpr = 80, num_warps: gl.constexpr = 4):
+                     A_HALVES: gl.constexpr, PERSIST: gl.constexpr, num_warps: gl.constexpr):
     BLOCK_T: gl.constexpr = x_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
@@ -333,9 +263,8 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)
     k_tiles = gl.cdiv(K, BLOCK_K)
 
-    # each consumer releases a stage once its wgmma on it is done (TRANSFORM: and the transform partition once it has
-    # widened the stage's W tile)
-    x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 3 if TRANSFORM else 2)
+    # each consumer releases a stage once its wgmma on it is done
+    x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, TILE_ROWS, 2)
     U_ROWS: gl.constexpr = TILE_ROWS // 2 if GATED else 1  # the gated hand-over buffer (fp32 up values)
     if U_PAD:
         # rows padded by U_PAD fp32: a warp's accumulator store covers 8 rows x 4 column pairs, all in the same 8
@@ -351,28 +280,6 @@ def _w8a16_ws_kernel(x_desc, w_desc, wu_desc, ws_ptr, su_ptr, b_ptr, bu_ptr, y_p
         u_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
         mbarrier.init(u_free, count=1)
 
-    if TRANSFORM:  # the widened W ring: a ready barrier per stage (the transform's arrival), an empty one (both consumers')
-        wb_bufs = gl.allocate_shared_memory(gl.bfloat16, [WSTAGES, TILE_ROWS, BLOCK_K],
-                                            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2))
-        wready = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
-        wempty = gl.allocate_shared_memory(gl.int64, [WSTAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(WSTAGES):
-            mbarrier.init(wready.index(i), count=1)
-            mbarrier.init(wempty.index(i), count=2)
-        # 11 warps: ptxas then gives every thread up to 65536 / 384 registers (a consumer's K loop needs ~154 with its
-        # 64 x 256 fp32 accumulator; 13 warps, a 4-warp transform, would leave 128)
-        gl.warp_specialize([
-            (_consumer_tw, (x_bufs, wb_bufs, ready, empty, wready, wempty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr,
-                            bu_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 0, GATED, ACT,
-                            HAS_BIAS)),
-            (_consumer_tw, (x_bufs, wb_bufs, ready, empty, wready, wempty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr,
-                            bu_ptr, y_ptr, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 1, GATED, ACT,
-                            HAS_BIAS)),
-            (_transform_partition, (w8_bufs, wb_bufs, ready, empty, wready, wempty, k_tiles, FP8_BITS)),
-            (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
-                               k_tiles, GROUP_N, False, GATED)),
-        ], [4, 2, 1], [168, TW_REGS, 24])  # 168: what ptxas gives every thread of 11 warps
-        return
     gl.warp_specialize([
         (_consumer, (x_bufs, w8_bufs, ready, empty, u_buf, u_bar, u_free, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, x_desc,
                      w_desc, M, N_OUT, stride_ym, off_t, off_o, up_off, k_tiles, 0, GROUP_N, PERSIST, GATED, ACT,
@@ -402,17 +309,11 @@ def default_config(M: int | None = None) -> dict:
     # (336-byte stack frame against 144 on sm_90) and the consumers' epilogue still runs between their K loops. Off.
     # 128-token tiles (M < 1024) lost their route timings at M=512 to split activations (gated 228 vs 169 µs, down 123
     # vs 113) and at 768 (414 vs 361, 246 vs 193): the mid route stays off (dispatch.W8A16_WS_MIN_M).
-    # TRANSFORM (fortieth session): a 2-warp partition widens each W tile into a bf16 ring (WSTAGES x 16 KB) in shared
-    # memory and the consumers run wgmma on both operands from there, a group in flight (_transform_partition)
-    tw = dict(TRANSFORM=TRANSFORM, WSTAGES=2, TW_REGS=80)
     if M is not None and M <= SMALL_T_MAX_M:  # 24 KB stages, a 32 KB hand-over buffer
         return dict(BLOCK_T=128, BLOCK_K=64, STAGES=6, GATED_STAGES=5, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                    U_PAD=0, A_HALVES=True, PERSIST=False, **tw)
+                    U_PAD=0, A_HALVES=True, PERSIST=False)
     return dict(BLOCK_T=256, BLOCK_K=64, STAGES=4, GATED_STAGES=3, GROUP_N=8, CONSUMER_REGS=232, FP8_BITS=False,
-                U_PAD=0, A_HALVES=True, PERSIST=False, **tw)
-
-
-TRANSFORM = os.environ.get("FUSED_W8A16_WS_TRANSFORM", "0") == "1"
+                U_PAD=0, A_HALVES=True, PERSIST=False)
 
 
 SMALL_T_MAX_M = 1023
@@ -477,9 +378,6 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
     b = wscale if bias is None else bias
     tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
     persist = cfg["PERSIST"]  # True: one program per SM; an int: that many programs (tests: several tiles each)
-    transform = bool(cfg["TRANSFORM"])
-    if transform and persist:
-        raise ValueError("w8a16_ws: TRANSFORM runs one tile per program (PERSIST off)")
     grid = (min(tiles, sm_count(x.device) if persist is True else int(persist)) if persist else tiles, )
     _w8a16_ws_kernel[grid](_descriptor(x, [bt, bk]), w_desc, wu_desc, wscale, su, b, b if bu is None else bu, out, M,
                            N_OUT, K, out.stride(0), up_off, GROUP_N=cfg["GROUP_N"],
@@ -487,7 +385,6 @@ def _launch(x, w, wscale, bias, act, gated, config, out, up=None):
                            GATED=gated, ACT=act, HAS_BIAS=bias is not None,
                            FP8_BITS=w.dtype == torch.float8_e4m3fn and cfg["FP8_BITS"],
                            U_PAD=cfg["U_PAD"] if gated else 0, A_HALVES=cfg["A_HALVES"], PERSIST=bool(persist),
-                           TRANSFORM=transform, WSTAGES=cfg["WSTAGES"], TW_REGS=cfg["TW_REGS"],
                            num_warps=4)
     return out
 
