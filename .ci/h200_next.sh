@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh ncucoop|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: see NOTES "Open leads now (next session, after the fortieth)". Done in the fortieth (all lost; the code
 # measured is at 7a6823c, removed after): qxdown, occ128, tw; the cuda tests of w8_gemm's picks (testsx with
 # TESTSX_FILES, NOTES "fortieth"). Done in the thirty-ninth (a machine came for its last hour): grouped4, split256, down256, ncusplit, ncuws, stages2 (all measured; NOTES "thirty-ninth").
@@ -383,6 +383,21 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  ncucoop)  # fortieth session (NOTES lead 0 after the fortieth): why the fp8 gated GEMM at M=1024 spends 143 mJ on the
+           # Gluon COOP kernel against cuBLAS's 133 (the block is at the power cap there). ncu of one launch each
+           # (.ci/coop_ncu.py): DRAM and L2 bytes, L2 hit rate, SM and tensor throughput. Prediction: cuBLAS moves
+           # fewer L2 -> SM bytes (2-CTA clusters with TMA multicast of the shared operand) at a similar DRAM byte count
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 300 "$NCU" --clock-control none --kernel-name regex:"w8a8_ws|gemm|cutlass|xmma" --launch-skip 2 \
+      --launch-count 2 --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy --metrics \
+      dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,l1tex__m_xbar2l1tex_read_bytes.sum,smsp__inst_executed.sum \
+      -o "$OUT/coop" python3 .ci/coop_ncu.py > "$OUT/ncucoop_run.txt" 2>&1
+    tail -3 "$OUT/ncucoop_run.txt"
+    "$NCU" -i "$OUT/coop.ncu-rep" --page details > "$OUT/ncucoop.txt" 2>&1; rm -f "$OUT/coop.ncu-rep"
+    grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Hit|L2 Hit Rate|\
+Compute \(SM\) Throughput|Cluster Size|Grid Size|Block Size|Registers Per|Shared Memory Config|Achieved Occupancy|\
+Mem Busy|Max Bandwidth|dram__bytes|lts__t_bytes|xbar2l1tex|smsp__inst_executed" "$OUT/ncucoop.txt" | head -70 ;;
   tw)  # run at 7a6823c (TRANSFORM removed after it lost).
       # Fortieth session (NOTES lead 2): the Gluon W8A16 GEMM with a transform partition (2 warps widen each W tile
       # into a bf16 ring in shared memory; the consumers' wgmma take both operands from there with a group in flight,
