@@ -390,6 +390,7 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
             # candidate (the occ128 tiles hit a misaligned address there; stop on a failure), then the int8 / fp8
             # W8A16 Llama blocks at M=128 with w8_gemm retuned. Prediction: gated 68.3 -> ~63 µs, down ~47 -> ~43,
             # block 111.8 -> ~105 (int8)
+    export FUSED_W8_DEEP=1  # the DEEP candidates, opt-in until this run
     timeout 200 python3 -m pytest -x -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
       -k stacked_planes 2>&1 | filt | tail -3 | tee "$OUT/deep_test.txt"
     grep -q " passed" "$OUT/deep_test.txt" && ! grep -q "failed\|error" "$OUT/deep_test.txt" || exit 1
@@ -400,7 +401,7 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     python3 .ci/picks_to_tuned.py "$OUT/deep/bench.json" 2>&1 | filt
     rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
   deep128a8)  # after deep128: the same for the fp8 / int8 W8A8 blocks at M=128 (issue 4: fp8 76 against 70)
-    FUSED_RETUNE=w8_gemm timeout 420 python3 -m fused bench --blocks llama --m 128 --no-baselines \
+    FUSED_W8_DEEP=1 FUSED_RETUNE=w8_gemm timeout 420 python3 -m fused bench --blocks llama --m 128 --no-baselines \
       --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/deepa8" > "$OUT/deepa8.log" 2>&1
     grep "^|" "$OUT/deepa8.log" | grep -v "^|--" | head -8
     cands "$OUT/deepa8/bench.json" "w8_gemm" | head -40
