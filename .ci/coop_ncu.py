@@ -9,6 +9,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
+from ncu_target import warm_then_profile  # noqa: E402
 from fused.kernels.act_quant import act_quant  # noqa: E402
 from fused.kernels.w8a8_ws import w8a8_ws  # noqa: E402
 
@@ -19,10 +21,4 @@ s = torch.rand(2 * H, device="cuda") * 0.01
 xq, xs = act_quant(torch.randn(M, D, device="cuda", dtype=torch.bfloat16), fp8=True)
 runs = [lambda: w8a8_ws(xq, xs, w, s, None, "silu", True, config=dict(COOP=True)),
         lambda: torch._scaled_mm(xq, w.t(), xs[:, None], s[None, :], out_dtype=torch.bfloat16, use_fast_accum=True)]
-for f in runs:  # compile and warm up
-    f()
-torch.cuda.synchronize()
-for f in runs:  # the profiled launches
-    f()
-torch.cuda.synchronize()
-print("coop_ncu done")
+warm_then_profile(runs, "coop_ncu")

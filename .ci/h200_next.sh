@@ -53,6 +53,15 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if all(any(p in k for p in alt.split('|')) for alt in sys.argv[2:]):
         print('  ', k[:100], sorted(v))" "$@"
 }
+retune128() {  # retune128 NAME LIMIT CONFIGS PATTERN: the Llama blocks at M=128 with w8_gemm retuned (FUSED_RETUNE),
+               # their table, the best candidates of the tuning keys holding PATTERN, the picks as tuned_h200 rows
+  FUSED_RETUNE=w8_gemm timeout "$2" python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" \
+    --out "$OUT/$1" > "$OUT/$1.log" 2>&1
+  grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -8
+  cands "$OUT/$1/bench.json" "$4" | head -40
+  python3 .ci/picks_to_tuned.py "$OUT/$1/bench.json" 2>&1 | filt
+  rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md
+}
 ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per value of env VAR, its table rows
   local var=$1 vals=$2 rows=$3 limit=$4; shift 4
   for v in $vals; do
@@ -394,20 +403,11 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     timeout 200 python3 -m pytest -x -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py \
       -k stacked_planes 2>&1 | filt | tail -3 | tee "$OUT/deep_test.txt"
     grep -q " passed" "$OUT/deep_test.txt" && ! grep -q "failed\|error" "$OUT/deep_test.txt" || exit 1
-    FUSED_RETUNE=w8_gemm timeout 380 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/deep" > "$OUT/deep.log" 2>&1
-    grep "^|" "$OUT/deep.log" | grep -v "^|--" | head -8
-    cands "$OUT/deep/bench.json" "'split'" | head -40
-    python3 .ci/picks_to_tuned.py "$OUT/deep/bench.json" 2>&1 | filt
-    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+    retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
   deep128a8)  # after deep128: the same for the fp8 / int8 W8A8 blocks at M=128 (issue 4: fp8 76 against 70)
-    FUSED_W8_DEEP=1 FUSED_RETUNE=w8_gemm timeout 420 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/deepa8" > "$OUT/deepa8.log" 2>&1
-    grep "^|" "$OUT/deepa8.log" | grep -v "^|--" | head -8
-    cands "$OUT/deepa8/bench.json" "w8_gemm" | head -40
-    picks "$OUT/deepa8/bench.json" "w8a8_route" "128"
-    python3 .ci/picks_to_tuned.py "$OUT/deepa8/bench.json" 2>&1 | filt
-    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+    export FUSED_W8_DEEP=1
+    retune128 deepa8 420 "ours fp8 W8A8,ours int8 W8A8" "w8_gemm"
+    picks "$OUT/deepa8/bench.json" "w8a8_route" "128" ;;
   ncucoop)  # fortieth session (NOTES lead 0 after the fortieth): why the fp8 gated GEMM at M=1024 spends 143 mJ on the
            # Gluon COOP kernel against cuBLAS's 133 (the block is at the power cap there). ncu of one launch each
            # (.ci/coop_ncu.py): DRAM and L2 bytes, L2 hit rate, SM and tensor throughput. Prediction: cuBLAS moves
@@ -452,12 +452,7 @@ Mem Busy|Max Bandwidth|dram__bytes|lts__t_bytes|xbar2l1tex|smsp__inst_executed" 
            # retuned with them among the candidates. Prediction: the ncusplit stalls (barriers at 12% occupancy) hide
            # behind a second CTA: gated 68.6 -> ~60 µs, down 40.3 -> ~36, block 111.8 -> ~100; the 256 x 32 tile reads
            # x twice as often from L2 (448 tiles) and may lose on that
-    FUSED_RETUNE=w8_gemm timeout 400 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/occ" > "$OUT/occ.log" 2>&1
-    grep "^|" "$OUT/occ.log" | grep -v "^|--" | head -8
-    cands "$OUT/occ/bench.json" "'split'" | head -40
-    python3 .ci/picks_to_tuned.py "$OUT/occ/bench.json" 2>&1 | filt
-    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+    retune128 occ 400 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
   split256)  # thirty-ninth session (no machine then): 256-row stacked tiles (128 tokens' planes in one tile, 256x64 /
              # 256x128, 8 warps) offered for the W8A16 split GEMMs at 65 <= M <= 128. The cuda test of every STACK
              # candidate (M = 100 adds the 256-row ones; int8 bit-equal to the unstacked tile), then the int8 / fp8
@@ -466,12 +461,7 @@ Mem Busy|Max Bandwidth|dram__bytes|lts__t_bytes|xbar2l1tex|smsp__inst_executed" 
              # ~30 µs and the block 114 -> ~100; the gated GEMM unchanged (its L2 bytes are the same either way)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_kernels_w8.py -k stacked \
       2>&1 | filt | tail -3
-    FUSED_RETUNE=w8_gemm timeout 360 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/s256" > "$OUT/s256.log" 2>&1
-    grep "^|" "$OUT/s256.log" | grep -v "^|--" | head -8
-    cands "$OUT/s256/bench.json" "'split'" | head -40
-    python3 .ci/picks_to_tuned.py "$OUT/s256/bench.json" 2>&1 | filt
-    rm -f "$OUT"/*/bench.png "$OUT"/*/bench.md ;;
+    retune128 s256 360 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
   down256)  # thirty-ninth session (no machine then): a 128 x 256 tile (all 128 tokens against 256 outputs, 8 warps,
             # split-K up to 8) offered to the W8A8 GEMM at 65 <= M <= 256. At M=128 the fp8 down projection takes
             # 30.2 µs on cuBLAS and 34.7 on Triton's 128 x 64 split-4 pick (58.7 MB: ~15 µs of DRAM), and the block

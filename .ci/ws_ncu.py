@@ -7,6 +7,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.getcwd())
+sys.path.insert(0, os.path.join(os.getcwd(), ".ci"))
+from ncu_target import warm_then_profile  # noqa: E402
 from fused.kernels.w8a16_ws import w8a16_ws  # noqa: E402
 from fused.kernels.widen import widen  # noqa: E402
 
@@ -19,10 +21,4 @@ wb = widen(qd)
 xd = torch.randn(M, 14336, device="cuda", dtype=torch.bfloat16)
 xg = torch.randn(M, 4096, device="cuda", dtype=torch.bfloat16)
 runs = [lambda: w8a16_ws(xd, qd, sd), lambda: w8a16_ws(xg, qg, sg, act="silu", gated=True), lambda: xd @ wb.t()]
-for f in runs:  # compile and warm up
-    f()
-torch.cuda.synchronize()
-for f in runs:  # the profiled launches
-    f()
-torch.cuda.synchronize()
-print("ws_ncu done")
+warm_then_profile(runs, "ws_ncu")
