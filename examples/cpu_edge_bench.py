@@ -55,24 +55,29 @@ def weight_bytes(model: nn.Module) -> int:
     return sum(tensor_bytes(t) for t in list(model.parameters()) + list(model.buffers()))
 
 
-class OneDNN(nn.Module):
-    """The wrapped model with fused.cpu.ONEDNN set during its calls (on: oneDNN's int8 matmul on a kept reordered
-    copy of each int8 weight, FUSED_CPU_ONEDNN=1), for an A/B in one process."""
+class CpuFlags(nn.Module):
+    """The wrapped model with fused.cpu settings changed during its calls, for an A/B in one process: ONEDNN=True
+    (oneDNN's int8 matmul on a kept reordered copy of each int8 weight, FUSED_CPU_ONEDNN=1), INT8PACK_CACHED_MAX_M=48
+    (the rule before the fortieth session: int8pack up to M=48 on a weight that stays in L2)."""
 
-    def __init__(self, model: nn.Module, on: bool = True):
+    def __init__(self, model: nn.Module, **flags):
         super().__init__()
-        self.model, self.on = model, on
+        self.model, self.flags = model, flags
 
     def forward(self, x):
-        old, cpu.ONEDNN = cpu.ONEDNN, self.on
+        old = {k: getattr(cpu, k) for k in self.flags}
         try:
+            for k, v in self.flags.items():
+                setattr(cpu, k, v)
             return self.model(x)
         finally:
-            cpu.ONEDNN = old
+            for k, v in old.items():
+                setattr(cpu, k, v)
 
 
 def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False, onednn_ab: bool = False,
-          fp32_acts: bool = False) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
+          fp32_acts: bool = False,
+          int8pack_ab: bool = False) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
     """The variants, and the fp32 model the 2:4 variants were pruned from (None without --sparse)."""
     torch.manual_seed(0)
     base = LlamaMLP(d, h).eval()
@@ -94,9 +99,13 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
 
     variants["ours int8 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP()), torch.bfloat16)
     variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
+    if int8pack_ab:
+        variants["ours int8 W8A16, int8pack to M=48 (before)"] = (
+            CpuFlags(ours(fused.FusedInt8MLP()), INT8PACK_CACHED_MAX_M=48), torch.bfloat16)
     if onednn_ab:
-        variants["ours int8 W8A16, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP())), torch.bfloat16)
-        variants["ours int8 W8A8, oneDNN copy"] = (OneDNN(ours(fused.FusedInt8MLP(weight_only=False))), torch.bfloat16)
+        variants["ours int8 W8A16, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP()), ONEDNN=True), torch.bfloat16)
+        variants["ours int8 W8A8, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP(weight_only=False)), ONEDNN=True),
+                                                   torch.bfloat16)
         for name, cfg in (("W8A16", fused.FusedInt8MLP()), ("W8A8", fused.FusedInt8MLP(weight_only=False))):
             if not cpu.onednn_ok():
                 break
@@ -152,6 +161,9 @@ def main(argv=None):
                     help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) and packed by "
                          "fused.pack_for_cpu, same process")
     ap.add_argument("--fp32-acts", action="store_true", help="also call our int8 variants with fp32 activations")
+    ap.add_argument("--int8pack-ab", action="store_true",
+                    help="also time W8A16 with the rule before the fortieth session (int8pack up to M=48 on a weight "
+                         "of at most 2 MiB; now up to 16, then dequantize + bf16 GEMM), same process")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632
@@ -160,7 +172,7 @@ def main(argv=None):
 
     load0 = os.getloadavg()
     variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse, args.onednn_ab,
-                             args.fp32_acts)
+                             args.fp32_acts, args.int8pack_ab)
     results, accuracy, paths = {}, {}, {}
     for m in args.m:
         x = torch.randn(m, args.d)

@@ -89,7 +89,14 @@ INT8PACK_MAX_M = 8
 # cpu:split_int_mm / int8pack: M=8 3.86 / 2.14, 16 4.48 / 3.40, 24 5.30 / 4.66, 32 7.37 / 6.32, 48 10.07 / 8.74; at
 # d 1024 (5.8 / 2.9 MB) int8pack loses from M=16 (9.99 / 12.35), as on TinyLlama's 23 / 11.5 MB.
 INT8PACK_CACHED_BYTES = 2 << 20
-INT8PACK_CACHED_MAX_M = 48
+# ... and past it such a weight takes cpu:int8_dequant_mm, not two int8 planes (fortieth session, the same machine,
+# one layer alone, median ms, int8pack / dequant + bf16 GEMM / split planes: [2816, 512] gated M=16 0.368 / 0.366 /
+# 0.373, 24 0.523 / 0.401 / 0.454, 48 1.021 / 0.621 / 0.704; [512, 1408] M=24 0.238 / 0.217 / 0.310, 48 0.457 /
+# 0.296 / 0.422; [1024, 2048] M=16 0.441 / 0.426 / 0.555, 48 1.306 / 0.735 / 0.904; a whole d 512 block:
+# examples/results/cpu/int8pack_rule_2026-12-05.md): int8pack's time grows with M as a compute loop, and the planes'
+# two int8 products cost more than one bf16 GEMM on a weight in cache. From 4 MB ([4096, 1024] gated: 12 <= M <= 32
+# 0.655-1.177 against 0.718-1.249 for the next best) the planes win again, as on TinyLlama.
+INT8PACK_CACHED_MAX_M = 16
 # Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
 # split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
 # block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
@@ -159,11 +166,14 @@ def aligned(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.data_ptr() % _ALIGN == 0
 
 
+def in_l2(n: int | None, k: int | None) -> bool:
+    """Whether an [n, k] int8 weight stays in this host's L2 between calls (INT8PACK_CACHED_BYTES; unknown: no)."""
+    return n is not None and k is not None and n * k <= INT8PACK_CACHED_BYTES
+
+
 def int8pack_max_m(n: int | None, k: int | None) -> int:
     """The largest M that takes cpu:int8pack for an [n, k] int8 weight (size unknown: as for a large one)."""
-    if n is not None and k is not None and n * k <= INT8PACK_CACHED_BYTES:
-        return max(INT8PACK_MAX_M, INT8PACK_CACHED_MAX_M)
-    return INT8PACK_MAX_M
+    return max(INT8PACK_MAX_M, INT8PACK_CACHED_MAX_M) if in_l2(n, k) else INT8PACK_MAX_M
 
 
 def int8pack_ok(k: int, qweight: torch.Tensor | None = None) -> bool:

@@ -356,18 +356,23 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
         why = f"torch._weight_int8pack_mm (bf16, M <= {pack_max}" + (
             ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else ")")
         if described:
-            split = f"; {pack_max} < M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm" if cpu.SPLIT_MAX_M > pack_max else ""
+            split = f"; {pack_max} < M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm" if (
+                cpu.SPLIT_MAX_M > pack_max and not cpu.in_l2(n, k)) else ""
             why += (later if no_onednn is None else split) + (
                 "; larger M or fp32 activations: cpu:int8_dequant_mm") + (later if no_onednn else "")
             return "cpu:int8pack", why
         return "cpu:int8pack", why + later
-    if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M:
+    # a weight that stays in L2, past int8pack's M: one bf16 GEMM on its dequantized copy (cpu.INT8PACK_CACHED_MAX_M)
+    if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M and not (cpu.in_l2(n, k) and m > pack_max):
         return "cpu:split_int_mm", (f"bf16 x as two int8 planes (15 bits per token) in one torch._int_mm "
                                     f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run){later}")
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
     elif m > max(pack_max, cpu.SPLIT_MAX_M):
         why = f"M={m} > {max(pack_max, cpu.SPLIT_MAX_M)}: one bf16 GEMM beats int8pack and two int8 planes"
+    elif cpu.in_l2(n, k) and m > pack_max:
+        why = (f"M={m} > {pack_max} on a weight that stays in L2: one bf16 GEMM on its dequantized copy beats int8pack "
+               "and two int8 planes")
     elif not weight_aligned:
         why = "weight buffer not contiguous/64-byte aligned: int8pack would read out of bounds"
     else:

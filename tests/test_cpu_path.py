@@ -100,6 +100,12 @@ def test_path_choice(monkeypatch):
     assert _path("gated", "int8", False, bf16, top, 2048, small) == "cpu:int8pack"
     assert "stays in L2" in dispatch.plan("gated", "int8", False, "cpu", M=top, dtype=bf16, k=2048, n=small)[1]
     assert _path("gated", "int8", False, bf16, top + 1, 2048, small) == "cpu:int8_dequant_mm"
+    # past int8pack's M such a weight skips the two int8 planes (one bf16 GEMM on it in cache is cheaper) ...
+    assert _path("gated", "int8", False, bf16, cpu.SPLIT_MAX_M, 2048, small) == "cpu:int8_dequant_mm"
+    assert "stays in L2" in dispatch.plan("gated", "int8", False, "cpu", M=top + 1, dtype=bf16, k=2048, n=small)[1]
+    # ... but where int8pack cannot run it (K % 16) at int8pack's M the planes stay (faster on wide rows at M <= 4)
+    assert _path("linear", "int8", False, bf16, top, 2040, small) == "cpu:split_int_mm"
+    assert _path("linear", "int8", False, bf16, top + 1, 2040, small) == "cpu:int8_dequant_mm"
     assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048, big) == "cpu:split_int_mm"
     assert dispatch.plan("linear", "int8", False, "cpu", M=cpu.SPLIT_MAX_M + 1, k=2048,
                          weight_aligned=False)[0] == "cpu:int8_dequant_mm"
@@ -218,6 +224,7 @@ def test_split_int_mm_matches_reference_and_its_off_switch(m, n, k, monkeypatch)
     SPLIT_MAX_M forced in; K=1000, where int8pack cannot run), 3-D and transposed x, NaN rows; SPLIT_MAX_M=0 off."""
     monkeypatch.setattr(cpu, "SPLIT_MAX_M", max(m, 16))
     monkeypatch.setattr(cpu, "ONEDNN", False)
+    monkeypatch.setattr(cpu, "INT8PACK_CACHED_BYTES", 0)  # these small weights take the large ones' paths
     q, s, b = _weights(n, k, "int8")
     x = torch.randn(k, m, dtype=torch.bfloat16).t()  # non-contiguous [m, k]
     x[0, 1] = float("nan")
