@@ -3,8 +3,8 @@
 No CUDA query and no tuning at import. On the first call for a new key on a GPU the candidates are timed
 with triton.testing.do_bench (once, the fastest three twice more) and the winner is cached in-process (warm up
 before capturing a CUDA graph). Under the interpreter, or with FUSED_TUNE=0 (tests), the first candidate, a
-heuristic default, is taken. FUSED_RETUNE=1 ignores the shipped table (to measure new candidates against the old picks); a comma list
-of kernel names ignores it for those kernels only.
+heuristic default, is taken. FUSED_RETUNE=1 ignores the shipped table (to measure new candidates against the old
+picks); a comma list of kernel names ignores it for those kernels only.
 """
 from __future__ import annotations
 
