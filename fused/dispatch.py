@@ -195,9 +195,8 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
 
     On the CPU the path also depends on the activation dtype, M (rows of x), K, N (the weight's rows: its size) and
     the weight buffer's alignment, whether a copy derived from it can be kept (`cpu.cacheable`) and whether it is
-    packed for the CPU
-    (`fused.pack_for_cpu`: oneDNN's copy is its only data); left out, they default to what `explain` describes: bf16
-    activations, M=1 (decode)."""
+    packed for the CPU (`fused.pack_for_cpu`: oneDNN's copy is its only data); left out, they default to what
+    `explain` describes: bf16 activations, M=1 (decode)."""
     device = torch.device(device)
     if op == "mlp_block":
         return _plan_block(device, M)
@@ -352,6 +351,8 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
         later = (f"; {cpu.ONEDNN_MIN_M} <= M <= {cpu.SPLIT_QLINEAR_MAX_M}: cpu:split_qlinear, bf16 x as two int8 "
                  f"planes on {kept}")
     pack_max = cpu.int8pack_max_m(n, k)  # larger for a weight that stays in L2
+    # such a weight past int8pack's M: one bf16 GEMM on its dequantized copy, not two int8 planes
+    dequant_in_l2 = cpu.in_l2(n, k) and m > pack_max
     if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         why = f"torch._weight_int8pack_mm (bf16, M <= {pack_max}" + (
             ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else ")")
@@ -362,15 +363,14 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
                 "; larger M or fp32 activations: cpu:int8_dequant_mm") + (later if no_onednn else "")
             return "cpu:int8pack", why
         return "cpu:int8pack", why + later
-    # a weight that stays in L2, past int8pack's M: one bf16 GEMM on its dequantized copy (cpu.INT8PACK_CACHED_MAX_M)
-    if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M and not (cpu.in_l2(n, k) and m > pack_max):
+    if dtype == torch.bfloat16 and m <= cpu.SPLIT_MAX_M and not dequant_in_l2:
         return "cpu:split_int_mm", (f"bf16 x as two int8 planes (15 bits per token) in one torch._int_mm "
                                     f"(M <= {cpu.SPLIT_MAX_M}, where int8pack does not run){later}")
     if dtype != torch.bfloat16:
         why = f"{str(dtype).removeprefix('torch.')} activations: int8pack is a scalar loop outside bf16"
     elif m > max(pack_max, cpu.SPLIT_MAX_M):
         why = f"M={m} > {max(pack_max, cpu.SPLIT_MAX_M)}: one bf16 GEMM beats int8pack and two int8 planes"
-    elif cpu.in_l2(n, k) and m > pack_max:
+    elif dequant_in_l2:
         why = (f"M={m} > {pack_max} on a weight that stays in L2: one bf16 GEMM on its dequantized copy beats int8pack "
                "and two int8 planes")
     elif not weight_aligned:

@@ -927,8 +927,8 @@ def test_gemm_stacked_planes_interpreted(fmt, gated, split, monkeypatch):
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemm_stacked_planes_cuda(fmt):
     """On the GPU, every STACK candidate at M = 17 (64-row stacked tiles), M = 45 (128-row ones as well) and M = 100
-    (256-row ones as well), odd N and K: int8 bit-equal to the unstacked half-height tile with the same K split (exact int32 sums), fp8
-    within bf16 rounding of the W8A16 reference; gated and not."""
+    (256-row ones as well), odd N and K: int8 bit-equal to the unstacked half-height tile with the same K split (exact
+    int32 sums), fp8 within bf16 rounding of the W8A16 reference; gated and not."""
     from fused.kernels.act_split import act_split
     from fused.kernels.w8_gemm import _candidates, w8_gemm
 
