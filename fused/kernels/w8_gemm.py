@@ -254,9 +254,6 @@ def _w8_gemm_kernel(
 # on, M = 17 / 32 / 64): fp8 W8A16 81.2 / 81.8 / 80.0 -> 77.2 / 77.7 / 77.8, int8 74.9 / 75.6 / 84.0 -> 75.0 / 75.3 /
 # 78.0 (at M <= 32 the int8 loop runs at the weight-stream rate either way). FUSED_SPLIT_STACK=0 leaves them out.
 STACK = os.environ.get("FUSED_SPLIT_STACK", "1") == "1"
-# BLOCK_K 64 tiles with 8 stages at 65 <= M <= 256 (see DEEP in _candidates): opt-in (FUSED_W8_DEEP=1) until their cuda
-# test has run on the H200 (two other new tiles hit a misaligned address there in the fortieth session), then timed
-DEEP = os.environ.get("FUSED_W8_DEEP", "0") == "1"
 
 
 def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool,
@@ -296,7 +293,6 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
         # down call instead of ~176; on the H200 it lost, fp8 down at M=128 45.9 vs 33.9 µs for the 128 x 64 split-4
         # pick, int8 48.8 vs 34.5; L2 bytes do not rank these tiles: the W8A16 split down pick, under ncu, waits at
         # CTA barriers at 12% occupancy with L2 at 69%)
-        c += [(128, 64, 64, 8, 4)] if DEEP else []
     else:
         c = [(128, 256, bk, 3, 8), (128, 128, bk, 4, 8), (64, 256, bk, 3, 8), (128, 128, bk, 3, 4),
              (128, 64, bk, 4, 4)]
@@ -316,12 +312,10 @@ def _candidates(M: int, N: int, K: int, gated: bool, a8: bool, split: bool = Fal
             # 128-row pick reads ~352 MB from L2 per call, the 256-row tiles lost (int8 48.6 vs 40.3 µs): it waits at
             # CTA barriers at 12% occupancy (ncu), L2 bytes are not its limit
             [(256, 64, 128, 4, 8), (256, 128, 128, 3, 8)] if M > 64 else [])
-        # DEEP (fortieth session; to be timed: `bash .ci/h200_next.sh deep128`): BLOCK_K 64 with twice the stages, the
-        # same shared memory as the 4-stage BLOCK_K 128 picks, so 7/8 of the ring is in flight instead of 3/4 (168 KB
-        # instead of 144 for the 256 x 64 gated tile). occ128 found 4 > 3 > 2 stages in every tile family at M=128.
-        # Prediction: int8 W8A16 gated 68.3 -> ~63 µs, down ~47 -> ~43, block 111.8 -> ~105; W8A8 alike
-        if M > 64 and DEEP:
-            stacked += [(256, 64, 64, 8, 8), (128, 64, 64, 8, 4)]
+        # (forty-first session, H200, `bash .ci/h200_next.sh deep128` at f1fa86c: BLOCK_K 64 tiles with 8 stages, the
+        # same shared memory as the 4-stage BLOCK_K 128 ones with 7/8 of the ring in flight, lost at M=128 in every
+        # family: int8 gated 83.0 vs 68.5 µs, down 51.5 vs 40.1; fp8 71.5 vs 64.4, 50.5 vs 38.2. Twice the K steps
+        # cost more than the deeper ring hides)
         # (fortieth session, H200, `bash .ci/h200_next.sh occ128` at 7a6823c: a 2-stage 256 x 32 gated tile and a
         # 2-stage 128 x 64 one, for 2+ CTAs per SM, lost at M=128: int8 gated 110.2 vs 68.3 µs, down 70.2 vs 47.1; the
         # stages, not the occupancy, hide these loops' waits; with them the stacked cuda test hit a misaligned address
