@@ -397,7 +397,10 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
            # split tiles at M=128? The Gluon W8A8 GEMM on 256 rows of 8-bit x (both planes as tokens, no plane
            # combination yet: its upper bound) against the shipped split picks and cuBLAS's 8-bit GEMM of 256 rows.
            # Worth building if gluon gated <= ~52 µs (Triton int8 68.5)
-    timeout 280 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"; tail -10 "$OUT/splitws.txt" ;;
+    timeout 280 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py -k split 2>&1 \
+      | filt | tail -15 > "$OUT/splitws_test.txt"
+    tail -4 "$OUT/splitws_test.txt"; tail -10 "$OUT/splitws.txt" ;;
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
             # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after
     retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;

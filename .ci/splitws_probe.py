@@ -2,8 +2,8 @@
 at M=128 are two 8-bit planes per token, i.e. 8-bit x 8-bit GEMMs of 256 rows. Times, do_bench µs (L2 flushed),
 the Llama gate/up (gated, [28672, 4096]) and down ([4096, 14336]) shapes:
   * Triton's shipped split picks at M=128 (w8_gemm on act_split's planes: what the W8A16 block runs now);
-  * the Gluon W8A8 GEMM (w8a8_ws) on 256 rows of 8-bit x, ping-pong and COOP, a few tile / stage choices (no
-    plane combination in its epilogue yet: the upper bound of what that route could reach);
+  * the Gluon split GEMM (w8a8_ws.w8a16_ws_split: the planes interleaved as 256 rows of one 8-bit GEMM, combined
+    per token in the epilogue), ping-pong and COOP, a few tile / stage choices, each checked (SQNR) against Triton's;
   * cuBLAS's int8 / fp8 GEMM of the same 256 x K x N product (torch._int_mm / torch._scaled_mm).
 usage: python .ci/splitws_probe.py"""
 import os
@@ -15,7 +15,8 @@ from triton.testing import do_bench
 sys.path.insert(0, os.getcwd())
 from fused.kernels.act_split import act_split  # noqa: E402
 from fused.kernels.w8_gemm import w8_gemm  # noqa: E402
-from fused.kernels.w8a8_ws import w8a8_ws  # noqa: E402
+from fused.kernels.w8a8_ws import w8a16_ws_split  # noqa: E402
+from lowbit.metrics import sqnr  # noqa: E402
 
 D, H, M = 4096, 14336, 128
 CFGS = [("pp t128", {}), ("pp t64", dict(BLOCK_T=64)), ("pp t128 s6", dict(STAGES=6)),
@@ -40,13 +41,18 @@ for fmt in (torch.int8, torch.float8_e4m3fn):
         planes, ps = act_split(x, fp8=fmt != torch.int8)
         act = "silu" if gated else "none"
         row = {"fmt": str(fmt).split(".")[-1], "layer": name}
-        row["triton split M=128"] = t(lambda: w8_gemm(planes, w, ws, None, act, gated, x_scale=ps,
-                                                      out_dtype=torch.bfloat16, x_split=True))
-        xq = planes.reshape(2 * M, K)  # 256 rows of 8-bit x (the planes as tokens)
-        xs = torch.rand(2 * M, device="cuda") * 1e-2
+        split = lambda: w8_gemm(planes, w, ws, None, act, gated, x_scale=ps,  # noqa: E731
+                                out_dtype=torch.bfloat16, x_split=True)
+        want = split()
+        row["triton split M=128"] = t(split)
+        xq, xs = act_split(x, fp8=fmt != torch.int8, interleave=True)  # 256 rows: the planes as tokens
+        assert torch.equal(xs, ps) and torch.equal(xq.view(M, 2, K).transpose(0, 1).view(torch.uint8),
+                                                   planes.view(torch.uint8))
         for label, cfg in CFGS:
             try:
-                row[f"gluon {label}"] = t(lambda: w8a8_ws(xq, xs, w, ws, None, act, gated, config=cfg))
+                got = w8a16_ws_split(xq, xs, w, ws, None, act, gated, config=cfg)
+                row[f"gluon {label}"] = t(lambda: w8a16_ws_split(xq, xs, w, ws, None, act, gated, config=cfg))
+                row[f"sqnr {label}"] = round(sqnr(want.float(), got.float()), 1)
             except Exception as e:  # noqa: BLE001  (a config that does not build: say so, go on)
                 row[f"gluon {label}"] = f"{type(e).__name__}: {str(e)[:60]}"
         wt = w.t()
@@ -55,6 +61,8 @@ for fmt in (torch.int8, torch.float8_e4m3fn):
         else:
             one = torch.ones((), device="cuda")
             row["cublas 256 rows"] = t(lambda: torch._scaled_mm(xq, wt, one, one, out_dtype=torch.bfloat16))
+        row["act_split"] = t(lambda: act_split(x, fp8=fmt != torch.int8))
+        row["act_split interleaved"] = t(lambda: act_split(x, fp8=fmt != torch.int8, interleave=True))
         rows.append(row)
         print(row, flush=True)
 

@@ -122,8 +122,9 @@ from fused.kernels import w8a8_ws as w8s
 # the K loops; X_GROUPS (the down GEMM scaling each K step's product) 4 wgmma, each waited for: 2 groups, no spill;
 # with two K groups a stage (xg=2, BLOCK_K 128) two products in flight per consumer: 8 wgmma in 4 groups; with groups
 # of 128 (xg=3) one product of 128 K: 8 wgmma in 2 groups. QUANT_OUT in groups of 128 outputs (qo=128; gated COOP
-# trades the consumers' absmaxes through shared memory) alike
-for gated, act, bias, int8, coop, xg, qo in (
+# trades the consumers' absmaxes through shared memory) alike. X_SPLIT (an eighth field: W8A16 on interleaved planes,
+# combined per token in the epilogue) alike, no spill
+for gated, act, bias, int8, coop, xg, qo, *split in (
         (False, 'none', False, False, False, False, False), (True, 'silu', False, False, False, False, False),
         (True, 'gelu_tanh', True, False, False, False, False), (True, 'silu', False, True, False, False, False),
         (False, 'none', False, False, True, False, False), (False, 'gelu', True, True, True, False, False),
@@ -134,7 +135,10 @@ for gated, act, bias, int8, coop, xg, qo in (
         (False, 'gelu', True, True, False, 2, False), (False, 'none', False, False, False, 3, False),
         (False, 'gelu', True, True, False, 3, False), (True, 'silu', False, False, True, False, 128),
         (True, 'gelu', True, True, True, False, 128), (False, 'relu', True, False, True, False, 128),
-        (False, 'none', False, True, False, False, 128)):
+        (False, 'none', False, True, False, False, 128), (True, 'silu', False, True, False, False, False, True),
+        (True, 'gelu_tanh', True, False, True, False, False, True),
+        (False, 'none', False, True, True, False, False, True),
+        (False, 'gelu', True, False, False, False, False, True)):
     cfg = w8s.default_config(gated, coop, bool(xg), 128 if xg == 3 else 64)
     if xg == 2:
         cfg.update(BLOCK_K=128, STAGES=6)
@@ -152,11 +156,11 @@ for gated, act, bias, int8, coop, xg, qo in (
            'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
                   ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=bool(xg), QUANT_OUT=bool(qo),
-                  OUT_GROUP=128 if qo == 128 else 64, num_warps=4)
+                  OUT_GROUP=128 if qo == 128 else 64, X_SPLIT=bool(split), num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
-    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop} x_groups={xg} quant_out={qo}'
+    label = f'w8a8_ws gated={gated} {act} bias={bias} int8={int8} coop={coop} x_groups={xg} quant_out={qo} {split}'
     sass, usage = sass_and_usage(k)
     code = sass.splitlines()
     lines = [line for line in code if 'GMMA' in line]

@@ -57,6 +57,12 @@ def test_bad_operands_get_clear_errors():
         w8a8_ws_pair(xq, xs, q, s, None, q, s[:5], None)
     with pytest.raises(RuntimeError, match="one CUDA device"):
         w8a8_ws_pair(xq, xs, q, s, None, q, s, None)
+    from fused.kernels.w8a8_ws import w8a16_ws_split
+
+    with pytest.raises(ValueError, match="2 per token"):
+        w8a16_ws_split(xq, torch.ones(3), q, s)  # 4 plane rows for 3 tokens
+    with pytest.raises(RuntimeError, match="one CUDA device"):
+        w8a16_ws_split(xq, torch.ones(2), q, s)
 
 
 def _operands(M, N, K, seed, bias, fp8=True):
@@ -143,6 +149,30 @@ def test_ws_views_cuda():
     ref = linear_ref(xf, q, s)
     assert sqnr(ref, w8a8_ws(v, xs, q, s).float()) > 40
     assert torch.equal(w8a8_ws(v, xs, q, s), w8a8_ws(xq, xs, q, s))
+
+
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,N,K", [(1, 64, 64), (3, 200, 1040), (17, 4136, 528), (100, 320, 4096), (300, 4096, 1456)])
+@pytest.mark.parametrize("gated,act,bias,fp8", [(True, "silu", False, False), (True, "gelu_tanh", True, True),
+                                                (False, "none", False, False), (False, "gelu", True, True)])
+def test_ws_split_matches_w8a16_reference_cuda(M, N, K, gated, act, bias, fp8):
+    """w8a16_ws_split (W8A16 as one 8-bit GEMM of act_split's interleaved planes, combined per token in the
+    epilogue) against the W8A16 reference on bf16 x, every config form, outputs poisoned; a transposed x view."""
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8a8_ws import w8a16_ws_split
+
+    torch.manual_seed(M + N)
+    x = torch.randn(K, M, device="cuda", dtype=torch.bfloat16).t()  # a transposed view
+    q, s, b = weights_8bit(N, K, fp8, bias)
+    ref = (gated_ref if gated else linear_ref)(x.float(), q, s, b, act)
+    planes, xs = act_split(x, fp8=fp8, interleave=True)
+    n_out = N // 2 if gated else N
+    for cfg in (None, dict(BLOCK_T=64), dict(STAGES=3, PROGRAMS=3), dict(COOP=True), dict(COOP=True, PROGRAMS=3)):
+        out = torch.full((M, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+        y = w8a16_ws_split(planes, xs, q, s, b, act, gated, config=cfg, out=out)
+        assert y.data_ptr() == out.data_ptr() and not torch.isnan(y).any(), cfg
+        assert sqnr(ref, y.float()) > (40 if fp8 else 45), (cfg, sqnr(ref, y.float()))
 
 
 def _block_operands(M, H, D, gated, fp8, seed, K=512):

@@ -93,24 +93,28 @@ def split_row(x_row, stride_xk, q_row, lo_off, s_row, K, QMAX: tl.constexpr, MIN
 
 
 def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None,
-              pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+              pdl: bool = False, interleave: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """x [M, K] float -> (planes [2, rows, K] int8 (or float8_e4m3fn with ``fp8``): hi then lo, scale [M] fp32).
     A row holding NaN/Inf gets a NaN scale (its outputs are NaN, as in the unquantized layer) and zero
     planes. ``rows`` >= M (default M): each plane's rows past M are zeros (padding for a GEMM that wants a
-    row multiple; [2, rows, K] then views as one [2·rows, K] operand). ``pdl``: see act_quant.pdl_start."""
+    row multiple; [2, rows, K] then views as one [2·rows, K] operand). ``pdl``: see act_quant.pdl_start.
+    ``interleave``: planes [2·rows, K] instead, row 2t token t's hi plane and 2t + 1 its lo (the operand of
+    w8a8_ws's x_split, whose accumulator then holds a token's two sums in one thread)."""
     M, K = x.shape
     rows = M if rows is None else rows
     if rows < M:
         raise ValueError(f"act_split: rows={rows} is below the {M} rows of x")
-    q = empty((2, rows, K), device=x.device, dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    q = empty((rows, 2, K) if interleave else (2, rows, K), device=x.device,
+              dtype=torch.float8_e4m3fn if fp8 else torch.int8)
+    stride_qm, lo_off = (q.stride(0), q.stride(1)) if interleave else (q.stride(1), q.stride(0))
     s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
         (q.view(torch.uint8) if fp8 else q).zero_()
-        return q, s
+        return (q.view(2 * rows, K) if interleave else q), s
     block = min(next_pow2(K), MAX_ONE_PASS)
     qv = q.view(torch.uint8) if fp8 else q
-    launch_kernel(_act_split_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), qv.stride(1), qv.stride(0),
+    launch_kernel(_act_split_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), stride_qm, lo_off,
                   QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block,
                   ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4,
                   **(dict(PDL=True, launch_pdl=True) if pdl and not INTERPRET else {}))
-    return q, s
+    return (q.view(2 * rows, K) if interleave else q), s

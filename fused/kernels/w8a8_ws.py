@@ -58,12 +58,13 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from fused.kernels import sm_count
-from lowbit.quant import MIN_SCALE
+from lowbit.quant import FP8_SPLIT_LO, MIN_SCALE
 from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
                                     _tile_offsets, stage_ring, weight_shape_reason)
 
 _MIN_SCALE = gl.constexpr(MIN_SCALE)
 _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
+_FP8_LO = gl.constexpr(FP8_SPLIT_LO)
 _GROUP = gl.constexpr(64)  # GROUP in kernels
 GROUP = 64  # outputs per scale of a QUANT_OUT hand-off (an accumulator's rows), x's K per scale with X_GROUPS
 
@@ -85,7 +86,7 @@ def _out_layout(num_warps):
 def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
               w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
               GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr):
+              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -124,7 +125,7 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         # (a tile's outputs are all this consumer's: no absmax to trade, turn stands in for the exchange's operands)
         _epilogue(acc0, acc1, off_o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, turn,
                   turn.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
-                  out_layout)
+                  X_SPLIT, out_layout)
         j += 2
         n += 1
 
@@ -133,7 +134,7 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
 def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
                    x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
                    GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                   QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr):
+                   QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
@@ -169,7 +170,7 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
         # (gated: acc0's rows are the outputs off_o + ROW0..)
         _epilogue(acc0, acc1, off_o + ROW0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, xchg,
                   xbar.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
-                  out_layout)
+                  X_SPLIT, out_layout)
         n += 1
 
 
@@ -263,12 +264,19 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
 @gluon.jit
 def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, xchg, xbar, n, M, N_OUT,
               stride_ym, up_off, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
-              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, out_layout: gl.constexpr):
+              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr, out_layout: gl.constexpr):
     """A consumer's two accumulators (yᵀ tiles [rows, tokens]) out: s_w along rows, s_x along tokens, bias, act.
     o0: acc0's first row. Gated: acc1 holds the same outputs' up rows (row up_off + o of the scales and bias),
     y = act(gate) · up; else acc1 the next rows. QUANT_OUT: y quantized per token and group of OUT_GROUP outputs to
     y_ptr's int8 / e4m3, the group's scales to hs_ptr [groups, M]: 64 are an accumulator's rows; 128 both of a plain
-    consumer's, or (gated, COOP) this consumer's 64 and the other's, their absmaxes traded through xchg (tile n)."""
+    consumer's, or (gated, COOP) this consumer's 64 and the other's, their absmaxes traded through xchg (tile n).
+    X_SPLIT: the tile's columns are act_split's planes interleaved (column 2t token t's hi plane, 2t + 1 its lo), M
+    counts those rows: each pair is combined into its token first."""
+    if X_SPLIT:
+        acc0 = _unsplit(acc0)
+        acc1 = _unsplit(acc1)
+        off_t = off_t // 2
+        M = M // 2
     BLOCK_T: gl.constexpr = acc0.shape[1]
     ROWS: gl.constexpr = acc0.shape[0]
     t_acc = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, acc0.type.layout))
@@ -296,6 +304,17 @@ def _epilogue(acc0, acc1, o0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_pt
             _out(y, o, o0, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, OUT_GROUP, out_layout)
             y1 = _activation(_scaled(acc1, xs, o1, o1, ws_ptr, b_ptr, N_OUT, HAS_BIAS), ACT)
             _out(y1, o1, o0 + ROWS, t_acc, t, y_ptr, hs_ptr, M, N_OUT, stride_ym, QUANT_OUT, OUT_GROUP, out_layout)
+
+
+@gluon.jit
+def _unsplit(acc):
+    """[rows, 2·tokens] of interleaved planes -> [rows, tokens] fp32 sums x·w: 256·hi + lo for int8 planes (int32
+    sums, as w8_gemm combines them), hi + lo / 16 for e4m3 ones. wgmma's accumulator keeps columns 2t and 2t + 1 in
+    one thread, so the pairs meet in registers."""
+    hi, lo = gl.split(gl.reshape(acc, [acc.shape[0], acc.shape[1] // 2, 2]))
+    if acc.dtype == gl.int32:
+        return hi.to(gl.float32) * 256.0 + lo.to(gl.float32)
+    return hi + lo * (1.0 / _FP8_LO)
 
 
 @gluon.jit
@@ -373,7 +392,7 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
                     stride_ym, up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
                     COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
-                    num_warps: gl.constexpr):
+                    X_SPLIT: gl.constexpr, num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
@@ -401,10 +420,10 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         gl.warp_specialize([
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT,
-                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP)),
+                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT)),
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT,
-                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP)),
+                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
                                up_off, k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -418,10 +437,10 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         gl.warp_specialize([
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
                          x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT, OUT_GROUP)),
+                         QUANT_OUT, OUT_GROUP, X_SPLIT)),
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
                          x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT, OUT_GROUP)),
+                         QUANT_OUT, OUT_GROUP, X_SPLIT)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
                                k_tiles, GROUP_N, True, GATED)),
         ], [4, 1], [CONSUMER_REGS, 24])
@@ -449,7 +468,7 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
 
 
 def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None, quant_out=False,
-            group=GROUP):
+            group=GROUP, x_split=False):
     """Checks, output and launch of w8a8_ws / w8a8_ws_pair; ``up``: the pair's (wu, su, bu)."""
     if (xq.dim() != 2 or qweight.dtype not in _W_DTYPES or xq.dtype != qweight.dtype
             or qweight.shape[1] != xq.shape[1]):
@@ -474,12 +493,14 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if x_groups and x_scale.shape[0] != triton.cdiv(K, group):
         raise ValueError(f"w8a8_ws: grouped x_scale needs ceil(K / {group}) = {triton.cdiv(K, group)} rows, got "
                          f"{tuple(x_scale.shape)}")
-    rows = (qweight.shape[0],)
-    if any(t is not None and t.shape != rows for t in (wscale, bias) + (up[1:] if up else ())):
+    if any(t is not None and t.shape != (qweight.shape[0],) for t in (wscale, bias) + (up[1:] if up else ())):
         raise ValueError(f"w8a8_ws: scales and biases need one value per weight row ({qweight.shape[0]})")
     M = x_scale.shape[-1]
-    if xq.shape[0] < M:
-        raise ValueError(f"w8a8_ws: {M} token scales for {xq.shape[0]} rows of xq")
+    rows = 2 * M if x_split else M  # x_split: two interleaved plane rows per token
+    if xq.shape[0] < rows:
+        raise ValueError(f"w8a8_ws: {M} token scales for {xq.shape[0]} rows of xq{' (2 per token)' * x_split}")
+    if x_split and (x_groups or quant_out):
+        raise ValueError("w8a8_ws: x_split runs with one x scale per token and y in 16 bits")
     # the kernel reads the scales and the biases as dense vectors
     x_scale = x_scale if x_groups else x_scale.contiguous()  # (grouped: TMA-read, checked below)
     wscale = wscale.contiguous()
@@ -514,7 +535,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         raise RuntimeError(f"w8a8_ws: every operand on one CUDA device, got {sorted(map(str, devices))}")
     if M == 0 or N_OUT == 0:
         return (out, hs) if quant_out else out
-    xq = xq[:M]
+    xq = xq[:rows]
     # TMA wants 16-byte aligned rows and bases: other views are copied (the weight is contiguous from conversion)
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
@@ -534,13 +555,14 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
             x_scale = torch.zeros((x_scale.shape[0], triton.cdiv(M, 4) * 4), device=xq.device,
                                   dtype=torch.float32)[:, :M].copy_(x_scale)
         xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // group, bt], gl.NVMMASharedLayout(0, 32))
-    tiles = triton.cdiv(M, bt) * triton.cdiv(N_OUT, w_rows)
+    tiles = triton.cdiv(rows, bt) * triton.cdiv(N_OUT, w_rows)
     progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
-                               x_scale if hs is None else hs, M, N_OUT, K, out.stride(0), up_off,
+                               x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
-                               COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, num_warps=4)
+                               COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, X_SPLIT=x_split,
+                               num_warps=4)
     return (out, hs) if quant_out else out
 
 
@@ -557,6 +579,17 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
     (128 with a gated quant_out needs COOP: its two consumers trade their per-token absmaxes)."""
     return _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, quant_out=quant_out,
                    group=group)
+
+
+def w8a16_ws_split(planes: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
+                   bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
+                   out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """W8A16 through the 8-bit tensor cores: planes [2M, K] from act_split(x, interleave=True) (int8 planes for int8
+    weights, x ≈ s·(256·hi + lo); e4m3 for e4m3 ones, x ≈ s·(hi + lo / 16)), x_scale [M] its scales; y as w8a8_ws
+    gives it for x. The two planes are tokens of one 8-bit GEMM of 2M rows, combined per token in the epilogue (the
+    Triton split GEMM's STACK tiles, in the warp-specialized TMA kernel)."""
+    return _launch(planes, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, x_split=True)
 
 
 def w8a8_ws_pair(xq: torch.Tensor, x_scale: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor,
