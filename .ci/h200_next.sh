@@ -400,6 +400,10 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     timeout 280 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"
     timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py -k split 2>&1 \
       | filt | tail -15 > "$OUT/splitws_test.txt"
+    timeout 200 python3 -m fused bench --blocks llama --m 128,512 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitwsb" > "$OUT/splitwsb.log" 2>&1
+    picks "$OUT/splitwsb/bench.json" "ws mid"
+    grep "^|" "$OUT/splitwsb.log" | grep -v "^|--" | head -6
     tail -4 "$OUT/splitws_test.txt"; tail -10 "$OUT/splitws.txt" ;;
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
             # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after

@@ -468,7 +468,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
             path = _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path)
         elif M <= GEMV_ROUTE_MAX_M and path in (SPLIT_PATH, SPLIT_ONE_PATH):
             path = _gemv_route(op, x2, qweight, wscale, bias, act, path)
-        elif W8A16_WS_MIN_M <= M < WIDEN_MIN_M and path == SPLIT_PATH and W8A16_WS:
+        elif min(W8A16_WS_MIN_M, WS_SPLIT_MIN_M) <= M < WIDEN_MIN_M and path == SPLIT_PATH and W8A16_WS:
             path = _ws_mid_route(op, x2, qweight, wscale, bias, act, path)
     else:
         path, why = plan(op, _fmt(qweight), dynamic, x.device, M, dtype=x.dtype, k=K, n=qweight.shape[0],
@@ -487,6 +487,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
     elif path == WS_PATH:
         y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
+    elif path == WS_SPLIT_PATH:
+        y = _w8a16_ws_split(x2, qweight, wscale, bias, act, op == "gated")
     elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
         y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated", config=_WS_CONFIG[path])
     else:
@@ -763,19 +765,40 @@ W8A16_WS_MAX_M = int(os.environ.get("FUSED_W8A16_WS_MAX_M", "4096"))
 W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 
 
+# The split planes through the Gluon W8A8 GEMM (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of
+# one 8-bit GEMM with TMA loads and warp-specialized consumers, each token's two sums combined in the epilogue), timed
+# per shape against Triton's split tiles from this M. Why: at M=128 Triton's split picks wait at CTA barriers (ncu,
+# thirty-ninth session: issue slots 19-24%, 40-51% of cycles at a barrier), the Llama int8 W8A16 block 111.8 µs against
+# a 75 target. FUSED_WS_SPLIT_MIN_M=1024: off.
+WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
+WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
+
+
 def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
-    """``path`` (split activations) or WS_PATH for a W8A16 shape at W8A16_WS_MIN_M <= M < WIDEN_MIN_M (_graph_pick:
-    eager and graph picks; the Gluon GEMM offered where w8a16_ws.supports() takes the operands)."""
+    """``path`` (split activations), WS_PATH or WS_SPLIT_PATH for a W8A16 shape below WIDEN_MIN_M (_graph_pick: eager
+    and graph picks; the Gluon GEMMs offered from W8A16_WS_MIN_M / WS_SPLIT_MIN_M where their supports() take the
+    operands)."""
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "ws mid")
     gated = op == "gated"
     others = {}
-    if _may_time(key, x2) and _ws_supports(x2, qweight, gated) is None:
-        _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
+    if _may_time(key, x2):
+        if x2.shape[0] >= W8A16_WS_MIN_M and _ws_supports(x2, qweight, gated) is None:
+            _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
+        if x2.shape[0] >= WS_SPLIT_MIN_M and _ws_supports(x2, qweight, gated, "w8a8_ws") is None:
+            _offer_ws(others, op, lambda: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated), "ws split",
+                      "Gluon split-plane W8A16")
     if not others and key not in _dense_routes:
         return path
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
                        w8a16=True, others=others or None)
-    return WS_PATH if pick == "ws" else path
+    return {"ws": WS_PATH, "ws split": WS_SPLIT_PATH}.get(pick, path)
+
+
+def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated):
+    from fused.kernels.w8a8_ws import w8a16_ws_split
+
+    planes, xs = _triton_kernels().act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn, interleave=True)
+    return w8a16_ws_split(planes, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype)
 
 
 def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:

@@ -456,26 +456,33 @@ def test_w8a16_route_offers_the_gluon_gemm(pair, monkeypatch):
 
 
 def test_w8a16_ws_mid_route(monkeypatch):
-    """W8A16_WS_MIN_M: below WIDEN_MIN_M the Gluon GEMM is timed against split activations from that M (off by
-    default: the bound is WIDEN_MIN_M), its pick mapped to WS_PATH; below the bound and untimed, split stays."""
-    from fused.kernels import w8a16_ws
+    """Below WIDEN_MIN_M the Gluon GEMMs are timed against split activations: the W8A16 one from W8A16_WS_MIN_M (off
+    by default: the bound is WIDEN_MIN_M), the split-plane one from WS_SPLIT_MIN_M; picks mapped to their paths; untimed,
+    split stays."""
+    from fused.kernels import w8a16_ws, w8a8_ws
 
     assert dispatch.W8A16_WS_MIN_M == dispatch.WIDEN_MIN_M  # off until measured
+    assert dispatch.WS_SPLIT_MIN_M == 65
     offered = []
+    picks = iter(["ws", "ws split"])
 
     def fake_pick(key, triton, cublas, op, w8a16=False, others=None):
         assert cublas is None and w8a16
         offered.append((key[1], sorted(others or {})))
-        return "ws"
+        return next(picks)
 
     monkeypatch.setattr(dispatch, "_graph_pick", fake_pick)
     monkeypatch.setattr(dispatch, "_w8a16_ws", lambda *a: None)
+    monkeypatch.setattr(dispatch, "_w8a16_ws_split", lambda *a: None)
     monkeypatch.setattr(w8a16_ws, "supports", lambda x, w, gated=False: None)
+    monkeypatch.setattr(w8a8_ws, "supports", lambda w, gated=False: None)
+    monkeypatch.setattr(dispatch, "W8A16_WS_MIN_M", 512)
     monkeypatch.setenv("FUSED_TUNE", "1")
     q, s = quantize_weight(torch.randn(64, 32), "int8")
     x = torch.randn(512, 32, dtype=torch.bfloat16)
     assert dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.WS_PATH
+    assert dispatch._ws_mid_route("linear", x[:128], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.WS_SPLIT_PATH
     monkeypatch.setenv("FUSED_TUNE", "0")  # untimed: split
     assert dispatch._ws_mid_route("linear", x[:300], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
-    assert offered == [(512, ["ws"])]
+    assert offered == [(512, ["ws", "ws split"]), (128, ["ws split"])]
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

@@ -254,6 +254,30 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 35
 
 
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("op", ["linear", "gated"])
+@pytest.mark.parametrize("fp8", [True, False])
+def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8):
+    """A W8A16 layer at M=100 with its route forced to "ws split": act_split (interleaved) + w8a16_ws_split against
+    the reference, 3-D x; the stats name the path."""
+    from fused import dispatch
+
+    torch.manual_seed(12)
+    M, K, N = 100, 512, 1008
+    x = torch.randn(4, M // 4, K, device="cuda", dtype=torch.bfloat16)
+    rows = N if op == "linear" else 2 * N
+    q, s, b = weights_8bit(rows, K, fp8, True)
+    act = "gelu_tanh" if op == "linear" else "silu"
+    key = (op, dispatch.m_bucket(M), tuple(q.shape), q.dtype, x.dtype, False, act, "ws mid")
+    monkeypatch.setitem(dispatch._dense_routes, key, ("ws split", "ws split"))
+    dispatch.stats.clear()
+    y = getattr(dispatch, op)(x, q, s, b, act, dynamic=False)
+    ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act)
+    assert dispatch.stats[(op, dispatch.WS_SPLIT_PATH)] == 1, dict(dispatch.stats)
+    assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 40
+
+
 def test_grouped_operands_get_clear_errors():
     """The grouped hand-off's own checks (x scales per 64 of K, quant_out), before any device is needed."""
     from fused.kernels.w8a8_ws import w8a8_ws
