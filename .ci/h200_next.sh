@@ -393,16 +393,18 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
-  splitws)  # forty-first session (NOTES lead 1 after the forty-first): can a Gluon split-plane W8A16 route beat Triton's
-           # split tiles at M=128? The Gluon W8A8 GEMM on 256 rows of 8-bit x (both planes as tokens, no plane
-           # combination yet: its upper bound) against the shipped split picks and cuBLAS's 8-bit GEMM of 256 rows.
-           # Worth building if gluon gated <= ~52 µs (Triton int8 68.5)
-    timeout 280 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py -k split 2>&1 \
-      | filt | tail -15 > "$OUT/splitws_test.txt"
-    timeout 200 python3 -m fused bench --blocks llama --m 128,512 --no-baselines \
+  splitws)  # forty-first session (NOTES lead 1 after the forty-first): the split-plane Gluon W8A16 GEMM
+           # (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of one 8-bit GEMM, combined per token in
+           # the epilogue). The probe: Llama layers at M=128 against Triton's split picks and cuBLAS's 8-bit GEMM of
+           # 256 rows (SQNR against Triton's); then the W8A16 blocks at M=128 and 1024 with the new route candidates
+           # ("ws split", "ws split coop"); then its cuda tests. Prediction: gated 68.5 -> ~50 µs, block 111.8 -> ~95;
+           # at 1024 the int8 block 601.8 -> ~560 if the route takes it
+    timeout 170 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"
+    timeout 250 python3 -m fused bench --blocks llama --m 128,1024 --no-baselines \
       --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitwsb" > "$OUT/splitwsb.log" 2>&1
-    picks "$OUT/splitwsb/bench.json" "ws mid"
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py -k split 2>&1 \
+      | filt | tail -15 > "$OUT/splitws_test.txt"
+    picks "$OUT/splitwsb/bench.json" "ws mid|w8a16"
     grep "^|" "$OUT/splitwsb.log" | grep -v "^|--" | head -6
     tail -4 "$OUT/splitws_test.txt"; tail -10 "$OUT/splitws.txt" ;;
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8

@@ -487,8 +487,8 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
     elif path == WS_PATH:
         y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
-    elif path == WS_SPLIT_PATH:
-        y = _w8a16_ws_split(x2, qweight, wscale, bias, act, op == "gated")
+    elif path in (WS_SPLIT_PATH, WS_SPLIT_COOP_PATH):
+        y = _w8a16_ws_split(x2, qweight, wscale, bias, act, op == "gated", path)
     elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
         y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated", config=_WS_CONFIG[path])
     else:
@@ -735,10 +735,12 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
         _offer(others, "split", split, split, op, "split-activation W8A16")
     if timing and W8A16_WS and key[1] <= W8A16_WS_MAX_M and _ws_supports(x2, qweight, gated) is None:
         _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
+    if timing and W8A16_WS and key[1] <= SPLIT_ROUTE_MAX_M and _split_applies(qweight.dtype, x2.dtype):
+        _offer_ws_split(others, op, x2, qweight, wscale, bias, act)
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False),
                        lambda: _cublas_w8a16(x2, qweight, wscale, bias, act, gated), op, w8a16=True,
                        others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "ws": WS_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_W8A16_PATH, "split": SPLIT_PATH, "ws": WS_PATH, **_WS_SPLIT}.get(pick, path)
 
 
 # W8A16 from WIDEN_MIN_M, bf16 activations, Hopper: a fourth candidate of the route above, the
@@ -769,9 +771,22 @@ W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 # one 8-bit GEMM with TMA loads and warp-specialized consumers, each token's two sums combined in the epilogue), timed
 # per shape against Triton's split tiles from this M. Why: at M=128 Triton's split picks wait at CTA barriers (ncu,
 # thirty-ninth session: issue slots 19-24%, 40-51% of cycles at a barrier), the Llama int8 W8A16 block 111.8 µs against
-# a 75 target. FUSED_WS_SPLIT_MIN_M=1024: off.
+# a 75 target; and from WIDEN_MIN_M to SPLIT_ROUTE_MAX_M beside the widened weight (an 8-bit GEMM of 2M rows: the W8A8
+# blocks at 2M run below the W8A16 ones at M there). Both forms: ping-pong 128-row tiles and COOP 256-row ones.
+# FUSED_WS_SPLIT_MIN_M=99999: off.
 WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
+WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
+_WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH}
+
+
+def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act) -> None:
+    """The split-plane Gluon GEMM's two forms as route candidates, where w8a8_ws takes the weight."""
+    gated = op == "gated"
+    if x2.shape[0] >= WS_SPLIT_MIN_M and _ws_supports(x2, qweight, gated, "w8a8_ws") is None:
+        for name, path in _WS_SPLIT.items():
+            _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p), name,
+                      f"Gluon split-plane W8A16 ({name})")
 
 
 def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
@@ -784,21 +799,20 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     if _may_time(key, x2):
         if x2.shape[0] >= W8A16_WS_MIN_M and _ws_supports(x2, qweight, gated) is None:
             _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
-        if x2.shape[0] >= WS_SPLIT_MIN_M and _ws_supports(x2, qweight, gated, "w8a8_ws") is None:
-            _offer_ws(others, op, lambda: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated), "ws split",
-                      "Gluon split-plane W8A16")
+        _offer_ws_split(others, op, x2, qweight, wscale, bias, act)
     if not others and key not in _dense_routes:
         return path
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
                        w8a16=True, others=others or None)
-    return {"ws": WS_PATH, "ws split": WS_SPLIT_PATH}.get(pick, path)
+    return {"ws": WS_PATH, **_WS_SPLIT}.get(pick, path)
 
 
-def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated):
+def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, path=WS_SPLIT_PATH):
     from fused.kernels.w8a8_ws import w8a16_ws_split
 
     planes, xs = _triton_kernels().act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn, interleave=True)
-    return w8a16_ws_split(planes, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype)
+    return w8a16_ws_split(planes, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype,
+                          config=dict(COOP=True) if path == WS_SPLIT_COOP_PATH else None)
 
 
 def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:

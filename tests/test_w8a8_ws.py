@@ -258,9 +258,10 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated"])
 @pytest.mark.parametrize("fp8", [True, False])
-def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8):
-    """A W8A16 layer at M=100 with its route forced to "ws split": act_split (interleaved) + w8a16_ws_split against
-    the reference, 3-D x; the stats name the path."""
+@pytest.mark.parametrize("route", ["ws split", "ws split coop"])
+def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
+    """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
+    w8a16_ws_split against the reference, 3-D x; the stats name the path."""
     from fused import dispatch
 
     torch.manual_seed(12)
@@ -270,11 +271,11 @@ def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8):
     q, s, b = weights_8bit(rows, K, fp8, True)
     act = "gelu_tanh" if op == "linear" else "silu"
     key = (op, dispatch.m_bucket(M), tuple(q.shape), q.dtype, x.dtype, False, act, "ws mid")
-    monkeypatch.setitem(dispatch._dense_routes, key, ("ws split", "ws split"))
+    monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
     dispatch.stats.clear()
     y = getattr(dispatch, op)(x, q, s, b, act, dynamic=False)
     ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act)
-    assert dispatch.stats[(op, dispatch.WS_SPLIT_PATH)] == 1, dict(dispatch.stats)
+    assert dispatch.stats[(op, dispatch._WS_SPLIT[route])] == 1, dict(dispatch.stats)
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 40
 
 
