@@ -239,6 +239,10 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                                 "registers, no widened copy (W8A16_WS)")
                         if W8A16_WS_MIN_M < WIDEN_MIN_M:
                             why += f", timed against split activations from M={W8A16_WS_MIN_M} (W8A16_WS_MIN_M)"
+                        if WS_SPLIT_MIN_M <= SPLIT_ROUTE_MAX_M:
+                            why += (f"; from M={WS_SPLIT_MIN_M} to {SPLIT_ROUTE_MAX_M} the split planes also through "
+                                    "the Gluon 8-bit GEMM (2M rows, combined per token in its epilogue), timed per "
+                                    "shape (WS_SPLIT_MIN_M)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
                    "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
@@ -769,11 +773,15 @@ W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 
 # The split planes through the Gluon W8A8 GEMM (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of
 # one 8-bit GEMM with TMA loads and warp-specialized consumers, each token's two sums combined in the epilogue), timed
-# per shape against Triton's split tiles from this M. Why: at M=128 Triton's split picks wait at CTA barriers (ncu,
-# thirty-ninth session: issue slots 19-24%, 40-51% of cycles at a barrier), the Llama int8 W8A16 block 111.8 µs against
-# a 75 target; and from WIDEN_MIN_M to SPLIT_ROUTE_MAX_M beside the widened weight (an 8-bit GEMM of 2M rows: the W8A8
-# blocks at 2M run below the W8A16 ones at M there). Both forms: ping-pong 128-row tiles and COOP 256-row ones.
-# FUSED_WS_SPLIT_MIN_M=99999: off.
+# per shape against Triton's split tiles from this M, and from WIDEN_MIN_M to SPLIT_ROUTE_MAX_M beside the widened
+# weight and the Gluon W8A16 GEMM. Both forms: ping-pong 128-row tiles and COOP 256-row ones. Why: at M=128 Triton's
+# split picks wait at CTA barriers (ncu, thirty-ninth session: 40-51% of cycles). Measured (H200, forty-first session,
+# `bash .ci/h200_next.sh splitws`, Llama, route graph µs Triton / ping-pong / COOP): M=128 gated int8 72.6 / 69.7 /
+# 60.4, fp8 67.9 / 69.6 / 60.6; down int8 46.4 / 49.6 / 79.0 (64 tiles on 132 SMs, no split-K: Triton stays); M=1024
+# gated int8 355.0 ping-pong against 408.3 for the Gluon W8A16 GEMM and 442.9 cuBLAS on the widened weight, down 178.4
+# COOP against 181.6. Block, graph µs: int8 W8A16 M=128 111.8 -> 101.7, fp8 106.7 -> 100.1; M=1024 int8 601.8 ->
+# 564.6 (bf16 eager 572.2 in that run), fp8 618.1 -> 608.6. Eager calls keep Triton at M=128: a Gluon launch costs
+# ~90 µs of host time there (do_bench of the layer alone: 93-150 µs). FUSED_WS_SPLIT_MIN_M=99999: off.
 WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
