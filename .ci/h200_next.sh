@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh splitws2|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: see NOTES "Open leads now (next session, after the forty-first)" (`ncucoop` prepared). Done in the
 # forty-first: deep128 (lost, removed), splitws (the split-plane Gluon route: on). Done in the fortieth (all lost; the code
 # measured is at 7a6823c, removed after): qxdown, occ128, tw; the cuda tests of w8_gemm's picks (testsx with
@@ -393,6 +393,20 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
+  splitws2)  # forty-first session, after splitws: the 64-row-tile forms ("ws split t64", "ws split coop t64": twice
+            # the tiles; the M=128 down projection had 64 on 132 SMs) among the route candidates; their forced-route
+            # cuda tests, then the Llama W8A16 blocks at M=128 and the GPT ones at 128 / 1024 beside bf16 compile.
+            # Prediction: the M=128 down 46.4 -> ~38 µs on t64, int8 block 101.7 -> ~95
+    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py \
+      -k "layer_route_on_split" 2>&1 | filt | tail -8 > "$OUT/splitws2_test.txt"
+    timeout 150 python3 -m fused bench --blocks llama --m 128 --no-baselines \
+      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitws2" > "$OUT/splitws2.log" 2>&1
+    picks "$OUT/splitws2/bench.json" "ws mid" graph
+    grep "^|" "$OUT/splitws2.log" | grep -v "^|--" | head -4
+    timeout 200 python3 -m fused bench --blocks gpt --m 128,1024 --configs "ours int8 W8A16,ours fp8 W8A16" \
+      --baselines "bf16 compile" --out "$OUT/splitws2gpt" > "$OUT/splitws2gpt.log" 2>&1
+    grep "^|" "$OUT/splitws2gpt.log" | grep -v "^|--" | head -6
+    tail -3 "$OUT/splitws2_test.txt" ;;
   splitws)  # forty-first session (NOTES lead 1 after the forty-first): the split-plane Gluon W8A16 GEMM
            # (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of one 8-bit GEMM, combined per token in
            # the epilogue). The probe: Llama layers at M=128 against Triton's split picks and cuBLAS's 8-bit GEMM of

@@ -491,7 +491,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _cublas_w8a16(x2, qweight, wscale, bias, act, op == "gated")
     elif path == WS_PATH:
         y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
-    elif path in (WS_SPLIT_PATH, WS_SPLIT_COOP_PATH):
+    elif path in _WS_SPLIT_CONFIG:
         y = _w8a16_ws_split(x2, qweight, wscale, bias, act, op == "gated", path)
     elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
         y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated", config=_WS_CONFIG[path])
@@ -785,7 +785,12 @@ W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
-_WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH}
+_WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
+             "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64"}
+# each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
+# projection 64 of them on 132 SMs (forty-first session; to be measured)
+_WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
+                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act) -> None:
@@ -820,7 +825,7 @@ def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, path=WS_SPLIT_PATH):
 
     planes, xs = _triton_kernels().act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn, interleave=True)
     return w8a16_ws_split(planes, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype,
-                          config=dict(COOP=True) if path == WS_SPLIT_COOP_PATH else None)
+                          config=_WS_SPLIT_CONFIG[path])
 
 
 def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:

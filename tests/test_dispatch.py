@@ -484,5 +484,6 @@ def test_w8a16_ws_mid_route(monkeypatch):
     assert dispatch._ws_mid_route("linear", x[:128], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.WS_SPLIT_PATH
     monkeypatch.setenv("FUSED_TUNE", "0")  # untimed: split
     assert dispatch._ws_mid_route("linear", x[:300], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
-    assert offered == [(512, ["ws", "ws split", "ws split coop"]), (128, ["ws split", "ws split coop"])]
+    forms = ["ws split", "ws split coop", "ws split coop t64", "ws split t64"]
+    assert offered == [(512, sorted(["ws"] + forms)), (128, forms)]
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

@@ -258,7 +258,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["ws split", "ws split coop"])
+@pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
     w8a16_ws_split against the reference, 3-D x; the stats name the path."""
