@@ -793,13 +793,16 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
                     WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
 
 
-def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act) -> None:
-    """The split-plane Gluon GEMM's two forms as route candidates, where w8a8_ws takes the weight."""
+def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:
+    """The split-plane Gluon GEMM's forms as route candidates, where w8a8_ws takes the weights (``up``: gated_pair's
+    up projection, (wu, su, bu))."""
     gated = op == "gated"
-    if x2.shape[0] >= WS_SPLIT_MIN_M and _ws_supports(x2, qweight, gated, "w8a8_ws") is None:
-        for name, path in _WS_SPLIT.items():
-            _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p), name,
-                      f"Gluon split-plane W8A16 ({name})")
+    if x2.shape[0] < WS_SPLIT_MIN_M or any(_ws_supports(x2, w, gated, "w8a8_ws") is not None
+                                           for w in (qweight,) + ((up[0],) if up else ())):
+        return
+    for name, path in _WS_SPLIT.items():
+        _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p, up), name,
+                  f"Gluon split-plane W8A16 ({name})")
 
 
 def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
@@ -820,12 +823,12 @@ def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     return {"ws": WS_PATH, **_WS_SPLIT}.get(pick, path)
 
 
-def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, path=WS_SPLIT_PATH):
+def _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, path=WS_SPLIT_PATH, up=None):
     from fused.kernels.w8a8_ws import w8a16_ws_split
 
     planes, xs = _triton_kernels().act_split(x2, fp8=qweight.dtype == torch.float8_e4m3fn, interleave=True)
     return w8a16_ws_split(planes, xs, qweight, wscale, bias, act, gated, out_dtype=x2.dtype,
-                          config=_WS_SPLIT_CONFIG[path])
+                          config=_WS_SPLIT_CONFIG[path], up=up)
 
 
 def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:
@@ -1426,6 +1429,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         path = _cuda_path(op, M, dynamic, wg.dtype, x.dtype)
         if CUBLAS_W8A16 and not dynamic and M >= WIDEN_MIN_M and x.dtype == torch.bfloat16 and _cublas_ok(wg):
             path = _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path)
+        elif WS_SPLIT_MIN_M <= M < WIDEN_MIN_M and path == SPLIT_PATH and W8A16_WS_PAIR:
+            path = _pair_ws_mid_route(x2, wg, sg, bg, wu, su, bu, act, path)
         elif CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(wg):
             key = ("gated_pair", m_bucket(M), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act)
             others = {}
@@ -1449,6 +1454,8 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act)
     elif path == WS_PATH:
         y = _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act)
+    elif path in _WS_SPLIT_CONFIG:
+        y = _w8a16_ws_split(x2, wg, sg, bg, act, True, path, up=(wu, su, bu))
     elif path == CUBLAS_PATH:
         y = _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act)
     elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
@@ -1507,10 +1514,27 @@ def _pair_w8a16_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     if (W8A16_WS_PAIR and key[1] <= W8A16_WS_MAX_M and _may_time(key, x2)
             and _ws_supports(x2, wg) is None and _ws_supports(x2, wu) is None):  # no stacked rows to pair: any H
         _offer_ws(others, "gated_pair", lambda: _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act))
+    if (W8A16_WS_PAIR and key[1] <= SPLIT_ROUTE_MAX_M and _may_time(key, x2)
+            and _split_applies(wg.dtype, x2.dtype)):
+        _offer_ws_split(others, "gated_pair", x2, wg, sg, bg, act, up=(wu, su, bu))
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False),
                        lambda: _cublas_w8a16_pair(x2, wg, sg, bg, wu, su, bu, act), "gated_pair", w8a16=True,
                        others=others or None)
-    return {"cublas": CUBLAS_W8A16_PATH, "ws": WS_PATH}.get(pick, path)
+    return {"cublas": CUBLAS_W8A16_PATH, "ws": WS_PATH, **_WS_SPLIT}.get(pick, path)
+
+
+def _pair_ws_mid_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
+    """_ws_mid_route for gated_pair (torch.compile's per-Linear gate / up): ``path`` (Triton's split tiles on the
+    pair) or a split-plane Gluon form, from WS_SPLIT_MIN_M below WIDEN_MIN_M."""
+    key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "ws mid")
+    others = {}
+    if _may_time(key, x2):
+        _offer_ws_split(others, "gated_pair", x2, wg, sg, bg, act, up=(wu, su, bu))
+    if not others and key not in _dense_routes:
+        return path
+    pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False), None, "gated_pair",
+                       w8a16=True, others=others or None)
+    return _WS_SPLIT.get(pick, path)
 
 
 # The Gluon W8A16 GEMM for gated_pair too (w8a16_ws_pair: the up rows from the up weight's own tensor), as a third

@@ -61,6 +61,8 @@ def test_bad_operands_get_clear_errors():
 
     with pytest.raises(ValueError, match="2 per token"):
         w8a16_ws_split(xq, torch.ones(3), q, s)  # 4 plane rows for 3 tokens
+    with pytest.raises(ValueError, match="must match"):
+        w8a16_ws_split(xq, torch.ones(2), q, s, up=(q[:4], s[:4], None))
     with pytest.raises(RuntimeError, match="one CUDA device"):
         w8a16_ws_split(xq, torch.ones(2), q, s)
 
@@ -256,13 +258,15 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 
 @pytest.mark.cuda
 @sm90
-@pytest.mark.parametrize("op", ["linear", "gated"])
+@pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
 @pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
-    w8a16_ws_split against the reference, 3-D x; the stats name the path."""
+    w8a16_ws_split against the reference, 3-D x (gated_pair: torch.compile's per-Linear gate / up, bit-equal to the
+    stacked weight's); the stats name the path."""
     from fused import dispatch
+    from fused.reference import gated_pair_ref
 
     torch.manual_seed(12)
     M, K, N = 100, 512, 1008
@@ -270,11 +274,24 @@ def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     rows = N if op == "linear" else 2 * N
     q, s, b = weights_8bit(rows, K, fp8, True)
     act = "gelu_tanh" if op == "linear" else "silu"
-    key = (op, dispatch.m_bucket(M), tuple(q.shape), q.dtype, x.dtype, False, act, "ws mid")
+    w = q[:N] if op == "gated_pair" else q
+    key = (op, dispatch.m_bucket(M), tuple(w.shape), q.dtype, x.dtype, False, act, "ws mid")
     monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
     dispatch.stats.clear()
-    y = getattr(dispatch, op)(x, q, s, b, act, dynamic=False)
-    ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act)
+    if op == "gated_pair":
+        args = (q[:N].clone(), s[:N].clone(), b[:N].clone(), q[N:].clone(), s[N:].clone(), b[N:].clone())
+        y = dispatch.gated_pair(x, *args, act=act)
+        ref = gated_pair_ref(x, *args, act=act)
+        from fused.kernels.act_split import act_split
+        from fused.kernels.w8a8_ws import w8a16_ws_split
+
+        planes, xs = act_split(x.reshape(M, K), fp8=fp8, interleave=True)
+        stacked = w8a16_ws_split(planes, xs, q, s, b, act, True, config=dispatch._WS_SPLIT_CONFIG[
+            dispatch._WS_SPLIT[route]])
+        assert torch.equal(y.reshape(M, N), stacked)
+    else:
+        y = getattr(dispatch, op)(x, q, s, b, act, dynamic=False)
+        ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act)
     assert dispatch.stats[(op, dispatch._WS_SPLIT[route])] == 1, dict(dispatch.stats)
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 40
 

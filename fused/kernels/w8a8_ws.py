@@ -584,12 +584,17 @@ def w8a8_ws(xq: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wsca
 def w8a16_ws_split(planes: torch.Tensor, x_scale: torch.Tensor, qweight: torch.Tensor, wscale: torch.Tensor,
                    bias: torch.Tensor | None = None, act: str = "none", gated: bool = False,
                    out_dtype: torch.dtype = torch.bfloat16, config: dict | None = None,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
+                   out: torch.Tensor | None = None, up: tuple | None = None) -> torch.Tensor:
     """W8A16 through the 8-bit tensor cores: planes [2M, K] from act_split(x, interleave=True) (int8 planes for int8
     weights, x ≈ s·(256·hi + lo); e4m3 for e4m3 ones, x ≈ s·(hi + lo / 16)), x_scale [M] its scales; y as w8a8_ws
     gives it for x. The two planes are tokens of one 8-bit GEMM of 2M rows, combined per token in the epilogue (the
-    Triton split GEMM's STACK tiles, in the warp-specialized TMA kernel)."""
-    return _launch(planes, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, x_split=True)
+    Triton split GEMM's STACK tiles, in the warp-specialized TMA kernel). ``up`` = (wu, su, bu): gated with the up
+    projection in tensors of its own, qweight the gate (as w8a8_ws_pair)."""
+    if up is not None and (up[0].shape != qweight.shape or up[0].dtype != qweight.dtype
+                           or (bias is None) != (up[2] is None)):
+        raise ValueError("w8a16_ws_split: gate and up weights must match in shape and dtype, biases both or neither")
+    return _launch(planes, x_scale, qweight, wscale, bias, act, gated or up is not None, out_dtype, config, out,
+                   up=up, x_split=True)
 
 
 def w8a8_ws_pair(xq: torch.Tensor, x_scale: torch.Tensor, wg: torch.Tensor, sg: torch.Tensor,
