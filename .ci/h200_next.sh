@@ -397,7 +397,7 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
             # the tiles; the M=128 down projection had 64 on 132 SMs) among the route candidates; their forced-route
             # cuda tests, then the Llama W8A16 blocks at M=128 and the GPT ones at 128 / 1024 beside bf16 compile.
             # Prediction: the M=128 down 46.4 -> ~38 µs on t64, int8 block 101.7 -> ~95
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py \
+    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
       -k "layer_route_on_split" 2>&1 | filt | tail -8 > "$OUT/splitws2_test.txt"
     timeout 150 python3 -m fused bench --blocks llama --m 128 --no-baselines \
       --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitws2" > "$OUT/splitws2.log" 2>&1
