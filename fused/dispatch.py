@@ -493,7 +493,7 @@ def _run(op: str, x, qweight, wscale, bias, act, dynamic):
         y = _w8a16_ws(x2, qweight, wscale, bias, act, op == "gated")
     elif path in _WS_SPLIT_CONFIG:
         y = _w8a16_ws_split(x2, qweight, wscale, bias, act, op == "gated", path)
-    elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
+    elif path in _WS_CONFIG:
         y = _w8a8_ws_y(x2, qweight, wscale, bias, act, op == "gated", config=_WS_CONFIG[path])
     else:
         y = _triton_dense(path, x2, qweight, wscale, bias, act, op == "gated", dynamic)
@@ -898,7 +898,7 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act)
     gated = op == "gated"
     others = {}
-    for name, wpath in _layer_ws_paths():
+    for name, wpath in _layer_ws_paths(x2.shape[0]):
         _offer_w8a8_ws(others, key, op, x2, qweight, gated, lambda c=_WS_CONFIG[wpath]: _w8a8_ws_y(
             x2, qweight, wscale, bias, act, gated, config=c), x2.dtype, name=name)
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, True),
@@ -966,7 +966,13 @@ W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
 W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "1") == "1"
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
 W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
-_WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True)}
+# Tiles of 64 tokens (t64) too, up to W8A8_WS_T64_MAX_M: twice the tiles where 128-token tiles leave SMs idle (the
+# COOP gated GEMM at M=128: 112 tiles on 132 SMs). Why: the split-plane W8A16 route (forty-first session) ran the
+# M=128 gated product at 60.4 µs on COOP tiles of 64 tokens' planes, against ~40 for the fp8 W8A8 gated GEMM of half
+# the work in the block that misses issue 4's 70 µs by 6. Timed candidates, not yet measured on the H200.
+W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
+_WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
+              W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
 # 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
@@ -1081,9 +1087,18 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"
     return ws.w8a8_ws(hq, hs, w2, s2, b2, "none", out_dtype=x2.dtype, config=down, group=group)
 
 
-def _layer_ws_paths() -> list:
-    """The per-layer W8A8 routes' Gluon candidates, (name, path): ping-pong (W8A8_WS_LAYER), COOP (and W8A8_WS_COOP)."""
-    return ([("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * W8A8_WS_COOP) if W8A8_WS_LAYER else []
+def _ws_forms(M: int | None = None, coop: bool = True) -> list:
+    """The Gluon W8A8 GEMM's route forms at M, (name, path): ping-pong, COOP (``coop``), each also with 64-token
+    tiles to W8A8_WS_T64_MAX_M; M None: every form (to name a pick)."""
+    forms = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
+    if M is None or M <= W8A8_WS_T64_MAX_M:
+        forms += [(name + "_t64", path + "_t64") for name, path in forms]
+    return forms
+
+
+def _layer_ws_paths(M: int | None = None) -> list:
+    """The per-layer W8A8 routes' Gluon candidates at M (W8A8_WS_LAYER; COOP with W8A8_WS_COOP), as _ws_forms."""
+    return _ws_forms(M, W8A8_WS_COOP) if W8A8_WS_LAYER else []
 
 
 def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon") -> None:
@@ -1104,9 +1119,18 @@ def _w8a8_ws_y(x2, qweight, wscale, bias, act, gated, up=None, config=None):
     return ws.w8a8_ws_pair(xq, xs, qweight, wscale, bias, *up, act, out_dtype=x2.dtype, config=config)
 
 _H_OUT_PATHS = {"cublas": "cublas+triton:epilogue_quant", "first_layer": "triton:first_layer",
-                "gluon": "triton:act_quant+gluon:w8a8_ws+act_quant",
-                "gluon_coop": "triton:act_quant+gluon:w8a8_ws_coop+act_quant"}
-_H_IN_PATHS = {"cublas": CUBLAS_PATH, "gluon": "gluon:w8a8_ws", "gluon_coop": "gluon:w8a8_ws_coop"}
+                **{name: path + "+act_quant" for name, path in _ws_forms()}}
+_H_IN_PATHS = {"cublas": CUBLAS_PATH, **{name: path.removeprefix("triton:act_quant+") for name, path in _ws_forms()}}
+_WS_NAMES = {name: _WS_CONFIG[path] for name, path in _ws_forms()}  # a Gluon pick's w8a8_ws config
+
+
+def _offer_block_ws(others: dict, key, op, x, qweight, gated, M, run, out_dtype) -> dict:
+    """A W8A8 block layer's Gluon candidates at M (_ws_forms, W8A8_WS_COOP gating COOP) into ``others`` as
+    run(config); returns {name: runner} for every form, to run a pick."""
+    runners = {name: (lambda c=cfg: run(c)) for name, cfg in _WS_NAMES.items()}
+    for name, _ in _ws_forms(M, W8A8_WS_COOP):
+        _offer_w8a8_ws(others, key, op, x, qweight, gated, runners[name], out_dtype, name=name)
+    return runners
 
 
 def _h_out_key(op, M, qweight, xdtype, bias, act) -> tuple:
@@ -1133,14 +1157,9 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     def gluon(config=None):
         return _quantized(_w8a8_ws_y(x2, qweight, wscale, bias, act, gated, config=config), fp8)
 
-    def gluon_coop():
-        return gluon(dict(COOP=True))
-
     key = _h_out_key(op, M, qweight, x2.dtype, bias, act)
     others = {"first_layer": first_layer} if FIRST_LAYER else {}
-    _offer_w8a8_ws(others, key, op, x2, qweight, gated, gluon, x2.dtype)
-    if W8A8_WS_COOP:
-        _offer_w8a8_ws(others, key, op, x2, qweight, gated, gluon_coop, x2.dtype, name="gluon_coop")
+    runners = _offer_block_ws(others, key, op, x2, qweight, gated, M, gluon, x2.dtype)
     pick = "triton"
     use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
     if x2.is_cuda and _forced is None and (use_cublas or others or key in _dense_routes):
@@ -1148,7 +1167,7 @@ def _dense_q_out(op, x2, qweight, wscale, bias, act) -> QuantizedAct:
     elif FIRST_LAYER and _forced == "triton" and not x2.is_cuda:
         pick = "first_layer"  # the interpreter (CI): the one-launch route untimed, as measure_route would take it
     stats[(op, _H_OUT_PATHS.get(pick, path + "+act_quant") + " (h out)")] += 1
-    return {"cublas": cublas, "first_layer": first_layer, "gluon": gluon, "gluon_coop": gluon_coop}.get(pick, triton)()
+    return {"cublas": cublas, "first_layer": first_layer, **runners}.get(pick, triton)()
 
 
 def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
@@ -1169,21 +1188,16 @@ def _dense_q_in(qa: QuantizedAct, qweight, wscale, bias, act):
 
         return w8a8_ws(qa.q, qa.s, qweight, wscale, bias, act, out_dtype=qa.dtype, config=config)
 
-    def gluon_coop():
-        return gluon(dict(COOP=True))
-
-    pick = "triton"
+    pick, runners = "triton", {}
     if qa.q.is_cuda and _forced is None:
         key = (op, m_bucket(qa.m), tuple(qweight.shape), qweight.dtype, qa.dtype, bias is None, act, "h in")
         others = {}
-        _offer_w8a8_ws(others, key, op, qa.q, qweight, False, gluon, qa.dtype)
-        if W8A8_WS_COOP:
-            _offer_w8a8_ws(others, key, op, qa.q, qweight, False, gluon_coop, qa.dtype, name="gluon_coop")
+        runners = _offer_block_ws(others, key, op, qa.q, qweight, False, qa.m, gluon, qa.dtype)
         use_cublas = CUBLAS_W8A8 and _cublas_ok(qweight)
         if use_cublas or others or key in _dense_routes:
             pick = _graph_pick(key, triton, cublas if use_cublas else None, op, others=others or None)
     stats[(op, _H_IN_PATHS.get(pick, "triton:w8_gemm_w8a8") + " (h in)")] += 1
-    return {"cublas": cublas, "gluon": gluon, "gluon_coop": gluon_coop}.get(pick, triton)()
+    return {"cublas": cublas, **runners}.get(pick, triton)()
 
 
 # Bumped whenever a converted module's buffers or attributes change (fused.modules): recorded calls of
@@ -1434,7 +1448,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         elif CUBLAS_W8A8 and dynamic and M > A8_GEMV_MAX_M and _cublas_ok(wg):
             key = ("gated_pair", m_bucket(M), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act)
             others = {}
-            for name, wpath in _layer_ws_paths():
+            for name, wpath in _layer_ws_paths(M):
                 _offer_w8a8_ws(others, key, op, x2, wg, True, lambda c=_WS_CONFIG[wpath]: _w8a8_ws_y(
                     x2, wg, sg, bg, act, True, up=(wu, su, bu), config=c), x2.dtype, name=name)
             pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, True),
@@ -1458,7 +1472,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
         y = _w8a16_ws_split(x2, wg, sg, bg, act, True, path, up=(wu, su, bu))
     elif path == CUBLAS_PATH:
         y = _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act)
-    elif path in (W8A8_WS_PATH, W8A8_WS_COOP_PATH):
+    elif path in _WS_CONFIG:
         y = _w8a8_ws_y(x2, wg, sg, bg, act, True, up=(wu, su, bu), config=_WS_CONFIG[path])
     else:
         y = _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic)

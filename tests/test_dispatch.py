@@ -455,6 +455,24 @@ def test_w8a16_route_offers_the_gluon_gemm(pair, monkeypatch):
     assert offered == [[], ["ws"], [], []]
 
 
+def test_w8a8_ws_forms_by_m(monkeypatch):
+    """The Gluon W8A8 forms a route offers: 64-token tiles only to W8A8_WS_T64_MAX_M, COOP only with W8A8_WS_COOP, none
+    per layer without W8A8_WS_LAYER; every form names a config and the block's paths."""
+    monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", True)
+    monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
+    names = lambda M: [n for n, _ in dispatch._layer_ws_paths(M)]  # noqa: E731
+    assert names(128) == ["gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64"]
+    assert names(dispatch.W8A8_WS_T64_MAX_M + 1) == ["gluon", "gluon_coop"]
+    monkeypatch.setattr(dispatch, "W8A8_WS_COOP", False)
+    assert names(128) == ["gluon", "gluon_t64"]
+    monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
+    assert names(128) == []
+    for name, path in dispatch._ws_forms():
+        assert dispatch._WS_NAMES[name] == dispatch._WS_CONFIG[path]
+        assert dispatch._H_OUT_PATHS[name] == path + "+act_quant" and "act_quant" not in dispatch._H_IN_PATHS[name]
+    assert dispatch._WS_CONFIG[dispatch.W8A8_WS_COOP_PATH + "_t64"] == dict(COOP=True, BLOCK_T=64)
+
+
 def test_w8a16_ws_mid_route(monkeypatch):
     """Below WIDEN_MIN_M the Gluon GEMMs are timed against split activations: the W8A16 one from W8A16_WS_MIN_M (off
     by default: the bound is WIDEN_MIN_M), the split-plane one from WS_SPLIT_MIN_M; picks mapped to their paths; untimed,

@@ -204,7 +204,8 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     key = dispatch._h_out_key(op, M, q1, x.dtype, None, act)
     key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
     outs = {}
-    for route in ("triton", "gluon", "gluon_coop"):  # gluon_coop: both layers on the COOP form
+    # gluon_coop: both layers on the COOP form; _t64: 64-token tiles
+    for route in ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64"):
         monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
@@ -212,7 +213,8 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
         if route != "triton":
             assert dispatch.stats[(op, f"triton:act_quant+gluon:w8a8_ws{route[5:]}+act_quant (h out)")] == 1
             assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
-    assert sqnr(outs["gluon"].float(), outs["gluon_coop"].float()) > 40  # the same products, other tiles
+    for route in ("gluon_coop", "gluon_t64", "gluon_coop_t64"):
+        assert sqnr(outs["gluon"].float(), outs[route].float()) > 40, route  # the same products, other tiles
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30
@@ -223,7 +225,7 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["gluon", "gluon_coop"])
+@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64"])
 def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
     forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
@@ -252,7 +254,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     else:
         y = getattr(dispatch, op)(x, q, s, b, act, dynamic=True)
         ref = (gated_ref if op == "gated" else linear_ref)(x, q, s, b, act, dynamic=True)
-    assert dispatch.stats[(op, dispatch.W8A8_WS_PATH if route == "gluon" else dispatch.W8A8_WS_COOP_PATH)] == 1
+    assert dispatch.stats[(op, dict(dispatch._layer_ws_paths())[route])] == 1
     assert y.shape == ref.shape and sqnr(ref.float(), y.float()) > 35
 
 
