@@ -395,8 +395,9 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
   a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
          # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda
-         # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 gated GEMM ~40 -> ~33 µs on COOP t64 (224
-         # tiles instead of 112), fp8 W8A8 block 76 -> ~70 (issue 4's target)
+         # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 "h out" route (act_quant, gated GEMM,
+         # act_quant(h)) 51.7 -> ~44 µs on COOP t64 (224 tiles instead of 112; the split-plane route ran twice this
+         # work on such tiles in 60.4), the fp8 W8A8 block 76 -> ~70 (issue 4's target)
     timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
       -k "block_route_on_gluon or layer_routes_on_gluon" 2>&1 | filt | tail -8 > "$OUT/a8t64_test.txt"
     timeout 200 python3 -m fused bench --blocks llama --m 128 --no-baselines \

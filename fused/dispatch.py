@@ -968,8 +968,9 @@ W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
 W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 # Tiles of 64 tokens (t64) too, up to W8A8_WS_T64_MAX_M: twice the tiles where 128-token tiles leave SMs idle (the
 # COOP gated GEMM at M=128: 112 tiles on 132 SMs). Why: the split-plane W8A16 route (forty-first session) ran the
-# M=128 gated product at 60.4 µs on COOP tiles of 64 tokens' planes, against ~40 for the fp8 W8A8 gated GEMM of half
-# the work in the block that misses issue 4's 70 µs by 6. Timed candidates, not yet measured on the H200.
+# M=128 gated product at 60.4 µs on COOP tiles of 64 tokens' planes, twice the work of the fp8 W8A8 gated GEMM that
+# takes ~44 (its "h out" route 51.7 with both act_quants, thirty-ninth) in the block that misses issue 4's 70 µs by 6.
+# Timed candidates, not yet measured on the H200 (`bash .ci/h200_next.sh a8t64`).
 W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
               W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
