@@ -786,11 +786,15 @@ WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
-             "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64"}
+             "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64",
+             "ws split k2": WS_SPLIT_PATH + "_k2", "ws split k4": WS_SPLIT_PATH + "_k4"}
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
-# projection 64 of them on 132 SMs (forty-first session; to be measured)
+# projection 64 of them on 132 SMs; k2 / k4, K in 2 / 4 parts (SPLIT_K) for the same reason (forty-first session; to
+# be measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200)
 _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
-                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
+                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64), WS_SPLIT_PATH + "_k2": dict(SPLIT_K=2),
+                    WS_SPLIT_PATH + "_k4": dict(SPLIT_K=4)}
+WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:
@@ -801,6 +805,9 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
                                            for w in (qweight,) + ((up[0],) if up else ())):
         return
     for name, path in _WS_SPLIT.items():
+        split = (_WS_SPLIT_CONFIG[path] or {}).get("SPLIT_K", 1)
+        if split > 1 and not (WS_SPLITK and -(-x2.shape[1] // 128) % split == 0):  # K steps of 128 in equal parts
+            continue
         _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p, up), name,
                   f"Gluon split-plane W8A16 ({name})")
 

@@ -503,5 +503,12 @@ def test_w8a16_ws_mid_route(monkeypatch):
     monkeypatch.setenv("FUSED_TUNE", "0")  # untimed: split
     assert dispatch._ws_mid_route("linear", x[:300], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
     forms = ["ws split", "ws split coop", "ws split coop t64", "ws split t64"]
-    assert offered == [(512, sorted(["ws"] + forms)), (128, forms)]
+    assert offered == [(512, sorted(["ws"] + forms)), (128, forms)]  # split-K: opt-in (FUSED_WS_SPLITK=1)
+    monkeypatch.setattr(dispatch, "WS_SPLITK", True)
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    picks = iter(["ws split k2"])
+    x = torch.randn(128, 256, dtype=torch.bfloat16)  # 2 K steps of 128: k2, not k4
+    q, s = quantize_weight(torch.randn(64, 256), "int8")
+    assert dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.WS_SPLIT_PATH + "_k2"
+    assert offered[-1] == (128, sorted(forms + ["ws split k2"]))
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

@@ -123,7 +123,7 @@ from fused.kernels import w8a8_ws as w8s
 # with two K groups a stage (xg=2, BLOCK_K 128) two products in flight per consumer: 8 wgmma in 4 groups; with groups
 # of 128 (xg=3) one product of 128 K: 8 wgmma in 2 groups. QUANT_OUT in groups of 128 outputs (qo=128; gated COOP
 # trades the consumers' absmaxes through shared memory) alike. X_SPLIT (an eighth field: W8A16 on interleaved planes,
-# combined per token in the epilogue) alike, no spill
+# combined per token in the epilogue) alike, no spill; a ninth: SPLIT_K (K parts reduced as fused.kernels.splitk)
 for gated, act, bias, int8, coop, xg, qo, *split in (
         (False, 'none', False, False, False, False, False), (True, 'silu', False, False, False, False, False),
         (True, 'gelu_tanh', True, False, False, False, False), (True, 'silu', False, True, False, False, False),
@@ -138,7 +138,10 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
         (False, 'none', False, True, False, False, 128), (True, 'silu', False, True, False, False, False, True),
         (True, 'gelu_tanh', True, False, True, False, False, True),
         (False, 'none', False, True, True, False, False, True),
-        (False, 'gelu', True, False, False, False, False, True)):
+        (False, 'gelu', True, False, False, False, False, True),
+        (False, 'none', False, True, False, False, False, True, 2),
+        (False, 'none', False, False, True, False, False, False, 4),
+        (True, 'silu', False, True, True, False, False, True, 2)):
     cfg = w8s.default_config(gated, coop, bool(xg), 128 if xg == 3 else 64)
     if xg == 2:
         cfg.update(BLOCK_K=128, STAGES=6)
@@ -153,10 +156,12 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
            'xs_desc': f'tensordesc<fp32[{2 if xg == 2 else 1}, {bt}],{sl!r}>',
            'xs_ptr': '*fp32', 'ws_ptr': '*fp32',
            'su_ptr': '*fp32', 'b_ptr': '*bf16', 'bu_ptr': '*bf16', 'y_ptr': f'*{ds}' if qo else '*bf16',
-           'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32'}
+           'hs_ptr': '*fp32', 'M': 'i32', 'N_OUT': 'i32', 'K': 'i32', 'stride_ym': 'i32', 'up_off': 'i32',
+           'part_ptr': '*fp32', 'count_ptr': '*i32'}
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
                   ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=bool(xg), QUANT_OUT=bool(qo),
-                  OUT_GROUP=128 if qo == 128 else 64, X_SPLIT=bool(split), num_warps=4)
+                  OUT_GROUP=128 if qo == 128 else 64, X_SPLIT=bool(split and split[0]),
+                  SPLIT_K=split[1] if len(split) > 1 else 1, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))

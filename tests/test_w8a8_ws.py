@@ -177,6 +177,46 @@ def test_ws_split_matches_w8a16_reference_cuda(M, N, K, gated, act, bias, fp8):
         assert sqnr(ref, y.float()) > (40 if fp8 else 45), (cfg, sqnr(ref, y.float()))
 
 
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,N,K,split", [(3, 200, 1040, 3), (17, 4136, 528, 5), (100, 320, 4096, 4),
+                                         (300, 4096, 14336, 2)])
+@pytest.mark.parametrize("gated,fp8,x_split", [(False, False, True), (True, False, False), (False, True, False),
+                                               (True, True, True)])
+def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
+    """SPLIT_K (K cut into equal runs, the partials summed in a fixed order by the last to finish): int8 bit-equal to
+    one K run (int32 sums), e4m3 within the reference's SQNR; ping-pong and COOP, programs walking several items,
+    twice in a row (the counters reset), outputs poisoned; W8A8 and the split-plane W8A16 form."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8a8_ws import w8a16_ws_split, w8a8_ws
+
+    torch.manual_seed(M + split)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q, s, b = weights_8bit(N, K, fp8, gated)
+    if x_split:
+        xq, xs = act_split(x, fp8=fp8, interleave=True)
+        run = lambda cfg, out: w8a16_ws_split(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
+        ref = (gated_ref if gated else linear_ref)(x.float(), q, s, b, "silu")
+    else:
+        xq, xs = act_quant(x, fp8=fp8)
+        run = lambda cfg, out: w8a8_ws(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
+        ref = (gated_ref if gated else linear_ref)(xq.float() * xs[:, None], q, s, b, "silu")
+    n_out = N // 2 if gated else N
+    for base in ({}, dict(COOP=True), dict(PROGRAMS=3), dict(COOP=True, PROGRAMS=2, BLOCK_T=64)):
+        one = run(base, None)
+        for _ in range(2):
+            out = torch.full((M, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+            y = run(dict(base, SPLIT_K=split), out)
+            assert not torch.isnan(y).any(), base
+            if fp8:
+                assert sqnr(ref, y.float()) > 40, (base, sqnr(ref, y.float()))
+            else:
+                assert torch.equal(y, one), base
+    with pytest.raises(ValueError, match="divisible"):
+        run(dict(SPLIT_K=split + 1), None)
+
+
 def _block_operands(M, H, D, gated, fp8, seed, K=512):
     """x [M, K] bf16 and a block's 8-bit weights and scales: first layer [2H or H, K], down [D, H]."""
     torch.manual_seed(seed)
@@ -262,7 +302,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64"])
+@pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64", "ws split k2"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
     w8a16_ws_split against the reference, 3-D x (gated_pair: torch.compile's per-Linear gate / up, bit-equal to the

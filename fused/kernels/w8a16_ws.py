@@ -46,42 +46,44 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 @gluon.jit
 def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off, k_tiles,
-                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr):
+                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, SPLIT_K: gl.constexpr = 1):
     # PERSIST: this program's tiles one after another, the stage ring's position (it) carried across them, so the
-    # next tile's loads run under this one's epilogue; else the program's one tile at (off_t, off_o)
+    # next tile's loads run under this one's epilogue; else the program's one tile at (off_t, off_o). SPLIT_K (w8a8_ws):
+    # SPLIT_K work items per tile, item v the K steps [(v % SPLIT_K) · k_tiles, + k_tiles) of tile v // SPLIT_K
     if PERSIST:
         it = 0
-        for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
-            off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+        for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
+            off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
             it = _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles,
-                            it, GATED)
+                            it, GATED, (v % SPLIT_K) * k_tiles)
     else:
-        _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, 0, GATED)
+        _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, 0, GATED, 0)
 
 
 @gluon.jit
 def _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, k_tiles, it,
-               GATED: gl.constexpr):
+               GATED: gl.constexpr, k_first):
     # off_t: the x tile's first token; off_o: the W tile's first row (gated: the gate rows', their up rows at
     # off_o + up_off of wu_desc fill the tile's second half: the stacked weight's H + o, or a pair's own tensor's o);
-    # it: the stage ring's position at the tile's start (returned at its end)
+    # it: the stage ring's position at the tile's start (returned at its end); k_first: the first K step
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_K: gl.constexpr = x_desc.block_type.shape[1]
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]
     for k in range(k_tiles):
         s = (it + k) % STAGES
         mbarrier.wait(empty.index(s), (((it + k) // STAGES) & 1) ^ 1)  # barriers start at phase 1 complete: free
+        kk = (k_first + k) * BLOCK_K
         if GATED:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + 2 * w_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-            tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s),
+            tma.async_copy_global_to_shared(x_desc, [off_t, kk], ready.index(s), x_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [off_o, kk], ready.index(s),
                                             w8_bufs.index(s).slice(0, W_ROWS, dim=0))
-            tma.async_copy_global_to_shared(wu_desc, [off_o + up_off, k * BLOCK_K], ready.index(s),
+            tma.async_copy_global_to_shared(wu_desc, [off_o + up_off, kk], ready.index(s),
                                             w8_bufs.index(s).slice(W_ROWS, W_ROWS, dim=0))
         else:
             mbarrier.expect(ready.index(s), x_desc.block_type.nbytes + w_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(x_desc, [off_t, k * BLOCK_K], ready.index(s), x_bufs.index(s))
-            tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
+            tma.async_copy_global_to_shared(x_desc, [off_t, kk], ready.index(s), x_bufs.index(s))
+            tma.async_copy_global_to_shared(w_desc, [off_o, kk], ready.index(s), w8_bufs.index(s))
     return it + k_tiles
 
 

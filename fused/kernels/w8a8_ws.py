@@ -41,6 +41,12 @@ sum; one K group a stage (BLOCK_K 64) or two (BLOCK_K 128: two products in fligh
 per product, as DeepSeek-V3's GEMM. Measured forms were slower than the per-token hand-off (the Llama block at M=1024
 477 and 423 µs against 314); these are not yet measured, so dispatch uses them only with FUSED_W8A8_GROUPED=1.
 
+X_SPLIT (forty-first session): W8A16 on act_split's planes interleaved (token t's hi / lo as rows 2t / 2t + 1): one
+8-bit GEMM of 2M rows whose accumulator holds a token's two sums in one thread, combined in the epilogue
+(w8a16_ws_split). SPLIT_K: K in equal parts, each a work item of the persistent loop; the partials are summed in a
+fixed order by the part that finishes last (as fused.kernels.splitk), for shapes with fewer tiles than SMs (the
+down projection at M=128); compiled for sm_90 with no spill, opt-in until its cuda tests have run on the H200.
+
 e4m3 products accumulate in fp32 with Hopper's fast accumulation (Triton's sm_90 default, as tl.dot and cuBLAS's
 rowwise_fast), int8 ones in int32 (exact). (The first form's int8 build failed in triton 3.6, "WGMMA type or shape is
 not supported" for its 256-token instruction; the 128-token one builds.) Gluon kernels do not run in Triton's
@@ -84,9 +90,10 @@ def _out_layout(num_warps):
 
 @gluon.jit
 def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, x_desc,
-              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
-              GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-              QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr):
+              w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, PART: gl.constexpr,
+              GROUP_N: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+              INT8: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr,
+              SPLIT_K: gl.constexpr):
     """Consumer PART's tiles (every other one of the program's): the K loop on the stages the loader filled for it,
     then the epilogue, which runs while the other consumer's K loop keeps the tensor cores busy."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
@@ -97,8 +104,8 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
     nprog = gl.num_programs(0)
     j = PART  # the tile's place among the program's: its stages start at ring position j * k_tiles
     n = 0  # this consumer's tiles so far
-    for tile in range(gl.program_id(0) + PART * nprog, _n_tiles(M, N_OUT, x_desc, w_desc), 2 * nprog):
-        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+    for v in range(gl.program_id(0) + PART * nprog, _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, 2 * nprog):
+        off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
         it = j * k_tiles
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
@@ -121,10 +128,13 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
 
+        m_out = M
+        if SPLIT_K > 1:  # the tile's last K part to finish sums the parts and stores; the others store nothing
+            acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, v // SPLIT_K, v % SPLIT_K, M, SPLIT_K)
         # gated: rows 0-63 are gate rows and 64-127 the same outputs' up rows
         # (a tile's outputs are all this consumer's: no absmax to trade, turn stands in for the exchange's operands)
         _epilogue(acc0, acc1, off_o, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, turn,
-                  turn.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
+                  turn.index(0), n, m_out, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
                   X_SPLIT, out_layout)
         j += 2
         n += 1
@@ -132,9 +142,10 @@ def _consumer(x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr
 
 @gluon.jit
 def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
-                   x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, PART: gl.constexpr, GROUP_N: gl.constexpr,
-                   GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
-                   QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr):
+                   x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, PART: gl.constexpr,
+                   GROUP_N: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
+                   INT8: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr,
+                   SPLIT_K: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
@@ -150,8 +161,8 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
     out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     n = 0  # tiles so far (both consumers walk the same tiles)
-    for tile in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc), gl.num_programs(0)):
-        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+    for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
+        off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         for k in range(k_tiles):
@@ -167,9 +178,13 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
         mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
         it += k_tiles
 
+        m_out = M
+        if SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
+            acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, 2 * (v // SPLIT_K) + PART,
+                                               v % SPLIT_K, M, SPLIT_K)
         # (gated: acc0's rows are the outputs off_o + ROW0..)
         _epilogue(acc0, acc1, off_o + ROW0, off_t, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, xchg,
-                  xbar.index(0), n, M, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
+                  xbar.index(0), n, m_out, N_OUT, stride_ym, up_off, GATED, ACT, HAS_BIAS, QUANT_OUT, OUT_GROUP,
                   X_SPLIT, out_layout)
         n += 1
 
@@ -259,6 +274,50 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
             tma.async_copy_global_to_shared(w_desc, [off_o, k * BLOCK_K], ready.index(s), w8_bufs.index(s))
             tma.async_copy_global_to_shared(xs_desc, [k * G, off_t], ready.index(s), s_bufs.index(s))
         it += k_tiles
+
+
+@gluon.jit
+def _splitk_reduce(acc0, acc1, part_ptr, count_ptr, slot, ks, M, SPLIT_K: gl.constexpr):
+    """Split-K as fused.kernels.splitk (no atomics on the data, deterministic): this K part's two accumulators to
+    the slot's partials (int32 sums as their bits), a release on the slot's counter; the part that arrives last sums
+    all SPLIT_K partials in a fixed order, resets the counter and gets M back to store with (the others get 0)."""
+    ROWS: gl.constexpr = acc0.shape[0]
+    T: gl.constexpr = acc0.shape[1]
+    BLOCK: gl.constexpr = ROWS * T
+    layout: gl.constexpr = acc0.type.layout
+    idx = (gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))[:, None] * T
+           + gl.arange(0, T, layout=gl.SliceLayout(0, layout))[None, :])
+    base = part_ptr + slot.to(gl.int64) * (SPLIT_K * 2 * BLOCK)
+    gl.store(base + (2 * ks) * BLOCK + idx, _part_bits(acc0))
+    gl.store(base + (2 * ks + 1) * BLOCK + idx, _part_bits(acc1))
+    gl.thread_barrier()  # every thread's partial is issued before the release below
+    count = gl.atomic_add(count_ptr + slot, 1, sem="acq_rel")
+    last = count == SPLIT_K - 1
+    mask = (idx < BLOCK) & last
+    acc0 = gl.zeros_like(acc0)
+    acc1 = gl.zeros_like(acc1)
+    for s in range(SPLIT_K):  # fixed order: the same bits every run
+        acc0 += _part_value(gl.load(base + (2 * s) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"), acc0)
+        acc1 += _part_value(gl.load(base + (2 * s + 1) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"),
+                            acc1)
+    gl.atomic_xchg(count_ptr + slot, 0, mask=last)  # ready for the next call
+    return acc0, acc1, gl.where(last, M, 0)
+
+
+@gluon.jit
+def _part_bits(acc):
+    if acc.dtype == gl.int32:
+        bits = acc.to(gl.float32, bitcast=True)
+    else:
+        bits = acc
+    return bits
+
+
+@gluon.jit
+def _part_value(v, like):
+    if like.dtype == gl.int32:
+        v = v.to(gl.int32, bitcast=True)
+    return v
 
 
 @gluon.jit
@@ -389,13 +448,13 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 
 @gluon.jit
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, K,
-                    stride_ym, up_off, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                    stride_ym, up_off, part_ptr, count_ptr, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
                     COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
-                    X_SPLIT: gl.constexpr, num_warps: gl.constexpr):
+                    X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
-    k_tiles = gl.cdiv(K, x_desc.block_type.shape[1])
+    k_tiles = gl.cdiv(K, x_desc.block_type.shape[1]) // SPLIT_K  # K steps per work item (the launcher: divisible)
     off_o, off_t = _tile_offsets(gl.program_id(0), M, N_OUT, x_desc, w_desc, GROUP_N)  # (the loader walks from it)
     if X_GROUPS:  # 128-row tiles shared by the two consumers, x's scales per K step
         x_bufs, w8_bufs, ready, empty = stage_ring(x_desc, w_desc, STAGES, W_ROWS, 2)
@@ -419,13 +478,13 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
             xchg, xbar = ready, ready
         gl.warp_specialize([
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
-                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT,
-                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT)),
+                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 0,
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
-                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT,
-                              HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT)),
+                              hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 1,
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
-                               up_off, k_tiles, GROUP_N, True, GATED)),
+                               up_off, k_tiles, GROUP_N, True, GATED, SPLIT_K)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         # a stage belongs to one tile, so to one consumer
@@ -436,13 +495,13 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
             mbarrier.init(turn.index(i), count=1)
         gl.warp_specialize([
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
-                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 0, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT, OUT_GROUP, X_SPLIT)),
+                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 0, GROUP_N, GATED,
+                         ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_consumer, (x_bufs, w8_bufs, ready, empty, turn, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr,
-                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, 1, GROUP_N, GATED, ACT, HAS_BIAS, INT8,
-                         QUANT_OUT, OUT_GROUP, X_SPLIT)),
+                         x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 1, GROUP_N, GATED,
+                         ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off,
-                               k_tiles, GROUP_N, True, GATED)),
+                               k_tiles, GROUP_N, True, GATED, SPLIT_K)),
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -556,13 +615,23 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
                                   dtype=torch.float32)[:, :M].copy_(x_scale)
         xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // group, bt], gl.NVMMASharedLayout(0, 32))
     tiles = triton.cdiv(rows, bt) * triton.cdiv(N_OUT, w_rows)
-    progs = min(tiles, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
+    split = cfg.get("SPLIT_K", 1)
+    part = count = x_scale  # (unused without split-K)
+    if split > 1:  # K cut into SPLIT_K equal runs of whole steps; partials and counters as fused.kernels.splitk
+        if triton.cdiv(K, bk) % split or x_groups or quant_out:
+            raise ValueError(f"w8a8_ws: SPLIT_K={split} needs ceil(K / BLOCK_K) = {triton.cdiv(K, bk)} divisible by "
+                             "it, per-token x scales and y in 16 bits")
+        from fused.kernels.splitk import buffers
+
+        slots = tiles * (2 if coop else 1)  # a COOP tile's two consumers reduce their halves apart
+        part, count = buffers(xq.device, slots * split * 2 * 64 * bt, slots)  # two 64-row accumulators a slot
+    progs = min(tiles * split, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
-                               x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off,
+                               x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off, part, count,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
                                COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, X_SPLIT=x_split,
-                               num_warps=4)
+                               SPLIT_K=split, num_warps=4)
     return (out, hs) if quant_out else out
 
 
