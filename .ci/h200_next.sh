@@ -54,6 +54,17 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if all(any(p in k for p in alt.split('|')) for alt in sys.argv[2:]):
         print('  ', k[:100], sorted(v))" "$@"
 }
+testbench() {  # testbench NAME PYTEST_K CONFIGS PATTERN: tests/test_w8a8_ws.py's cuda tests matching PYTEST_K (stop on a
+               # failure), then the Llama blocks CONFIGS at M=128 and the graph route timings whose key holds PATTERN
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k "$2" 2>&1 \
+    | filt | tail -8 > "$OUT/$1_test.txt"
+  tail -3 "$OUT/$1_test.txt"
+  grep -q " passed" "$OUT/$1_test.txt" && ! grep -q "failed\|error" "$OUT/$1_test.txt" || return 1
+  timeout 200 python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" --out "$OUT/$1" \
+    > "$OUT/$1.log" 2>&1
+  picks "$OUT/$1/bench.json" "$4" graph
+  grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -4
+}
 retune128() {  # retune128 NAME LIMIT CONFIGS PATTERN: the Llama blocks at M=128 with w8_gemm retuned (FUSED_RETUNE),
                # their table, the best candidates of the tuning keys holding PATTERN, the picks as tuned_h200 rows
   FUSED_RETUNE=w8_gemm timeout "$2" python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" \
@@ -399,37 +410,18 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
           # bit-equal to one K run), then the Llama W8A16 blocks at M=128 with the split-plane route's k2 / k4 forms
           # offered (FUSED_WS_SPLITK=1). Prediction: the M=128 down projection 46.4 (Triton) -> ~32 µs on k2 (128 items
           # on 132 SMs instead of 64), int8 W8A16 block 101.7 -> ~88
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
-      -k "split_k or layer_route_on_split" 2>&1 | filt | tail -8 > "$OUT/splitk_test.txt"
-    tail -3 "$OUT/splitk_test.txt"
-    grep -q " passed" "$OUT/splitk_test.txt" && ! grep -q "failed\|error" "$OUT/splitk_test.txt" || exit 1
-    FUSED_WS_SPLITK=1 timeout 200 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitk" > "$OUT/splitk.log" 2>&1
-    picks "$OUT/splitk/bench.json" "ws mid" graph
-    grep "^|" "$OUT/splitk.log" | grep -v "^|--" | head -4 ;;
+    FUSED_WS_SPLITK=1 testbench splitk "split_k or layer_route_on_split" "ours int8 W8A16,ours fp8 W8A16" "ws mid" ;;
   a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
          # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda
          # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 "h out" route (act_quant, gated GEMM,
          # act_quant(h)) 51.7 -> ~44 µs on COOP t64 (224 tiles instead of 112; the split-plane route ran twice this
          # work on such tiles in 60.4), the fp8 W8A8 block 76 -> ~70 (issue 4's target)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
-      -k "block_route_on_gluon or layer_routes_on_gluon" 2>&1 | filt | tail -8 > "$OUT/a8t64_test.txt"
-    timeout 200 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours fp8 W8A8,ours int8 W8A8" --out "$OUT/a8t64" > "$OUT/a8t64.log" 2>&1
-    picks "$OUT/a8t64/bench.json" "h out|h in" graph
-    grep "^|" "$OUT/a8t64.log" | grep -v "^|--" | head -4
-    tail -3 "$OUT/a8t64_test.txt" ;;
+    testbench a8t64 "block_route_on_gluon or layer_routes_on_gluon" "ours fp8 W8A8,ours int8 W8A8" "h out|h in" ;;
   splitws2)  # forty-first session, after splitws: the 64-row-tile forms ("ws split t64", "ws split coop t64": twice
             # the tiles; the M=128 down projection had 64 on 132 SMs) among the route candidates; their forced-route
             # cuda tests, then the Llama W8A16 blocks at M=128.
             # Prediction: the M=128 down 46.4 -> ~38 µs on t64, int8 block 101.7 -> ~95
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
-      -k "layer_route_on_split" 2>&1 | filt | tail -8 > "$OUT/splitws2_test.txt"
-    timeout 150 python3 -m fused bench --blocks llama --m 128 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitws2" > "$OUT/splitws2.log" 2>&1
-    picks "$OUT/splitws2/bench.json" "ws mid" graph
-    grep "^|" "$OUT/splitws2.log" | grep -v "^|--" | head -4
-    tail -3 "$OUT/splitws2_test.txt" ;;
+    testbench splitws2 "layer_route_on_split" "ours int8 W8A16,ours fp8 W8A16" "ws mid" ;;
   splitws)  # forty-first session (NOTES lead 1 after the forty-first): the split-plane Gluon W8A16 GEMM
            # (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of one 8-bit GEMM, combined per token in
            # the epilogue). The probe: Llama layers at M=128 against Triton's split picks and cuBLAS's 8-bit GEMM of

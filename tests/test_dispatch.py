@@ -475,8 +475,8 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
 
 def test_w8a16_ws_mid_route(monkeypatch):
     """Below WIDEN_MIN_M the Gluon GEMMs are timed against split activations: the W8A16 one from W8A16_WS_MIN_M (off
-    by default: the bound is WIDEN_MIN_M), the split-plane one from WS_SPLIT_MIN_M; picks mapped to their paths; untimed,
-    split stays."""
+    by default: the bound is WIDEN_MIN_M), the split-plane one from WS_SPLIT_MIN_M; picks mapped to their paths;
+    untimed, split stays."""
     from fused.kernels import w8a16_ws, w8a8_ws
 
     assert dispatch.W8A16_WS_MIN_M == dispatch.WIDEN_MIN_M  # off until measured
@@ -509,6 +509,7 @@ def test_w8a16_ws_mid_route(monkeypatch):
     picks = iter(["ws split k2"])
     x = torch.randn(128, 256, dtype=torch.bfloat16)  # 2 K steps of 128: k2, not k4
     q, s = quantize_weight(torch.randn(64, 256), "int8")
-    assert dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.WS_SPLIT_PATH + "_k2"
+    route = dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
+    assert route == dispatch.WS_SPLIT_PATH + "_k2"
     assert offered[-1] == (128, sorted(forms + ["ws split k2"]))
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

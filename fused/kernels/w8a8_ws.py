@@ -448,7 +448,8 @@ def _store(y, o, t, y_ptr, M, N_OUT, stride_ym, out_layout: gl.constexpr):
 
 @gluon.jit
 def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr, hs_ptr, M, N_OUT, K,
-                    stride_ym, up_off, part_ptr, count_ptr, GROUP_N: gl.constexpr, STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                    stride_ym, up_off, part_ptr, count_ptr, GROUP_N: gl.constexpr, STAGES: gl.constexpr,
+                    CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
                     COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
                     X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
