@@ -5,6 +5,9 @@ the Llama gate/up (gated, [28672, 4096]) and down ([4096, 14336]) shapes:
   * the Gluon split GEMM (w8a8_ws.w8a16_ws_split: the planes interleaved as 256 rows of one 8-bit GEMM, combined
     per token in the epilogue), ping-pong and COOP, a few tile / stage choices, each checked (SQNR) against Triton's;
   * cuBLAS's int8 / fp8 GEMM of the same 256 x K x N product (torch._int_mm / torch._scaled_mm).
+Measured (forty-first session, examples/results/h200/forty-first/splitws_probe.txt): do_bench's back-to-back calls
+are host-bound for every Gluon form here (93-150 µs: the launcher's Python, ~90 µs a call), so the route timings in a
+CUDA graph (the bench's) are the ones to read; the SQNR columns stand (int8 bit-equal to Triton's, "inf").
 usage: python .ci/splitws_probe.py"""
 import os
 import sys
