@@ -216,6 +216,30 @@ def test_act_split_padded_rows(fp8, K, monkeypatch):
         sp.act_split(x, fp8=fp8, rows=4)
 
 
+@pytest.mark.parametrize("fp8", [False, True])
+@pytest.mark.parametrize("K", [70, 300])  # one pass; two (MAX_ONE_PASS 64)
+def test_act_split_interleaved_is_the_reference(fp8, K, monkeypatch):
+    """interleave=True (w8a8_ws's x_split operand): row 2t token t's hi plane, 2t + 1 its lo, bit-equal to lowbit's
+    reference on a column-offset view, padding rows zero, over a poisoned buffer."""
+    from fused.kernels import act_quant
+    from fused.kernels import act_split as sp
+    from lowbit.quant import split_activation, split_activation_fp8
+
+    _poison_empty(monkeypatch, sp)
+    if K > 100:
+        monkeypatch.setattr(act_quant, "MAX_ONE_PASS", 64)
+        monkeypatch.setattr(sp, "MAX_ONE_PASS", 64)
+    x = (torch.randn(5, K + 3) * torch.logspace(-2, 1, K + 3))[:, 3:].to(torch.bfloat16) * 10
+    x[1, 5] = float("inf")
+    q, s = sp.act_split(x, fp8=fp8, rows=7, interleave=True)
+    hi, lo, rs = (split_activation_fp8 if fp8 else split_activation)(x)
+    assert q.shape == (14, K) and q.dtype == (torch.float8_e4m3fn if fp8 else torch.int8)
+    bits = q.view(torch.uint8)
+    assert torch.equal(bits[0:10:2], hi.view(torch.uint8)) and torch.equal(bits[1:10:2], lo.view(torch.uint8))
+    assert torch.all(bits[10:] == 0)
+    assert torch.equal(s[[0, 2, 3, 4]], rs[[0, 2, 3, 4], 0]) and torch.isnan(s[1])
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("fmt", FMTS)
 def test_act_quant_padded_rows_cuda(fmt, monkeypatch):
