@@ -812,17 +812,26 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
                   f"Gluon split-plane W8A16 ({name})")
 
 
+# "ws mid" route keys whose first timed call had no Gluon candidate to offer (no sm_90 / Gluon here, weights TMA cannot
+# read): their eager calls keep the split path without asking again on the hot path
+_nothing_offered: set = set()
+
+
 def _ws_mid_route(op, x2, qweight, wscale, bias, act, path) -> str:
     """``path`` (split activations), WS_PATH or WS_SPLIT_PATH for a W8A16 shape below WIDEN_MIN_M (_graph_pick: eager
     and graph picks; the Gluon GEMMs offered from W8A16_WS_MIN_M / WS_SPLIT_MIN_M where their supports() take the
     operands)."""
     key = (op, m_bucket(x2.shape[0]), tuple(qweight.shape), qweight.dtype, x2.dtype, bias is None, act, "ws mid")
+    if key in _nothing_offered:
+        return path
     gated = op == "gated"
     others = {}
     if _may_time(key, x2):
         if x2.shape[0] >= W8A16_WS_MIN_M and _ws_supports(x2, qweight, gated) is None:
             _offer_ws(others, op, lambda: _w8a16_ws(x2, qweight, wscale, bias, act, gated))
         _offer_ws_split(others, op, x2, qweight, wscale, bias, act)
+        if not others:
+            _nothing_offered.add(key)
     if not others and key not in _dense_routes:
         return path
     pick = _graph_pick(key, lambda: _triton_dense(path, x2, qweight, wscale, bias, act, gated, False), None, op,
@@ -1549,9 +1558,13 @@ def _pair_ws_mid_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
     """_ws_mid_route for gated_pair (torch.compile's per-Linear gate / up): ``path`` (Triton's split tiles on the
     pair) or a split-plane Gluon form, from WS_SPLIT_MIN_M below WIDEN_MIN_M."""
     key = ("gated_pair", m_bucket(x2.shape[0]), tuple(wg.shape), wg.dtype, x2.dtype, bg is None, act, "ws mid")
+    if key in _nothing_offered:
+        return path
     others = {}
     if _may_time(key, x2):
         _offer_ws_split(others, "gated_pair", x2, wg, sg, bg, act, up=(wu, su, bu))
+        if not others:
+            _nothing_offered.add(key)
     if not others and key not in _dense_routes:
         return path
     pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, False), None, "gated_pair",

@@ -473,6 +473,20 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     assert dispatch._WS_CONFIG[dispatch.W8A8_WS_COOP_PATH + "_t64"] == dict(COOP=True, BLOCK_T=64)
 
 
+def test_ws_mid_route_remembers_nothing_to_offer(monkeypatch):
+    """Where no Gluon form can run (here: the CPU), the first timed call finds nothing to offer and later calls keep
+    split activations without asking again."""
+    calls = []
+    monkeypatch.setattr(dispatch, "_offer_ws_split", lambda *a, **k: calls.append(1))
+    monkeypatch.setattr(dispatch, "_nothing_offered", set())
+    monkeypatch.setenv("FUSED_TUNE", "1")
+    q, s = quantize_weight(torch.randn(64, 32), "int8")
+    x = torch.randn(128, 32, dtype=torch.bfloat16)
+    for _ in range(3):
+        assert dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
+    assert len(calls) == 1 and len(dispatch._nothing_offered) == 1
+
+
 def test_w8a16_ws_mid_route(monkeypatch):
     """Below WIDEN_MIN_M the Gluon GEMMs are timed against split activations: the W8A16 one from W8A16_WS_MIN_M (off
     by default: the bound is WIDEN_MIN_M), the split-plane one from WS_SPLIT_MIN_M; picks mapped to their paths;

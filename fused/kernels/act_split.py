@@ -107,14 +107,15 @@ def act_split(x: torch.Tensor, fp8: bool = False, rows: int | None = None,
     q = empty((rows, 2, K) if interleave else (2, rows, K), device=x.device,
               dtype=torch.float8_e4m3fn if fp8 else torch.int8)
     stride_qm, lo_off = (q.stride(0), q.stride(1)) if interleave else (q.stride(1), q.stride(0))
+    planes = q.view(2 * rows, K) if interleave else q
     s = empty((M,), device=x.device, dtype=torch.float32)
     if M == 0:
         (q.view(torch.uint8) if fp8 else q).zero_()
-        return (q.view(2 * rows, K) if interleave else q), s
+        return planes, s
     block = min(next_pow2(K), MAX_ONE_PASS)
     qv = q.view(torch.uint8) if fp8 else q
     launch_kernel(_act_split_kernel, (rows,), x, qv, s, M, K, x.stride(0), x.stride(1), stride_qm, lo_off,
                   QMAX=FP8_SPLIT_QMAX if fp8 else float(SPLIT_QMAX), MIN_S=MIN_SCALE, BLOCK_K=block,
                   ONE_PASS=K <= block, FP8=fp8, HAND_ROUND=fp8 and INTERPRET, num_warps=8 if block >= 4096 else 4,
                   **(dict(PDL=True, launch_pdl=True) if pdl and not INTERPRET else {}))
-    return (q.view(2 * rows, K) if interleave else q), s
+    return planes, s
