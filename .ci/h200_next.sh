@@ -54,16 +54,17 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if all(any(p in k for p in alt.split('|')) for alt in sys.argv[2:]):
         print('  ', k[:100], sorted(v))" "$@"
 }
-testbench() {  # testbench NAME PYTEST_K CONFIGS PATTERN: tests/test_w8a8_ws.py's cuda tests matching PYTEST_K (stop on a
-               # failure), then the Llama blocks CONFIGS at M=128 and the graph route timings whose key holds PATTERN
+testbench() {  # testbench NAME PYTEST_K CONFIGS PATTERN [BENCH_LIMIT]: tests/test_w8a8_ws.py's cuda tests matching
+               # PYTEST_K (stop on a failure), then the Llama blocks CONFIGS at M=128 and the graph route timings whose
+               # key holds PATTERN
   timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k "$2" 2>&1 \
     | filt | tail -8 > "$OUT/$1_test.txt"
   tail -3 "$OUT/$1_test.txt"
   grep -q " passed" "$OUT/$1_test.txt" && ! grep -q "failed\|error" "$OUT/$1_test.txt" || return 1
-  timeout 200 python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" --out "$OUT/$1" \
+  timeout "${5:-200}" python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" --out "$OUT/$1" \
     > "$OUT/$1.log" 2>&1
   picks "$OUT/$1/bench.json" "$4" graph
-  grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -4
+  grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -6
 }
 retune128() {  # retune128 NAME LIMIT CONFIGS PATTERN: the Llama blocks at M=128 with w8_gemm retuned (FUSED_RETUNE),
                # their table, the best candidates of the tuning keys holding PATTERN, the picks as tuned_h200 rows
@@ -405,12 +406,15 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
       {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
       timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
     echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
-  splitk)  # forty-first session (prepared, not run: lending paused): SPLIT_K in the Gluon W8A8 GEMM (K in equal parts,
-          # partials summed in a fixed order by the last part to finish, as fused.kernels.splitk); its cuda tests (int8
-          # bit-equal to one K run), then the Llama W8A16 blocks at M=128 with the split-plane route's k2 / k4 forms
-          # offered (FUSED_WS_SPLITK=1). Prediction: the M=128 down projection 46.4 (Triton) -> ~32 µs on k2 (128 items
-          # on 132 SMs instead of 64), int8 W8A16 block 101.7 -> ~88
-    FUSED_WS_SPLITK=1 testbench splitk "split_k or layer_route_on_split" "ours int8 W8A16,ours fp8 W8A16" "ws mid" ;;
+  splitk)  # forty-first / forty-second sessions (prepared, not run: lending paused): SPLIT_K in the Gluon 8-bit GEMM
+          # (K in equal parts, partials summed in a fixed order by the last part to finish, as fused.kernels.splitk;
+          # "auto": as many parts as keep tiles x parts within one wave); its cuda tests (int8 bit-equal to one K
+          # run, the forced sk routes), then the Llama W8A16 and W8A8 blocks at M=128 with the sk forms offered
+          # (FUSED_WS_SPLITK=1). Prediction: the M=128 W8A16 down 46.4 (Triton) -> ~32 µs (ping-pong 2 parts or COOP
+          # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
+          # 8 parts, fp8 W8A8 block 76 -> ~70
+    FUSED_WS_SPLITK=1 testbench splitk "split_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
+      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
   a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
          # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda
          # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 "h out" route (act_quant, gated GEMM,

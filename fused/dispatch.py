@@ -787,13 +787,15 @@ WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
              "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64",
-             "ws split k2": WS_SPLIT_PATH + "_k2", "ws split k4": WS_SPLIT_PATH + "_k4"}
+             "ws split sk": WS_SPLIT_PATH + "_sk", "ws split coop sk": WS_SPLIT_COOP_PATH + "_sk"}
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
-# projection 64 of them on 132 SMs; k2 / k4, K in 2 / 4 parts (SPLIT_K) for the same reason (forty-first session; to
-# be measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200)
+# projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
+# "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
+# measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200)
 _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
-                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64), WS_SPLIT_PATH + "_k2": dict(SPLIT_K=2),
-                    WS_SPLIT_PATH + "_k4": dict(SPLIT_K=4)}
+                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64),
+                    WS_SPLIT_PATH + "_sk": dict(SPLIT_K="auto"), WS_SPLIT_COOP_PATH + "_sk": dict(COOP=True,
+                                                                                                 SPLIT_K="auto")}
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 
 
@@ -805,8 +807,8 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
                                            for w in (qweight,) + ((up[0],) if up else ())):
         return
     for name, path in _WS_SPLIT.items():
-        split = (_WS_SPLIT_CONFIG[path] or {}).get("SPLIT_K", 1)
-        if split > 1 and not (WS_SPLITK and -(-x2.shape[1] // 128) % split == 0):  # K steps of 128 in equal parts
+        if path.endswith("_sk") and not _splits(2 * x2.shape[0], qweight, gated, gated or up is not None,
+                                                _WS_SPLIT_CONFIG[path]):
             continue
         _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p, up), name,
                   f"Gluon split-plane W8A16 ({name})")
@@ -855,6 +857,18 @@ def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:
     except (ImportError, AttributeError) as e:
         return f"no Gluon in this triton ({type(e).__name__}: {e})"
     return supports(x2, w, gated) if kernel == "w8a16_ws" else supports(w, gated)
+
+
+def _splits(rows: int, w, stacked: bool, gated: bool, config: dict) -> bool:
+    """Whether the Gluon W8A8 GEMM's SPLIT_K "auto" ``config`` cuts K for x of ``rows`` rows on the weight ``w``
+    (``stacked``: gate | up, half its rows are outputs); split-K forms are offered with FUSED_WS_SPLITK=1, where it
+    does."""
+    if not WS_SPLITK:
+        return False
+    from fused.kernels.w8a8_ws import planned_split
+
+    n_out = w.shape[0] // 2 if stacked else w.shape[0]
+    return planned_split(rows, n_out, w.shape[1], gated, config, w.device) > 1
 
 
 def _offer_ws(others: dict, op: str, run, name: str = "ws", what: str = "Gluon W8A16") -> None:
@@ -989,7 +1003,12 @@ W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 # Timed candidates, not yet measured on the H200 (`bash .ci/h200_next.sh a8t64`).
 W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
-              W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
+              W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64), W8A8_WS_PATH + "_sk": dict(SPLIT_K="auto"),
+              W8A8_WS_COOP_PATH + "_sk": dict(COOP=True, SPLIT_K="auto")}
+# and split-K forms (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
+# where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
+# µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
+# with the launch). Prediction: the "h in" route 30.2 -> ~22 µs graph, the fp8 W8A8 block 76 -> ~70. Not measured.
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
 # 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
@@ -1106,10 +1125,13 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"
 
 def _ws_forms(M: int | None = None, coop: bool = True) -> list:
     """The Gluon W8A8 GEMM's route forms at M, (name, path): ping-pong, COOP (``coop``), each also with 64-token
-    tiles to W8A8_WS_T64_MAX_M; M None: every form (to name a pick)."""
-    forms = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
+    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); M None: every form (to name a pick)."""
+    base = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
+    forms = list(base)
     if M is None or M <= W8A8_WS_T64_MAX_M:
-        forms += [(name + "_t64", path + "_t64") for name, path in forms]
+        forms += [(name + "_t64", path + "_t64") for name, path in base]
+    if M is None or WS_SPLITK:  # (offered only where SPLIT_K "auto" cuts K: _offer_w8a8_ws)
+        forms += [(name + "_sk", path + "_sk") for name, path in base]
     return forms
 
 
@@ -1118,11 +1140,15 @@ def _layer_ws_paths(M: int | None = None) -> list:
     return _ws_forms(M, W8A8_WS_COOP) if W8A8_WS_LAYER else []
 
 
-def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon") -> None:
+def _offer_w8a8_ws(others: dict, key, op: str, x, w, gated: bool, run, out_dtype, name: str = "gluon",
+                   rows: int | None = None, pair: bool = False) -> None:
     """Adds the Gluon W8A8 GEMM (``run``) to a W8A8 route's candidates where it runs: sm_90 with Gluon, a 16-bit
-    output (x's dtype, or h's for a second layer), TMA-able weights; checked only when the route is to be timed."""
+    output (x's dtype, or h's for a second layer), TMA-able weights; checked only when the route is to be timed.
+    ``rows``: x's rows the GEMM reads (a hand-off's q is padded); ``pair``: w is a gated pair's gate alone."""
     if (W8A8_WS and x.is_cuda and out_dtype in (torch.bfloat16, torch.float16) and _may_time(key, x)
-            and _ws_supports(x, w, gated, kernel="w8a8_ws") is None):
+            and _ws_supports(x, w, gated, kernel="w8a8_ws") is None
+            and not (name.endswith("_sk") and not _splits(rows or x.shape[0], w, gated and not pair, gated,
+                                                          _WS_NAMES[name]))):
         _offer_ws(others, op, run, name=name, what=f"Gluon W8A8 ({name})")
 
 
@@ -1146,7 +1172,7 @@ def _offer_block_ws(others: dict, key, op, x, qweight, gated, M, run, out_dtype)
     run(config); returns {name: runner} for every form, to run a pick."""
     runners = {name: (lambda c=cfg: run(c)) for name, cfg in _WS_NAMES.items()}
     for name, _ in _ws_forms(M, W8A8_WS_COOP):
-        _offer_w8a8_ws(others, key, op, x, qweight, gated, runners[name], out_dtype, name=name)
+        _offer_w8a8_ws(others, key, op, x, qweight, gated, runners[name], out_dtype, name=name, rows=M)
     return runners
 
 
@@ -1467,7 +1493,7 @@ def gated_pair(x, wg, sg, bg, wu, su, bu, act="silu", dynamic=False):
             others = {}
             for name, wpath in _layer_ws_paths(M):
                 _offer_w8a8_ws(others, key, op, x2, wg, True, lambda c=_WS_CONFIG[wpath]: _w8a8_ws_y(
-                    x2, wg, sg, bg, act, True, up=(wu, su, bu), config=c), x2.dtype, name=name)
+                    x2, wg, sg, bg, act, True, up=(wu, su, bu), config=c), x2.dtype, name=name, pair=True)
             pick = _graph_pick(key, lambda: _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, True),
                                lambda: _cublas_w8a8_pair(x2, wg, sg, bg, wu, su, bu, act), op, others=others or None)
             path = {"cublas": CUBLAS_PATH, **dict(_layer_ws_paths())}.get(pick, path)

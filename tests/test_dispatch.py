@@ -465,6 +465,10 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     assert names(dispatch.W8A8_WS_T64_MAX_M + 1) == ["gluon", "gluon_coop"]
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", False)
     assert names(128) == ["gluon", "gluon_t64"]
+    monkeypatch.setattr(dispatch, "WS_SPLITK", True)  # split-K forms: opt-in
+    assert names(128) == ["gluon", "gluon_t64", "gluon_sk"]
+    monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
+    assert names(4096) == ["gluon", "gluon_coop", "gluon_sk", "gluon_coop_sk"]
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
     assert names(128) == []
     for name, path in dispatch._ws_forms():
@@ -519,11 +523,16 @@ def test_w8a16_ws_mid_route(monkeypatch):
     forms = ["ws split", "ws split coop", "ws split coop t64", "ws split t64"]
     assert offered == [(512, sorted(["ws"] + forms)), (128, forms)]  # split-K: opt-in (FUSED_WS_SPLITK=1)
     monkeypatch.setattr(dispatch, "WS_SPLITK", True)
+    monkeypatch.setattr(w8a8_ws, "sm_count", lambda device: 132)
     monkeypatch.setenv("FUSED_TUNE", "1")
-    picks = iter(["ws split k2"])
-    x = torch.randn(128, 256, dtype=torch.bfloat16)  # 2 K steps of 128: k2, not k4
-    q, s = quantize_weight(torch.randn(64, 256), "int8")
+    picks = iter(["ws split sk", "ws split"])
+    x = torch.randn(128, 1024, dtype=torch.bfloat16)  # 8 K steps of 128: 2 parts of 4 (2 tiles either form)
+    q, s = quantize_weight(torch.randn(64, 1024), "int8")
     route = dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
-    assert route == dispatch.WS_SPLIT_PATH + "_k2"
-    assert offered[-1] == (128, sorted(forms + ["ws split k2"]))
+    assert route == dispatch.WS_SPLIT_PATH + "_sk"
+    assert offered[-1] == (128, sorted(forms + ["ws split coop sk", "ws split sk"]))
+    x = torch.randn(128, 384, dtype=torch.bfloat16)  # 3 K steps: too few to cut, no split-K form offered
+    q, s = quantize_weight(torch.randn(64, 384), "int8")
+    dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
+    assert offered[-1] == (128, forms)
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

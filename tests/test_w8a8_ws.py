@@ -213,8 +213,28 @@ def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
                 assert sqnr(ref, y.float()) > 40, (base, sqnr(ref, y.float()))
             else:
                 assert torch.equal(y, one), base
+        y = run(dict(base, SPLIT_K="auto"), None)  # as many parts as keep one wave (K: 9, 5, 32, 112 steps)
+        assert torch.equal(y, one) if not fp8 else sqnr(ref, y.float()) > 40, base
     with pytest.raises(ValueError, match="divisible"):
         run(dict(SPLIT_K=split + 1), None)
+
+
+def test_auto_split_fills_one_wave():
+    """SPLIT_K "auto": the most equal K parts (each >= 4 steps) keeping tiles x parts within the programs; the Llama
+    M=128 down projections (K 14336: 112 steps) on 132 SMs, and shapes whose tiles fill the SMs alone."""
+    from fused.kernels.w8a8_ws import auto_split, planned_split
+
+    assert auto_split(32, 112, 132) == 4 and auto_split(16, 112, 132) == 8  # W8A8 down: ping-pong, COOP
+    assert auto_split(64, 112, 132) == 2 and auto_split(34, 112, 132) == 2  # (3 does not divide 112)
+    assert auto_split(112, 32, 132) == 1 and auto_split(8, 7, 132) == 1  # tiles fill the SMs; 7 steps: no 2 parts
+    assert auto_split(2, 8, 132) == 2 and auto_split(1, 112, 132) == 28  # parts of at least 4 steps
+    cpu = torch.device("cpu")
+    down = lambda rows, cfg: planned_split(rows, 4096, 14336, False, dict(cfg, PROGRAMS=132), cpu)  # noqa: E731
+    assert down(128, dict(SPLIT_K="auto")) == 4 and down(128, dict(COOP=True, SPLIT_K="auto")) == 8
+    assert down(256, dict(SPLIT_K="auto")) == 2 and down(256, dict(COOP=True, SPLIT_K="auto")) == 4  # W8A16 planes
+    assert down(256, dict(SPLIT_K=3)) == 3 and down(256, {}) == 1  # given, or none
+    gated = lambda rows, cfg: planned_split(rows, 14336, 4096, True, dict(cfg, PROGRAMS=132), cpu)  # noqa: E731
+    assert gated(128, dict(SPLIT_K="auto")) == 1 and gated(128, dict(COOP=True, SPLIT_K="auto")) == 1
 
 
 def _block_operands(M, H, D, gated, fp8, seed, K=512):
@@ -245,7 +265,8 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     key_in = ("linear", dispatch.m_bucket(M), tuple(q2.shape), wdt, x.dtype, True, "none", "h in")
     outs = {}
     # gluon_coop: both layers on the COOP form; _t64: 64-token tiles
-    for route in ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64"):
+    # _sk: split-K "auto" (the down GEMM's 8 K steps in 2 parts; the first layer's 4 are not cut)
+    for route in ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk"):
         monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
@@ -253,8 +274,10 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
         if route != "triton":
             assert dispatch.stats[(op, f"triton:act_quant+gluon:w8a8_ws{route[5:]}+act_quant (h out)")] == 1
             assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
-    for route in ("gluon_coop", "gluon_t64", "gluon_coop_t64"):
+    for route in ("gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk"):
         assert sqnr(outs["gluon"].float(), outs[route].float()) > 40, route  # the same products, other tiles
+    if not fp8:  # int32 sums: split-K's parts add up to the same bits
+        assert torch.equal(outs["gluon"], outs["gluon_sk"]) and torch.equal(outs["gluon_coop"], outs["gluon_coop_sk"])
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30
@@ -265,7 +288,7 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64"])
+@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64", "gluon_coop_sk"])
 def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
     forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
@@ -275,7 +298,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", True)  # (the forced route needs no offer; as it will run)
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     torch.manual_seed(11)
-    M, K, N = 300, 512, 1008  # N and K multiples of 16: the routes' condition (_cublas_ok)
+    M, K, N = 300, 1024, 1008  # N and K multiples of 16 (the routes' condition, _cublas_ok); 8 K steps: sk cuts K
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     wdt, lim = (torch.float8_e4m3fn, 448) if fp8 else (torch.int8, 127)
     rows = N if op == "linear" else 2 * N
@@ -302,7 +325,8 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64", "ws split k2"])
+@pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64", "ws split sk",
+                                   "ws split coop sk"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
     w8a16_ws_split against the reference, 3-D x (gated_pair: torch.compile's per-Linear gate / up, bit-equal to the

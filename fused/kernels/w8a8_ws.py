@@ -527,6 +527,33 @@ def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
     return weight_shape_reason(qweight, gated)
 
 
+def auto_split(tiles: int, k_steps: int, programs: int, min_steps: int = 4) -> int:
+    """SPLIT_K="auto": the most K parts (each an equal run of at least ``min_steps`` K steps) that keep tiles x parts
+    within one wave of ``programs``; 1 where the tiles alone fill them (the M=128 down projections: 16-64 tiles of
+    112 K steps on 132 SMs get 2-8 parts)."""
+    best = 1
+    for s in range(2, k_steps // min_steps + 1):
+        if k_steps % s == 0 and tiles * s <= programs:
+            best = s
+    return best
+
+
+def _w_rows(gated: bool, coop: bool, x_groups: bool) -> int:
+    """Weight rows of one TMA box (gated: the gate rows; a tile's outputs); X_GROUPS: 128-row tiles, 64 a consumer."""
+    return 128 if x_groups else (128 if gated else 256) if coop else 64 if gated else 128
+
+
+def planned_split(rows: int, n_out: int, K: int, gated: bool, config: dict | None, device) -> int:
+    """The K parts a launch with ``config`` takes for ``rows`` x rows (x_split: 2 a token) and n_out outputs (gated:
+    the outputs, half the stacked rows), as _launch resolves them."""
+    cfg = dict(default_config(gated, bool((config or {}).get("COOP"))), **(config or {}))
+    split = cfg.get("SPLIT_K", 1)
+    if split != "auto":
+        return split
+    tiles = triton.cdiv(rows, cfg["BLOCK_T"]) * triton.cdiv(n_out, _w_rows(gated, bool(cfg.get("COOP")), False))
+    return auto_split(tiles, triton.cdiv(K, cfg["BLOCK_K"]), cfg.get("PROGRAMS") or sm_count(device))
+
+
 def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, out, up=None, quant_out=False,
             group=GROUP, x_split=False):
     """Checks, output and launch of w8a8_ws / w8a8_ws_pair; ``up``: the pair's (wu, su, bu)."""
@@ -600,8 +627,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     if xq.stride(1) != 1 or xq.stride(0) % 16 or xq.data_ptr() % 16:
         xq = xq.contiguous()
     bt, bk = cfg["BLOCK_T"], cfg["BLOCK_K"]
-    # one TMA box (gated: the gate rows); X_GROUPS: 128-row tiles, 64 rows a consumer
-    w_rows = 128 if x_groups else (128 if gated else 256) if coop else 64 if gated else 128
+    w_rows = _w_rows(gated, coop, x_groups)
     w_desc = _descriptor(qweight.contiguous(), [w_rows, bk])
     b = wscale if bias is None else bias
     # the up rows (and scales, bias) at up_off + o: the stacked weight's second half, or a pair's own tensors
@@ -617,6 +643,8 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         xs_desc = TensorDescriptor.from_tensor(x_scale, [bk // group, bt], gl.NVMMASharedLayout(0, 32))
     tiles = triton.cdiv(rows, bt) * triton.cdiv(N_OUT, w_rows)
     split = cfg.get("SPLIT_K", 1)
+    if split == "auto":
+        split = auto_split(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))
     part = count = x_scale  # (unused without split-K)
     if split > 1:  # K cut into SPLIT_K equal runs of whole steps; partials and counters as fused.kernels.splitk
         if triton.cdiv(K, bk) % split or x_groups or quant_out:
