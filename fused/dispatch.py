@@ -787,15 +787,18 @@ WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
              "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64",
-             "ws split sk": WS_SPLIT_PATH + "_sk", "ws split coop sk": WS_SPLIT_COOP_PATH + "_sk"}
+             "ws split sk": WS_SPLIT_PATH + "_sk", "ws split coop sk": WS_SPLIT_COOP_PATH + "_sk",
+             "ws split t64 sk": WS_SPLIT_PATH + "_t64_sk", "ws split coop t64 sk": WS_SPLIT_COOP_PATH + "_t64_sk"}
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
 # projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
 # "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
 # measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200)
 _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
                     WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64),
-                    WS_SPLIT_PATH + "_sk": dict(SPLIT_K="auto"), WS_SPLIT_COOP_PATH + "_sk": dict(COOP=True,
-                                                                                                 SPLIT_K="auto")}
+                    **{path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in (
+                        (WS_SPLIT_PATH, None), (WS_SPLIT_COOP_PATH, dict(COOP=True)),
+                        (WS_SPLIT_PATH + "_t64", dict(BLOCK_T=64)),
+                        (WS_SPLIT_COOP_PATH + "_t64", dict(COOP=True, BLOCK_T=64)))}}
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 
 
@@ -1003,8 +1006,8 @@ W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 # Timed candidates, not yet measured on the H200 (`bash .ci/h200_next.sh a8t64`).
 W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
-              W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64), W8A8_WS_PATH + "_sk": dict(SPLIT_K="auto"),
-              W8A8_WS_COOP_PATH + "_sk": dict(COOP=True, SPLIT_K="auto")}
+              W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
+_WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_CONFIG.items())})
 # and split-K forms (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
 # where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
 # µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
@@ -1131,7 +1134,7 @@ def _ws_forms(M: int | None = None, coop: bool = True) -> list:
     if M is None or M <= W8A8_WS_T64_MAX_M:
         forms += [(name + "_t64", path + "_t64") for name, path in base]
     if M is None or WS_SPLITK:  # (offered only where SPLIT_K "auto" cuts K: _offer_w8a8_ws)
-        forms += [(name + "_sk", path + "_sk") for name, path in base]
+        forms += [(name + "_sk", path + "_sk") for name, path in forms]
     return forms
 
 

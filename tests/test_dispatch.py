@@ -466,7 +466,7 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", False)
     assert names(128) == ["gluon", "gluon_t64"]
     monkeypatch.setattr(dispatch, "WS_SPLITK", True)  # split-K forms: opt-in
-    assert names(128) == ["gluon", "gluon_t64", "gluon_sk"]
+    assert names(128) == ["gluon", "gluon_t64", "gluon_sk", "gluon_t64_sk"]
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     assert names(4096) == ["gluon", "gluon_coop", "gluon_sk", "gluon_coop_sk"]
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
@@ -530,7 +530,8 @@ def test_w8a16_ws_mid_route(monkeypatch):
     q, s = quantize_weight(torch.randn(64, 1024), "int8")
     route = dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
     assert route == dispatch.WS_SPLIT_PATH + "_sk"
-    assert offered[-1] == (128, sorted(forms + ["ws split coop sk", "ws split sk"]))
+    assert offered[-1] == (128, sorted(forms + ["ws split coop sk", "ws split sk", "ws split t64 sk",
+                                                "ws split coop t64 sk"]))
     x = torch.randn(128, 384, dtype=torch.bfloat16)  # 3 K steps: too few to cut, no split-K form offered
     q, s = quantize_weight(torch.randn(64, 384), "int8")
     dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
