@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh splitk|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session: `splitk` first, then `splitws2`, `a8t64` (NOTES "Open leads now (next session, after the
-# forty-first)"; `ncucoop` also prepared). Done in the forty-first: deep128 (lost, removed), splitws (the split-plane
+# usage: bash .ci/h200_next.sh splitk|streamk|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# Next session: `splitk` first, then `streamk` (NOTES "Open leads now (next session, after the forty-second)"; their
+# test selections and benches cover `splitws2` and `a8t64`'s forms too; `ncucoop` also prepared). Done in the forty-first: deep128 (lost, removed), splitws (the split-plane
 # Gluon route: on). Done in the fortieth (all lost; the code
 # measured is at 7a6823c, removed after): qxdown, occ128, tw; the cuda tests of w8_gemm's picks (testsx with
 # TESTSX_FILES, NOTES "fortieth"). Done in the thirty-ninth (a machine came for its last hour): grouped4, split256, down256, ncusplit, ncuws, stages2 (all measured; NOTES "thirty-ninth").
@@ -414,6 +414,16 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
           # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
           # 8 parts, fp8 W8A8 block 76 -> ~70
     FUSED_WS_SPLITK=1 testbench splitk "split_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
+      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
+  streamk)  # forty-second session (prepared, not run: lending paused): stream-K on the Gluon 8-bit GEMM's COOP form
+           # (STREAM_K: each program a span of (tile, K step) units; a tile cut between programs finished by one of
+           # them, part 0 adding the others' partials to its registers when they are in, else the last to arrive;
+           # no waits). Its cuda tests (int8 bit-equal to the plain COOP run, 1 / 3 / 7 / all programs), the forced
+           # stk routes, then the Llama W8A16 and W8A8 blocks at M=128 with the stk and sk forms offered. Prediction:
+           # the W8A16 gated product 60.4 -> ~52 µs (224 tiles: 1.7 waves run as 2), fp8 W8A8 "h out" -5 µs (112
+           # tiles on 132 SMs); int8 W8A16 block -> ~92 (with sk's down ~85)
+    FUSED_WS_SPLITK=1 FUSED_WS_STREAMK=1 testbench streamk \
+      "stream_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
   a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
          # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda

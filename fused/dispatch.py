@@ -788,7 +788,8 @@ WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row wei
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
              "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64",
              "ws split sk": WS_SPLIT_PATH + "_sk", "ws split coop sk": WS_SPLIT_COOP_PATH + "_sk",
-             "ws split t64 sk": WS_SPLIT_PATH + "_t64_sk", "ws split coop t64 sk": WS_SPLIT_COOP_PATH + "_t64_sk"}
+             "ws split t64 sk": WS_SPLIT_PATH + "_t64_sk", "ws split coop t64 sk": WS_SPLIT_COOP_PATH + "_t64_sk",
+             "ws split coop stk": WS_SPLIT_COOP_PATH + "_stk"}
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
 # projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
 # "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
@@ -798,8 +799,16 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
                     **{path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in (
                         (WS_SPLIT_PATH, None), (WS_SPLIT_COOP_PATH, dict(COOP=True)),
                         (WS_SPLIT_PATH + "_t64", dict(BLOCK_T=64)),
-                        (WS_SPLIT_COOP_PATH + "_t64", dict(COOP=True, BLOCK_T=64)))}}
+                        (WS_SPLIT_COOP_PATH + "_t64", dict(COOP=True, BLOCK_T=64)))},
+                    WS_SPLIT_COOP_PATH + "_stk": dict(COOP=True, STREAM_K=True)}
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
+# stk: stream-K on the COOP form (forty-second session): every program a span of (tile, K step) units, tiles cut
+# between programs finished by one of them (w8a8_ws._sk_fixup). Why: at M=128 the gated GEMMs leave SMs idle for a
+# fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane W8A16: 224, 1.7 waves run as 2). Prediction:
+# the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs. Offered with FUSED_WS_STREAMK=1 (its cuda
+# tests have not yet run on the H200) up to WS_STREAMK_MAX_M.
+WS_STREAMK = os.environ.get("FUSED_WS_STREAMK", "0") == "1"
+WS_STREAMK_MAX_M = int(os.environ.get("FUSED_WS_STREAMK_MAX_M", "1024"))
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:
@@ -812,6 +821,8 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
     for name, path in _WS_SPLIT.items():
         if path.endswith("_sk") and not _splits(2 * x2.shape[0], qweight, gated, gated or up is not None,
                                                 _WS_SPLIT_CONFIG[path]):
+            continue
+        if path.endswith("_stk") and not (WS_STREAMK and x2.shape[0] <= WS_STREAMK_MAX_M):
             continue
         _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p, up), name,
                   f"Gluon split-plane W8A16 ({name})")
@@ -1008,6 +1019,7 @@ W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
               W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
 _WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_CONFIG.items())})
+_WS_CONFIG[W8A8_WS_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)  # stream-K (WS_STREAMK)
 # and split-K forms (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
 # where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
 # µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
@@ -1128,13 +1140,16 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"
 
 def _ws_forms(M: int | None = None, coop: bool = True) -> list:
     """The Gluon W8A8 GEMM's route forms at M, (name, path): ping-pong, COOP (``coop``), each also with 64-token
-    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); M None: every form (to name a pick)."""
+    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); stream-K COOP (FUSED_WS_STREAMK=1, to
+    WS_STREAMK_MAX_M); M None: every form (to name a pick)."""
     base = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
     forms = list(base)
     if M is None or M <= W8A8_WS_T64_MAX_M:
         forms += [(name + "_t64", path + "_t64") for name, path in base]
     if M is None or WS_SPLITK:  # (offered only where SPLIT_K "auto" cuts K: _offer_w8a8_ws)
         forms += [(name + "_sk", path + "_sk") for name, path in forms]
+    if M is None or (coop and WS_STREAMK and M <= WS_STREAMK_MAX_M):
+        forms.append(("gluon_coop_stk", W8A8_WS_COOP_PATH + "_stk"))
     return forms
 
 

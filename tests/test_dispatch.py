@@ -469,6 +469,8 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     assert names(128) == ["gluon", "gluon_t64", "gluon_sk", "gluon_t64_sk"]
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     assert names(4096) == ["gluon", "gluon_coop", "gluon_sk", "gluon_coop_sk"]
+    monkeypatch.setattr(dispatch, "WS_STREAMK", True)  # stream-K: opt-in, COOP, to WS_STREAMK_MAX_M
+    assert names(1024)[-1] == "gluon_coop_stk" and "gluon_coop_stk" not in names(2048)
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
     assert names(128) == []
     for name, path in dispatch._ws_forms():
@@ -525,7 +527,7 @@ def test_w8a16_ws_mid_route(monkeypatch):
     monkeypatch.setattr(dispatch, "WS_SPLITK", True)
     monkeypatch.setattr(w8a8_ws, "sm_count", lambda device: 132)
     monkeypatch.setenv("FUSED_TUNE", "1")
-    picks = iter(["ws split sk", "ws split"])
+    picks = iter(["ws split sk", "ws split", "ws split"])
     x = torch.randn(128, 1024, dtype=torch.bfloat16)  # 8 K steps of 128: 2 parts of 4 (2 tiles either form)
     q, s = quantize_weight(torch.randn(64, 1024), "int8")
     route = dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
@@ -536,4 +538,7 @@ def test_w8a16_ws_mid_route(monkeypatch):
     q, s = quantize_weight(torch.randn(64, 384), "int8")
     dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
     assert offered[-1] == (128, forms)
+    monkeypatch.setattr(dispatch, "WS_STREAMK", True)  # stream-K: opt-in
+    dispatch._ws_mid_route("linear", x[:100], q, s, None, "none", dispatch.SPLIT_PATH)
+    assert offered[-1] == (128, sorted(forms + ["ws split coop stk"]))
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256

@@ -219,6 +219,47 @@ def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
         run(dict(SPLIT_K=split + 1), None)
 
 
+@pytest.mark.cuda
+@sm90
+@pytest.mark.parametrize("M,N,K", [(3, 200, 1040), (17, 4136, 528), (100, 320, 4096), (300, 4096, 14336)])
+@pytest.mark.parametrize("gated,fp8,x_split", [(False, False, True), (True, False, False), (False, True, False),
+                                               (True, True, True)])
+def test_ws_stream_k_cuda(M, N, K, gated, fp8, x_split):
+    """STREAM_K (COOP; each program a span of (tile, K step) units, tiles cut between programs finished by one of
+    them): int8 bit-equal to the plain COOP run (int32 sums), e4m3 within the reference's SQNR; programs from 1 to
+    the SMs (spans inside one tile, across several, whole tiles), twice in a row (the counters reset), outputs
+    poisoned; W8A8 and the split-plane W8A16 form."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8a8_ws import w8a16_ws_split, w8a8_ws
+
+    torch.manual_seed(M + K)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q, s, b = weights_8bit(N, K, fp8, gated)
+    if x_split:
+        xq, xs = act_split(x, fp8=fp8, interleave=True)
+        run = lambda cfg, out: w8a16_ws_split(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
+        ref = (gated_ref if gated else linear_ref)(x.float(), q, s, b, "silu")
+    else:
+        xq, xs = act_quant(x, fp8=fp8)
+        run = lambda cfg, out: w8a8_ws(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
+        ref = (gated_ref if gated else linear_ref)(xq.float() * xs[:, None], q, s, b, "silu")
+    n_out = N // 2 if gated else N
+    for base in (dict(COOP=True), dict(COOP=True, BLOCK_T=64)):
+        one = run(base, None)
+        for programs in (1, 3, 7, None):
+            for _ in range(2):
+                out = torch.full((M, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
+                y = run(dict(base, STREAM_K=True, PROGRAMS=programs), out)
+                assert not torch.isnan(y).any(), (base, programs)
+                if fp8:
+                    assert sqnr(ref, y.float()) > 40, (base, programs, sqnr(ref, y.float()))
+                else:
+                    assert torch.equal(y, one), (base, programs)
+    with pytest.raises(ValueError, match="COOP"):
+        run(dict(STREAM_K=True), None)
+
+
 def test_auto_split_fills_one_wave():
     """SPLIT_K "auto": the most equal K parts (each >= 4 steps) keeping tiles x parts within the programs; the Llama
     M=128 down projections (K 14336: 112 steps) on 132 SMs, and shapes whose tiles fill the SMs alone."""
@@ -235,6 +276,86 @@ def test_auto_split_fills_one_wave():
     assert down(256, dict(SPLIT_K=3)) == 3 and down(256, {}) == 1  # given, or none
     gated = lambda rows, cfg: planned_split(rows, 14336, 4096, True, dict(cfg, PROGRAMS=132), cpu)  # noqa: E731
     assert gated(128, dict(SPLIT_K="auto")) == 1 and gated(128, dict(COOP=True, SPLIT_K="auto")) == 1
+
+
+@pytest.mark.parametrize("tiles,k_steps,programs", [(112, 32, 132), (224, 32, 132), (16, 112, 132), (32, 112, 132),
+                                                    (3, 5, 132), (7, 9, 4), (1, 1, 132), (300, 112, 132)])
+def test_stream_k_plan_covers_every_unit_once(tiles, k_steps, programs):
+    """Stream-K as the kernel walks it (w8a16_ws.sk_span, the COOP consumer's loop, _sk_owner, _sk_parts), mirrored
+    by sk_plan: every (tile, K step) unit in exactly one program's span, no empty span or fragment, each tile's
+    programs the ones whose spans meet it, its parts within the partials' stride."""
+    from fused.kernels.w8a8_ws import sk_plan
+
+    plan = sk_plan(tiles, k_steps, programs)
+    P, units = plan["programs"], tiles * k_steps
+    assert P == min(programs, units)
+    seen = [[] for _ in range(tiles)]
+    for p in range(P):
+        start, end = p * units // P, (p + 1) * units // P
+        assert end > start
+        for t in range(start // k_steps, -(-end // k_steps)):  # the consumer's and the loader's loop
+            k0 = max(start - t * k_steps, 0)
+            nk = min(end - t * k_steps, k_steps) - k0
+            assert nk > 0
+            seen[t].append((p, k0, nk))
+    for t, frags in enumerate(seen):
+        assert [k for _, k, _ in frags] == sorted(k for _, k, _ in frags) and frags[0][1] == 0
+        assert sum(nk for _, _, nk in frags) == k_steps and all(a[1] + a[2] == b[1] for a, b in zip(frags, frags[1:]))
+        first, last = plan["tiles"][t]
+        assert [p for p, _, _ in frags] == list(range(first, last + 1))
+        assert last - first < plan["stride"]
+
+
+def _sk_fixup_emulated(parts, order, owner_looks_at):
+    """_sk_fixup's protocol on one tile, run step by step in Python: ``parts`` the K fragments' partial sums (fp32),
+    ``order`` the order in which parts > 0 count in, part 0 looking at the counter after ``owner_looks_at`` of them.
+    Returns (finishers, their sum)."""
+    others, count, stored, done = len(parts) - 1, 0, {}, []
+
+    def finish(own):
+        acc = own if own is not None else stored[0]
+        for s in range(1, others + 1):
+            acc = acc + stored[s]
+        done.append(acc)
+
+    arrivals = list(order)
+    for step in range(len(arrivals) + 1):
+        if step == owner_looks_at:  # part 0: a look at the counter
+            if count == others:
+                finish(parts[0])
+            else:
+                stored[0] = parts[0]
+                prev, count = count, count + 1
+                if prev == others:
+                    finish(None)
+        if step < len(arrivals):
+            j = arrivals[step]
+            stored[j] = parts[j]
+            prev, count = count, count + 1
+            if prev == others:
+                finish(None)
+    return done
+
+
+def test_stream_k_fixup_one_finisher_same_bits_in_any_order():
+    """_sk_fixup's hand-off, emulated: whatever the order of arrival (part 0 first, last or between), exactly one
+    program finishes the tile and its sum has the same bits (part order from part 0's values); a whole tile passes
+    straight through."""
+    import itertools
+
+    torch.manual_seed(0)
+    for n in (1, 2, 3, 4):
+        parts = [torch.randn(64) * 10 ** torch.randint(-3, 4, (64,)).float() for _ in range(n)]
+        parts[0][:4] = -0.0  # (zero sums keep their sign too)
+        for p in parts[1:]:
+            p[:2] = -0.0
+        sums = set()
+        for order in itertools.permutations(range(1, n)):
+            for looks in range(n):
+                done = _sk_fixup_emulated(parts, order, looks)
+                assert len(done) == 1, (order, looks)
+                sums.add(done[0].numpy().tobytes())
+        assert len(sums) == 1
 
 
 def _block_operands(M, H, D, gated, fp8, seed, K=512):
@@ -266,7 +387,8 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     outs = {}
     # gluon_coop: both layers on the COOP form; _t64: 64-token tiles
     # _sk: split-K "auto" (the down GEMM's 8 K steps in 2 parts; the first layer's 4 are not cut)
-    for route in ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk"):
+    for route in ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk",
+                  "gluon_coop_stk"):
         monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
         dispatch.stats.clear()
@@ -274,10 +396,11 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
         if route != "triton":
             assert dispatch.stats[(op, f"triton:act_quant+gluon:w8a8_ws{route[5:]}+act_quant (h out)")] == 1
             assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
-    for route in ("gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk"):
+    for route in ("gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk", "gluon_coop_stk"):
         assert sqnr(outs["gluon"].float(), outs[route].float()) > 40, route  # the same products, other tiles
     if not fp8:  # int32 sums: split-K's parts add up to the same bits
         assert torch.equal(outs["gluon"], outs["gluon_sk"]) and torch.equal(outs["gluon_coop"], outs["gluon_coop_sk"])
+        assert torch.equal(outs["gluon_coop"], outs["gluon_coop_stk"])
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30
@@ -288,7 +411,7 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64", "gluon_coop_sk"])
+@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64", "gluon_coop_sk", "gluon_coop_stk"])
 def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
     forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
@@ -326,7 +449,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
 @pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64", "ws split sk",
-                                   "ws split coop sk"])
+                                   "ws split coop sk", "ws split coop stk"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
     w8a16_ws_split against the reference, 3-D x (gated_pair: torch.compile's per-Linear gate / up, bit-equal to the

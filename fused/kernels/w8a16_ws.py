@@ -46,11 +46,22 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 @gluon.jit
 def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off, k_tiles,
-                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, SPLIT_K: gl.constexpr = 1):
+                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, SPLIT_K: gl.constexpr = 1,
+                    STREAM_K: gl.constexpr = False):
     # PERSIST: this program's tiles one after another, the stage ring's position (it) carried across them, so the
     # next tile's loads run under this one's epilogue; else the program's one tile at (off_t, off_o). SPLIT_K (w8a8_ws):
-    # SPLIT_K work items per tile, item v the K steps [(v % SPLIT_K) · k_tiles, + k_tiles) of tile v // SPLIT_K
-    if PERSIST:
+    # SPLIT_K work items per tile, item v the K steps [(v % SPLIT_K) · k_tiles, + k_tiles) of tile v // SPLIT_K.
+    # STREAM_K (w8a8_ws): the program's run of (tile, K step) units, as sk_span
+    if STREAM_K:
+        it = 0
+        units = _n_tiles(M, N_OUT, x_desc, w_desc) * k_tiles
+        start, end = sk_span(units)
+        for t in range(start // k_tiles, gl.cdiv(end, k_tiles)):
+            k0 = gl.maximum(start - t * k_tiles, 0)
+            off_o, off_t = _tile_offsets(t, M, N_OUT, x_desc, w_desc, GROUP_N)
+            it = _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off,
+                            gl.minimum(end - t * k_tiles, k_tiles) - k0, it, GATED, k0)
+    elif PERSIST:
         it = 0
         for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
             off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
@@ -85,6 +96,15 @@ def _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, of
             tma.async_copy_global_to_shared(x_desc, [off_t, kk], ready.index(s), x_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [off_o, kk], ready.index(s), w8_bufs.index(s))
     return it + k_tiles
+
+
+@gluon.jit
+def sk_span(units):
+    """Stream-K: this program's units (a unit: one K step of one tile, tile-major), [p·U // P, (p + 1)·U // P) of U =
+    ``units`` over P programs (w8a8_ws.sk_plan mirrors it on the host)."""
+    p = gl.program_id(0)
+    n = gl.num_programs(0)
+    return p * units // n, (p + 1) * units // n
 
 
 @gluon.jit

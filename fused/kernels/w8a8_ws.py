@@ -66,7 +66,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from fused.kernels import sm_count
 from lowbit.quant import FP8_SPLIT_LO, MIN_SCALE
 from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
-                                    _tile_offsets, stage_ring, weight_shape_reason)
+                                    _tile_offsets, sk_span, stage_ring, weight_shape_reason)
 
 _MIN_SCALE = gl.constexpr(MIN_SCALE)
 _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
@@ -145,13 +145,14 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
                    x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, PART: gl.constexpr,
                    GROUP_N: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
                    INT8: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr,
-                   SPLIT_K: gl.constexpr):
+                   SPLIT_K: gl.constexpr, STREAM_K: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
     barrier counts two arrivals), so a stage carries 256 weight rows for one x tile: a quarter less shared-memory
     traffic per product than 128-row tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down
-    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile."""
+    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile. STREAM_K: the program's run of
+    (tile, K step) units (sk_span), a tile cut between programs finished by _sk_fixup."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
@@ -161,11 +162,29 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
     out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     n = 0  # tiles so far (both consumers walk the same tiles)
-    for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
-        off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
+    units = _n_tiles(M, N_OUT, x_desc, w_desc) * k_tiles
+    if STREAM_K:
+        start, end = sk_span(units)
+        v0 = start // k_tiles
+        v1 = gl.cdiv(end, k_tiles)
+        step = 1
+    else:
+        start = 0
+        end = 0
+        v0 = gl.program_id(0)
+        v1 = _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K
+        step = gl.num_programs(0)
+    for v in range(v0, v1, step):
+        if STREAM_K:
+            tile = v
+            nk = gl.minimum(end - v * k_tiles, k_tiles) - gl.maximum(start - v * k_tiles, 0)
+        else:
+            tile = v // SPLIT_K
+            nk = k_tiles
+        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
-        for k in range(k_tiles):
+        for k in range(nk):
             s = (it + k) % STAGES
             mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
             xt = x_bufs.index(s).permute((1, 0))
@@ -175,11 +194,16 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
             if k > 0:
                 mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-        mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
-        it += k_tiles
+        mbarrier.arrive(empty.index((it + nk - 1) % STAGES), count=1)
+        it += nk
 
         m_out = M
-        if SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
+        if STREAM_K:  # a tile cut between programs: each consumer's half a reduction of its own (slot 2·tile + PART)
+            first = _sk_owner(v * k_tiles, units)
+            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, 2 * v + PART, gl.program_id(0) - first,
+                                          _sk_owner(v * k_tiles + k_tiles - 1, units) - first,
+                                          _sk_parts(k_tiles, units), M)
+        elif SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
             acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, 2 * (v // SPLIT_K) + PART,
                                                v % SPLIT_K, M, SPLIT_K)
         # (gated: acc0's rows are the outputs off_o + ROW0..)
@@ -297,6 +321,58 @@ def _splitk_reduce(acc0, acc1, part_ptr, count_ptr, slot, ks, M, SPLIT_K: gl.con
     acc0 = gl.zeros_like(acc0)
     acc1 = gl.zeros_like(acc1)
     for s in range(SPLIT_K):  # fixed order: the same bits every run
+        acc0 += _part_value(gl.load(base + (2 * s) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"), acc0)
+        acc1 += _part_value(gl.load(base + (2 * s + 1) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"),
+                            acc1)
+    gl.atomic_xchg(count_ptr + slot, 0, mask=last)  # ready for the next call
+    return acc0, acc1, gl.where(last, M, 0)
+
+
+@gluon.jit
+def _sk_owner(u, units):
+    """Stream-K: the program whose span (sk_span) holds unit u."""
+    return ((u + 1) * gl.num_programs(0) - 1) // units
+
+
+@gluon.jit
+def _sk_parts(k_tiles, units):
+    """Stream-K: at most this many programs share a tile (spans of >= units // P units over its k_tiles), the
+    partials' stride per slot (sk_plan sizes the buffer alike)."""
+    per = units // gl.num_programs(0)
+    return (k_tiles - 1 + per - 1) // per + 1
+
+
+@gluon.jit
+def _sk_fixup(acc0, acc1, part_ptr, count_ptr, slot, part, others, stride, M):
+    """Stream-K: a tile's K steps ran in ``others`` + 1 programs, this one part ``part`` of them (0: the first K steps,
+    the program whose span ends in this tile, so it gets here last). Parts > 0 store their partials (int32 sums as
+    their bits) and count in on the slot (release). Part 0 looks first (acquire): if all the others are in, it adds
+    their partials to its own registers and stores y, with no store of its own partial (the usual case: the others
+    ran this tile at the start of their spans). Else it stores its partial and counts in too, and whichever arrives
+    last sums them all. Either way the sum runs in part order from part 0's values, so the bits do not depend on who
+    finished it; no program waits for another. The finisher resets the counter and gets M back (the others 0). A
+    whole tile (``others`` 0) passes straight through: one read and one reset of its counter (a runtime branch around
+    the call instead spilled ~270 bytes of registers in the sm_90 compile)."""
+    ROWS: gl.constexpr = acc0.shape[0]
+    T: gl.constexpr = acc0.shape[1]
+    BLOCK: gl.constexpr = ROWS * T
+    layout: gl.constexpr = acc0.type.layout
+    idx = (gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))[:, None] * T
+           + gl.arange(0, T, layout=gl.SliceLayout(0, layout))[None, :])
+    base = part_ptr + slot.to(gl.int64) * (stride * 2 * BLOCK)
+    seen = gl.atomic_add(count_ptr + slot, 0, sem="acquire", mask=part == 0)  # (a read, by part 0 only)
+    fast = (part == 0) & (seen == others)
+    last = fast
+    if not fast:
+        gl.store(base + (2 * part) * BLOCK + idx, _part_bits(acc0))
+        gl.store(base + (2 * part + 1) * BLOCK + idx, _part_bits(acc1))
+        gl.thread_barrier()  # every thread's partial is issued before the release below
+        last = gl.atomic_add(count_ptr + slot, 1, sem="acq_rel") == others
+        acc0 = _part_value(gl.load(base + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"), acc0)
+        acc1 = _part_value(gl.load(base + BLOCK + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"),
+                           acc1)
+    mask = (idx < BLOCK) & last
+    for s in range(1, others + 1):  # part order from part 0's values, as held or as stored
         acc0 += _part_value(gl.load(base + (2 * s) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"), acc0)
         acc1 += _part_value(gl.load(base + (2 * s + 1) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"),
                             acc1)
@@ -452,7 +528,8 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
                     CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
                     COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
-                    X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
+                    X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
+                    STREAM_K: gl.constexpr = False):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1]) // SPLIT_K  # K steps per work item (the launcher: divisible)
@@ -480,12 +557,12 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         gl.warp_specialize([
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 0,
-                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K, STREAM_K)),
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 1,
-                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K, STREAM_K)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
-                               up_off, k_tiles, GROUP_N, True, GATED, SPLIT_K)),
+                               up_off, k_tiles, GROUP_N, True, GATED, SPLIT_K, STREAM_K)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         # a stage belongs to one tile, so to one consumer
@@ -536,6 +613,21 @@ def auto_split(tiles: int, k_steps: int, programs: int, min_steps: int = 4) -> i
         if k_steps % s == 0 and tiles * s <= programs:
             best = s
     return best
+
+
+def sk_plan(tiles: int, k_steps: int, programs: int) -> dict:
+    """Stream-K on the host, as the kernel walks it (sk_span, _sk_owner, _sk_parts): U = tiles x k_steps units (a
+    unit: one K step of one tile, tile-major), program p the span [p·U // P, (p + 1)·U // P) with P = min(programs,
+    U). Returns P, the partials' stride per slot (max parts a tile may have: spans of >= U // P units) and, per tile,
+    (first program, last program): the programs that share it."""
+    units = tiles * k_steps
+    P = min(programs, units)
+    if units * P >= 2**31:
+        raise ValueError(f"w8a8_ws: STREAM_K with {units} units on {P} programs overflows int32")
+    owner = lambda u: ((u + 1) * P - 1) // units  # noqa: E731
+    per = units // P
+    return dict(programs=P, stride=(k_steps - 1 + per - 1) // per + 1,
+                tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1)) for t in range(tiles)])
 
 
 def _w_rows(gated: bool, coop: bool, x_groups: bool) -> int:
@@ -655,12 +747,21 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         slots = tiles * (2 if coop else 1)  # a COOP tile's two consumers reduce their halves apart
         part, count = buffers(xq.device, slots * split * 2 * 64 * bt, slots)  # two 64-row accumulators a slot
     progs = min(tiles * split, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
+    stream = bool(cfg.get("STREAM_K"))
+    if stream:  # every program a span of (tile, K step) units; tiles cut between programs reduced as _sk_fixup
+        if not coop or split > 1 or x_groups or quant_out:
+            raise ValueError("w8a8_ws: STREAM_K runs the COOP form with per-token x scales, y in 16 bits, no SPLIT_K")
+        from fused.kernels.splitk import buffers
+
+        plan = sk_plan(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))
+        progs = plan["programs"]
+        part, count = buffers(xq.device, 2 * tiles * plan["stride"] * 2 * 64 * bt, 2 * tiles)  # slot: tile, half
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
                                x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off, part, count,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
                                COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, X_SPLIT=x_split,
-                               SPLIT_K=split, num_warps=4)
+                               SPLIT_K=split, num_warps=4, STREAM_K=stream)
     return (out, hs) if quant_out else out
 
 
