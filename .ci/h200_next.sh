@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh splitk|streamk|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh splitk|streamk|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: `splitk` first, then `streamk` (NOTES "Open leads now (next session, after the forty-second)"; their
 # test selections and benches cover `splitws2` and `a8t64`'s forms too; `ncucoop` also prepared). Done in the
 # forty-first: deep128 (lost, removed), splitws (the split-plane
@@ -426,6 +426,14 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     FUSED_WS_SPLITK=1 FUSED_WS_STREAMK=1 testbench streamk \
       "stream_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
+  wscfg)  # forty-second session (prepared): issue 3 at M=1024 (564.6 against 550): the split-plane Gluon GEMM's
+         # stages / GROUP_N / COOP / stream-K on the two Llama int8 layers at M=1024, graph µs sustained, each output
+         # bit-equal to the default config's (.ci/wscfg_probe.py). Prediction: <= 3% on either layer
+    timeout 560 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/wscfg.txt"; grep -v "^gated\|^down" "$OUT/wscfg.txt" \
+      | tail -26 ;;
+  wscfg128)  # after streamk passed: the M=128 forms (t64, sk, stk) of both Llama int8 layers, side by side
+    timeout 560 python3 .ci/wscfg_probe.py 128 2>&1 | filt > "$OUT/wscfg128.txt"; grep -v "^gated\|^down" \
+      "$OUT/wscfg128.txt" | tail -24 ;;
   a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
          # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda
          # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 "h out" route (act_quant, gated GEMM,
