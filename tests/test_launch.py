@@ -145,6 +145,22 @@ def test_replay_carves_intermediates_from_one_buffer():
     assert r.offsets == (0, 512, 512, 1024) and r.total == 2048
 
 
+def test_grown_split_k_workspace_keeps_the_old_one_allocated(monkeypatch):
+    """A larger split-K workspace replaces the device's, and the old one stays allocated: a CUDA graph captured before
+    keeps its addresses (else the caching allocator could hand them on while the graph still writes partials there)."""
+    from fused.kernels import splitk
+
+    monkeypatch.setattr(splitk, "_workspace", {})
+    monkeypatch.setattr(splitk, "_retired", [])
+    old = splitk.buffers("cpu", 16, 8)
+    assert splitk.buffers("cpu", 16, 8) is old  # big enough: the same
+    new = splitk.buffers("cpu", (1 << 20) + 1, 8)
+    assert new[0].numel() > old[0].numel() and len(splitk._retired) == 1 and splitk._retired[0] is old
+    assert all(t.data_ptr() in launch._persistent for t in new)
+    for t in old + new:
+        launch._persistent.discard(t.data_ptr())
+
+
 def test_persistent_workspace_replacement_forgets_the_old_address():
     a, b = torch.empty(4), torch.empty(4)
     launch.persistent((a,))

@@ -205,6 +205,7 @@ def _decode_block_reduce_kernel(part_ptr, s2_ptr, b2_ptr, y_ptr, M, D, P, stride
 # device -> (fp32 accumulator, int32 counters per D chunk), both kept at zero by the kernel. (The
 # deterministic mode's part[P, M, D] has no invariant: it shares the split-K kernels' partials buffer.)
 _workspace: dict = {}
+_retired: list = []
 
 
 def _buffers(device, numel: int, chunks: int):
@@ -213,6 +214,8 @@ def _buffers(device, numel: int, chunks: int):
         acc = torch.zeros(max(numel, 1 << 16), device=device, dtype=torch.float32)
         new = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
         persistent(new, old=ws)
+        if ws is not None:  # kept: a CUDA graph captured before may hold its address (as splitk._retired)
+            _retired.append(ws)
         ws = _workspace[device] = new
     return ws
 

@@ -15,6 +15,9 @@ from fused.kernels import cdiv
 from fused.kernels.launch import persistent
 
 _workspace: dict = {}
+# workspaces replaced by larger ones stay allocated: a CUDA graph captured before (an eager call's GraphedCall, a user's
+# capture) keeps their addresses and would otherwise write partials into memory the caching allocator handed on
+_retired: list = []
 
 
 @triton.jit
@@ -35,6 +38,8 @@ def buffers(device, part_numel: int, tiles: int):
         part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
         count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
         persistent((part, count), old=ws)
+        if ws is not None:
+            _retired.append(ws)
         ws = _workspace[device] = (part, count)
     return ws
 
