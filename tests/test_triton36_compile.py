@@ -190,7 +190,7 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
         out.append(f'{label}: {k.metadata.shared} bytes of shared memory')
     stack = re.search(r'STACK:(\d+)', usage)
     # (plain QUANT_OUT in groups of 128: both accumulators' values live together in the epilogue, 312-440 bytes;
-    # STREAM_K fp8 gated: 24 bytes of loop invariants reloaded once per tile, outside the K loop)
+    # STREAM_K: up to 32 bytes of loop invariants reloaded once per tile, outside the K loop)
     stream = len(split) > 2 and split[2]
     if not stack or int(stack.group(1)) > (512 if qo == 128 and not gated else 256 if qo else 32 if stream else 0):
         out.append(f'{label}: spills ({stack and stack.group(0)})')

@@ -281,9 +281,10 @@ def test_auto_split_fills_one_wave():
 @pytest.mark.parametrize("tiles,k_steps,programs", [(112, 32, 132), (224, 32, 132), (16, 112, 132), (32, 112, 132),
                                                     (3, 5, 132), (7, 9, 4), (1, 1, 132), (300, 112, 132)])
 def test_stream_k_plan_covers_every_unit_once(tiles, k_steps, programs):
-    """Stream-K as the kernel walks it (w8a16_ws.sk_span, the COOP consumer's loop, _sk_owner, _sk_parts), mirrored
+    """Stream-K as the kernel walks it (w8a16_ws.sk_span, the COOP consumer's loop, _sk_owner, _sk_fixup), mirrored
     by sk_plan: every (tile, K step) unit in exactly one program's span, no empty span or fragment, each tile's
-    programs the ones whose spans meet it, its parts within the partials' stride."""
+    programs the ones whose spans meet it; a cut tile's counter (its first program's) and partials (each program's
+    span head or tail) shared with no other cut tile, within the 2 x programs the launcher allocates."""
     from fused.kernels.w8a8_ws import sk_plan
 
     plan = sk_plan(tiles, k_steps, programs)
@@ -298,12 +299,21 @@ def test_stream_k_plan_covers_every_unit_once(tiles, k_steps, programs):
             nk = min(end - t * k_steps, k_steps) - k0
             assert nk > 0
             seen[t].append((p, k0, nk))
+    locations, counters = set(), set()
     for t, frags in enumerate(seen):
         assert [k for _, k, _ in frags] == sorted(k for _, k, _ in frags) and frags[0][1] == 0
         assert sum(nk for _, _, nk in frags) == k_steps and all(a[1] + a[2] == b[1] for a, b in zip(frags, frags[1:]))
-        first, last = plan["tiles"][t]
+        first, last, frag0 = plan["tiles"][t]
         assert [p for p, _, _ in frags] == list(range(first, last + 1))
-        assert last - first < plan["stride"]
+        head = lambda q: q * units // P // k_steps == t  # noqa: E731  (the tile holds q's span's start)
+        assert frag0 == (0 if head(first) else 1) and all(head(q) for q in range(first + 1, last + 1))
+        if last > first:  # cut: _sk_fixup's counter and partials, none shared with another cut tile
+            assert first not in counters
+            counters.add(first)
+            for q in range(first, last + 1):
+                loc = 2 * q + (frag0 if q == first else 0)
+                assert loc not in locations and loc < 2 * P
+                locations.add(loc)
 
 
 def _sk_fixup_emulated(parts, order, owner_looks_at):

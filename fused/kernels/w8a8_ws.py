@@ -198,11 +198,12 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
         it += nk
 
         m_out = M
-        if STREAM_K:  # a tile cut between programs: each consumer's half a reduction of its own (slot 2·tile + PART)
+        if STREAM_K:  # a tile cut between programs: each consumer's half a reduction of its own
             first = _sk_owner(v * k_tiles, units)
-            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, 2 * v + PART, gl.program_id(0) - first,
-                                          _sk_owner(v * k_tiles + k_tiles - 1, units) - first,
-                                          _sk_parts(k_tiles, units), M)
+            # the first program's fragment of the tile: its head (0) if its span starts in it, else its tail (1)
+            frag0 = gl.where((first * units // gl.num_programs(0)) // k_tiles == v, 0, 1)
+            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0, gl.program_id(0) - first,
+                                          _sk_owner(v * k_tiles + k_tiles - 1, units) - first, PART, M)
         elif SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
             acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, 2 * (v // SPLIT_K) + PART,
                                                v % SPLIT_K, M, SPLIT_K)
@@ -335,48 +336,54 @@ def _sk_owner(u, units):
 
 
 @gluon.jit
-def _sk_parts(k_tiles, units):
-    """Stream-K: at most this many programs share a tile (spans of >= units // P units over its k_tiles), the
-    partials' stride per slot (sk_plan sizes the buffer alike)."""
-    per = units // gl.num_programs(0)
-    return (k_tiles - 1 + per - 1) // per + 1
-
-
-@gluon.jit
-def _sk_fixup(acc0, acc1, part_ptr, count_ptr, slot, part, others, stride, M):
-    """Stream-K: a tile's K steps ran in ``others`` + 1 programs, this one part ``part`` of them (0: the first K steps,
-    the program whose span ends in this tile, so it gets here last). Parts > 0 store their partials (int32 sums as
-    their bits) and count in on the slot (release). Part 0 looks first (acquire): if all the others are in, it adds
-    their partials to its own registers and stores y, with no store of its own partial (the usual case: the others
-    ran this tile at the start of their spans). Else it stores its partial and counts in too, and whichever arrives
-    last sums them all. Either way the sum runs in part order from part 0's values, so the bits do not depend on who
-    finished it; no program waits for another. The finisher resets the counter and gets M back (the others 0). A
-    whole tile (``others`` 0) passes straight through: one read and one reset of its counter (a runtime branch around
-    the call instead spilled ~270 bytes of registers in the sm_90 compile)."""
+def _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0, part, others, half, M):
+    """Stream-K: a tile's K steps ran in ``others`` + 1 programs (``first``, first + 1, ...), this one part ``part`` of
+    them (0: the first K steps, the program whose span ends in this tile, so it gets here last). Parts > 0 store their
+    partials (int32 sums as their bits) and count in on the tile's counter (release). Part 0 looks first (acquire): if
+    all the others are in, it adds their partials to its own registers and stores y, with no store of its own partial
+    (the usual case: the others ran this tile at the start of their spans). Else it stores its partial and counts in
+    too, and whichever arrives last sums them all. Either way the sum runs in part order from part 0's values, so the
+    bits do not depend on who finished it; no program waits for another. The finisher resets the counter and gets M
+    back (the others 0). A whole tile (``others`` 0) passes straight through, no atomics (a runtime branch around the
+    call instead spilled ~270 bytes of registers in the sm_90 compile).
+    Buffers bounded by the programs, not the tiles: a cut tile's counter is its first program's (no program is the
+    first of two cut tiles), 2 per program (``half``: the COOP consumer); a program's partials are its span's head
+    (fragment 0) and tail (1), so [programs, 2 fragments, 2 halves, 2 accumulators, ROWS x T] (sk_plan sizes it)."""
     ROWS: gl.constexpr = acc0.shape[0]
     T: gl.constexpr = acc0.shape[1]
     BLOCK: gl.constexpr = ROWS * T
     layout: gl.constexpr = acc0.type.layout
     idx = (gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))[:, None] * T
            + gl.arange(0, T, layout=gl.SliceLayout(0, layout))[None, :])
-    base = part_ptr + slot.to(gl.int64) * (stride * 2 * BLOCK)
-    seen = gl.atomic_add(count_ptr + slot, 0, sem="acquire", mask=part == 0)  # (a read, by part 0 only)
-    fast = (part == 0) & (seen == others)
+    slot = 2 * first + half
+    # program q's fragment f of this tile, this half: partials at ((2q + f)·2 + half)·2·BLOCK; parts > 0 hold the tile
+    # as their span's head
+    mine = gl.where(part == 0, 2 * first + frag0, 2 * (first + part))
+    base = part_ptr + (2 * half) * BLOCK
+    cut = others > 0  # (a whole tile touches no counter: its program may be the first of a cut tile later on)
+    seen = gl.atomic_add(count_ptr + slot, 0, sem="acquire", mask=(part == 0) & cut)  # (a read, by part 0 only)
+    fast = (part == 0) & ((seen == others) | (others == 0))
     last = fast
     if not fast:
-        gl.store(base + (2 * part) * BLOCK + idx, _part_bits(acc0))
-        gl.store(base + (2 * part + 1) * BLOCK + idx, _part_bits(acc1))
+        own = base + mine.to(gl.int64) * (4 * BLOCK)
+        gl.store(own + idx, _part_bits(acc0))
+        gl.store(own + BLOCK + idx, _part_bits(acc1))
         gl.thread_barrier()  # every thread's partial is issued before the release below
         last = gl.atomic_add(count_ptr + slot, 1, sem="acq_rel") == others
-        acc0 = _part_value(gl.load(base + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"), acc0)
-        acc1 = _part_value(gl.load(base + BLOCK + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"),
+        p0 = base + (2 * first + frag0).to(gl.int64) * (4 * BLOCK)
+        acc0 = _part_value(gl.load(p0 + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"), acc0)
+        acc1 = _part_value(gl.load(p0 + BLOCK + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"),
                            acc1)
     mask = (idx < BLOCK) & last
-    for s in range(1, others + 1):  # part order from part 0's values, as held or as stored
-        acc0 += _part_value(gl.load(base + (2 * s) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"), acc0)
-        acc1 += _part_value(gl.load(base + (2 * s + 1) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"),
-                            acc1)
-    gl.atomic_xchg(count_ptr + slot, 0, mask=last)  # ready for the next call
+    # part order from part 0's values, as held or as stored; one accumulator at a time (both at once spilled ~350
+    # bytes for the fp8 gated form: two loaded tiles beside two held ones)
+    for s in range(1, others + 1):
+        acc0 += _part_value(gl.load(base + (2 * (first + s)).to(gl.int64) * (4 * BLOCK) + idx, mask=mask, other=0.0,
+                                    cache_modifier=".cg"), acc0)
+    for s in range(1, others + 1):
+        acc1 += _part_value(gl.load(base + (2 * (first + s)).to(gl.int64) * (4 * BLOCK) + BLOCK + idx, mask=mask,
+                                    other=0.0, cache_modifier=".cg"), acc1)
+    gl.atomic_xchg(count_ptr + slot, 0, mask=last & cut)  # ready for the next call
     return acc0, acc1, gl.where(last, M, 0)
 
 
@@ -616,18 +623,19 @@ def auto_split(tiles: int, k_steps: int, programs: int, min_steps: int = 4) -> i
 
 
 def sk_plan(tiles: int, k_steps: int, programs: int) -> dict:
-    """Stream-K on the host, as the kernel walks it (sk_span, _sk_owner, _sk_parts): U = tiles x k_steps units (a
+    """Stream-K on the host, as the kernel walks it (sk_span, _sk_owner, _sk_fixup): U = tiles x k_steps units (a
     unit: one K step of one tile, tile-major), program p the span [p·U // P, (p + 1)·U // P) with P = min(programs,
-    U). Returns P, the partials' stride per slot (max parts a tile may have: spans of >= U // P units) and, per tile,
-    (first program, last program): the programs that share it."""
+    U). Returns P and, per tile, (first program, last program, the first program's fragment: 0 its span's head, 1 its
+    tail): the programs that share it. The kernel's buffers: 2 counters and 8 accumulator tiles of partials a
+    program (_sk_fixup), whatever the tiles."""
     units = tiles * k_steps
     P = min(programs, units)
     if units * P >= 2**31:
         raise ValueError(f"w8a8_ws: STREAM_K with {units} units on {P} programs overflows int32")
     owner = lambda u: ((u + 1) * P - 1) // units  # noqa: E731
-    per = units // P
-    return dict(programs=P, stride=(k_steps - 1 + per - 1) // per + 1,
-                tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1)) for t in range(tiles)])
+    return dict(programs=P, tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1),
+                                    0 if owner(t * k_steps) * units // P // k_steps == t else 1)
+                                   for t in range(tiles)])
 
 
 def _w_rows(gated: bool, coop: bool, x_groups: bool) -> int:
@@ -753,9 +761,9 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
             raise ValueError("w8a8_ws: STREAM_K runs the COOP form with per-token x scales, y in 16 bits, no SPLIT_K")
         from fused.kernels.splitk import buffers
 
-        plan = sk_plan(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))
-        progs = plan["programs"]
-        part, count = buffers(xq.device, 2 * tiles * plan["stride"] * 2 * 64 * bt, 2 * tiles)  # slot: tile, half
+        progs = sk_plan(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))["programs"]
+        # per program: 2 counters (the COOP halves), partials of 2 fragments x 2 halves x 2 accumulators of 64 rows
+        part, count = buffers(xq.device, progs * 8 * 64 * bt, 2 * progs)
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
                                x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off, part, count,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
