@@ -177,6 +177,26 @@ def test_ws_split_matches_w8a16_reference_cuda(M, N, K, gated, act, bias, fp8):
         assert sqnr(ref, y.float()) > (40 if fp8 else 45), (cfg, sqnr(ref, y.float()))
 
 
+def _parts_case(M, N, K, gated, fp8, x_split, seed):
+    """The split-K / stream-K cases' operands: run(config, out) of w8a8_ws on act_quant(x), or (x_split) of
+    w8a16_ws_split on act_split's interleaved planes, silu; the fp32 reference; y's columns."""
+    from fused.kernels.act_quant import act_quant
+    from fused.kernels.act_split import act_split
+    from fused.kernels.w8a8_ws import w8a16_ws_split, w8a8_ws
+
+    torch.manual_seed(seed)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    q, s, b = weights_8bit(N, K, fp8, gated)
+    if x_split:
+        xq, xs = act_split(x, fp8=fp8, interleave=True)
+        fn, xr = w8a16_ws_split, x.float()
+    else:
+        xq, xs = act_quant(x, fp8=fp8)
+        fn, xr = w8a8_ws, xq.float() * xs[:, None]
+    ref = (gated_ref if gated else linear_ref)(xr, q, s, b, "silu")
+    return (lambda cfg, out: fn(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)), ref, N // 2 if gated else N
+
+
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("M,N,K,split", [(3, 200, 1040, 3), (17, 4136, 528, 5), (100, 320, 4096, 4),
@@ -187,22 +207,7 @@ def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
     """SPLIT_K (K cut into equal runs, the partials summed in a fixed order by the last to finish): int8 bit-equal to
     one K run (int32 sums), e4m3 within the reference's SQNR; ping-pong and COOP, programs walking several items,
     twice in a row (the counters reset), outputs poisoned; W8A8 and the split-plane W8A16 form."""
-    from fused.kernels.act_quant import act_quant
-    from fused.kernels.act_split import act_split
-    from fused.kernels.w8a8_ws import w8a16_ws_split, w8a8_ws
-
-    torch.manual_seed(M + split)
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q, s, b = weights_8bit(N, K, fp8, gated)
-    if x_split:
-        xq, xs = act_split(x, fp8=fp8, interleave=True)
-        run = lambda cfg, out: w8a16_ws_split(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
-        ref = (gated_ref if gated else linear_ref)(x.float(), q, s, b, "silu")
-    else:
-        xq, xs = act_quant(x, fp8=fp8)
-        run = lambda cfg, out: w8a8_ws(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
-        ref = (gated_ref if gated else linear_ref)(xq.float() * xs[:, None], q, s, b, "silu")
-    n_out = N // 2 if gated else N
+    run, ref, n_out = _parts_case(M, N, K, gated, fp8, x_split, seed=M + split)
     for base in ({}, dict(COOP=True), dict(PROGRAMS=3), dict(COOP=True, PROGRAMS=2, BLOCK_T=64)):
         one = run(base, None)
         for _ in range(2):
@@ -229,22 +234,7 @@ def test_ws_stream_k_cuda(M, N, K, gated, fp8, x_split):
     them): int8 bit-equal to the plain COOP run (int32 sums), e4m3 within the reference's SQNR; programs from 1 to
     the SMs (spans inside one tile, across several, whole tiles), twice in a row (the counters reset), outputs
     poisoned; W8A8 and the split-plane W8A16 form."""
-    from fused.kernels.act_quant import act_quant
-    from fused.kernels.act_split import act_split
-    from fused.kernels.w8a8_ws import w8a16_ws_split, w8a8_ws
-
-    torch.manual_seed(M + K)
-    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    q, s, b = weights_8bit(N, K, fp8, gated)
-    if x_split:
-        xq, xs = act_split(x, fp8=fp8, interleave=True)
-        run = lambda cfg, out: w8a16_ws_split(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
-        ref = (gated_ref if gated else linear_ref)(x.float(), q, s, b, "silu")
-    else:
-        xq, xs = act_quant(x, fp8=fp8)
-        run = lambda cfg, out: w8a8_ws(xq, xs, q, s, b, "silu", gated, config=cfg, out=out)  # noqa: E731
-        ref = (gated_ref if gated else linear_ref)(xq.float() * xs[:, None], q, s, b, "silu")
-    n_out = N // 2 if gated else N
+    run, ref, n_out = _parts_case(M, N, K, gated, fp8, x_split, seed=M + K)
     for base in (dict(COOP=True), dict(COOP=True, BLOCK_T=64)):
         one = run(base, None)
         for programs in (1, 3, 7, None):

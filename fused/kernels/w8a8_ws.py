@@ -302,16 +302,20 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
 
 
 @gluon.jit
+def _flat_index(acc):
+    """Each accumulator value's place in a row-major [rows, tokens] partial tile (split-K, stream-K)."""
+    T: gl.constexpr = acc.shape[1]
+    return (gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, acc.type.layout))[:, None] * T
+            + gl.arange(0, T, layout=gl.SliceLayout(0, acc.type.layout))[None, :])
+
+
+@gluon.jit
 def _splitk_reduce(acc0, acc1, part_ptr, count_ptr, slot, ks, M, SPLIT_K: gl.constexpr):
     """Split-K as fused.kernels.splitk (no atomics on the data, deterministic): this K part's two accumulators to
     the slot's partials (int32 sums as their bits), a release on the slot's counter; the part that arrives last sums
     all SPLIT_K partials in a fixed order, resets the counter and gets M back to store with (the others get 0)."""
-    ROWS: gl.constexpr = acc0.shape[0]
-    T: gl.constexpr = acc0.shape[1]
-    BLOCK: gl.constexpr = ROWS * T
-    layout: gl.constexpr = acc0.type.layout
-    idx = (gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))[:, None] * T
-           + gl.arange(0, T, layout=gl.SliceLayout(0, layout))[None, :])
+    BLOCK: gl.constexpr = acc0.shape[0] * acc0.shape[1]
+    idx = _flat_index(acc0)
     base = part_ptr + slot.to(gl.int64) * (SPLIT_K * 2 * BLOCK)
     gl.store(base + (2 * ks) * BLOCK + idx, _part_bits(acc0))
     gl.store(base + (2 * ks + 1) * BLOCK + idx, _part_bits(acc1))
@@ -349,12 +353,8 @@ def _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0, part, others, half,
     Buffers bounded by the programs, not the tiles: a cut tile's counter is its first program's (no program is the
     first of two cut tiles), 2 per program (``half``: the COOP consumer); a program's partials are its span's head
     (fragment 0) and tail (1), so [programs, 2 fragments, 2 halves, 2 accumulators, ROWS x T] (sk_plan sizes it)."""
-    ROWS: gl.constexpr = acc0.shape[0]
-    T: gl.constexpr = acc0.shape[1]
-    BLOCK: gl.constexpr = ROWS * T
-    layout: gl.constexpr = acc0.type.layout
-    idx = (gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))[:, None] * T
-           + gl.arange(0, T, layout=gl.SliceLayout(0, layout))[None, :])
+    BLOCK: gl.constexpr = acc0.shape[0] * acc0.shape[1]
+    idx = _flat_index(acc0)
     slot = 2 * first + half
     # program q's fragment f of this tile, this half: partials at ((2q + f)·2 + half)·2·BLOCK; parts > 0 hold the tile
     # as their span's head
