@@ -414,7 +414,8 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
           # (FUSED_WS_SPLITK=1). Prediction: the M=128 W8A16 down 46.4 (Triton) -> ~32 µs (ping-pong 2 parts or COOP
           # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
           # 8 parts, fp8 W8A8 block 76 -> ~70
-    FUSED_WS_SPLITK=1 testbench splitk "split_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
+    FUSED_WS_SPLITK=1 testbench splitk \
+      "(split_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon) and not stk" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
   streamk)  # forty-second session (prepared, not run: lending paused): stream-K on the Gluon 8-bit GEMM's COOP form
            # (STREAM_K: each program a span of (tile, K step) units; a tile cut between programs finished by one of
