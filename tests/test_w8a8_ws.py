@@ -269,30 +269,34 @@ def test_auto_split_fills_one_wave():
 
 
 @pytest.mark.parametrize("tiles,k_steps,programs", [(112, 32, 132), (224, 32, 132), (16, 112, 132), (32, 112, 132),
-                                                    (3, 5, 132), (7, 9, 4), (1, 1, 132), (300, 112, 132)])
+                                                    (3, 5, 132), (7, 9, 4), (1, 1, 132), (300, 112, 132),
+                                                    (1792, 32, 132), (264, 32, 132), (400, 7, 132)])
 def test_stream_k_plan_covers_every_unit_once(tiles, k_steps, programs):
-    """Stream-K as the kernel walks it (w8a16_ws.sk_span, the COOP consumer's loop, _sk_owner, _sk_fixup), mirrored
-    by sk_plan: every (tile, K step) unit in exactly one program's span, no empty span or fragment, each tile's
-    programs the ones whose spans meet it; a cut tile's counter (its first program's) and partials (each program's
-    span head or tail) shared with no other cut tile, within the 2 x programs the launcher allocates."""
+    """Stream-K as the kernel walks it (w8a16_ws.sk_work / sk_item, _sk_owner, _sk_fixup), mirrored by sk_plan: whole
+    tiles data-parallel up to the last one to two waves (all of them when the programs divide the tiles), the rest
+    in spans of (tile, K step) units; every unit in exactly one item, no empty item; each stream-K tile's programs the
+    ones whose spans meet it; a cut tile's counter (its first program's) and partials (each program's span head or
+    tail) shared with no other cut tile, within the 2 x programs the launcher allocates."""
     from fused.kernels.w8a8_ws import sk_plan
 
     plan = sk_plan(tiles, k_steps, programs)
-    P, units = plan["programs"], tiles * k_steps
-    assert P == min(programs, units)
+    P, dp, units = plan["programs"], plan["dp"], plan["units"]
+    assert P == min(programs, tiles * k_steps)
+    assert dp == tiles if tiles % P == 0 else (tiles - dp) in range(1, 2 * P) and dp % P == 0
     seen = [[] for _ in range(tiles)]
-    for p in range(P):
-        start, end = p * units // P, (p + 1) * units // P
-        assert end > start
-        for t in range(start // k_steps, -(-end // k_steps)):  # the consumer's and the loader's loop
-            k0 = max(start - t * k_steps, 0)
-            nk = min(end - t * k_steps, k_steps) - k0
-            assert nk > 0
-            seen[t].append((p, k0, nk))
+    for p, items in enumerate(plan["items"]):
+        assert items
+        for tile, k0, nk, t in items:
+            assert nk > 0 and (t < 0) == (tile < dp) and (t < 0 or tile == dp + t)
+            seen[tile].append((p, k0, nk))
     locations, counters = set(), set()
-    for t, frags in enumerate(seen):
+    for tile, frags in enumerate(seen):
         assert [k for _, k, _ in frags] == sorted(k for _, k, _ in frags) and frags[0][1] == 0
         assert sum(nk for _, _, nk in frags) == k_steps and all(a[1] + a[2] == b[1] for a, b in zip(frags, frags[1:]))
+        if tile < dp:
+            assert frags == [(tile % P, 0, k_steps)]
+            continue
+        t = tile - dp
         first, last, frag0 = plan["tiles"][t]
         assert [p for p, _, _ in frags] == list(range(first, last + 1))
         head = lambda q: q * units // P // k_steps == t  # noqa: E731  (the tile holds q's span's start)

@@ -66,7 +66,8 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from fused.kernels import sm_count
 from lowbit.quant import FP8_SPLIT_LO, MIN_SCALE
 from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
-                                    _tile_offsets, sk_span, stage_ring, weight_shape_reason)
+                                    _tile_offsets, sk_item, sk_work, stage_ring,
+                                    weight_shape_reason)
 
 _MIN_SCALE = gl.constexpr(MIN_SCALE)
 _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
@@ -151,8 +152,9 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
     barrier counts two arrivals), so a stage carries 256 weight rows for one x tile: a quarter less shared-memory
     traffic per product than 128-row tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down
-    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile. STREAM_K: the program's run of
-    (tile, K step) units (sk_span), a tile cut between programs finished by _sk_fixup."""
+    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile. STREAM_K: the program's whole
+    tiles, then its span of (tile, K step) units (w8a16_ws.sk_work), a tile cut between programs finished by
+    _sk_fixup."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
@@ -162,22 +164,18 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
     out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     n = 0  # tiles so far (both consumers walk the same tiles)
-    units = _n_tiles(M, N_OUT, x_desc, w_desc) * k_tiles
     if STREAM_K:
-        start, end = sk_span(units)
-        v0 = start // k_tiles
-        v1 = gl.cdiv(end, k_tiles)
+        dp, n_dp, units, start, end, items = sk_work(_n_tiles(M, N_OUT, x_desc, w_desc), k_tiles)
+        v0 = 0
+        v1 = items
         step = 1
     else:
-        start = 0
-        end = 0
         v0 = gl.program_id(0)
         v1 = _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K
         step = gl.num_programs(0)
     for v in range(v0, v1, step):
         if STREAM_K:
-            tile = v
-            nk = gl.minimum(end - v * k_tiles, k_tiles) - gl.maximum(start - v * k_tiles, 0)
+            tile, k0, nk, t = sk_item(v, dp, n_dp, start, end, k_tiles)
         else:
             tile = v // SPLIT_K
             nk = k_tiles
@@ -199,11 +197,13 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
 
         m_out = M
         if STREAM_K:  # a tile cut between programs: each consumer's half a reduction of its own
-            first = _sk_owner(v * k_tiles, units)
+            u = gl.maximum(units, 1)  # (no stream-K units: every item a whole tile, t = -1)
+            first = _sk_owner(t * k_tiles, u)
             # the first program's fragment of the tile: its head (0) if its span starts in it, else its tail (1)
-            frag0 = gl.where((first * units // gl.num_programs(0)) // k_tiles == v, 0, 1)
-            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0, gl.program_id(0) - first,
-                                          _sk_owner(v * k_tiles + k_tiles - 1, units) - first, PART, M)
+            frag0 = gl.where((first * u // gl.num_programs(0)) // k_tiles == t, 0, 1)
+            others = gl.where(t < 0, 0, _sk_owner(t * k_tiles + k_tiles - 1, u) - first)
+            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0,
+                                          gl.where(t < 0, 0, gl.program_id(0) - first), others, PART, M)
         elif SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
             acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, 2 * (v // SPLIT_K) + PART,
                                                v % SPLIT_K, M, SPLIT_K)
@@ -335,7 +335,7 @@ def _splitk_reduce(acc0, acc1, part_ptr, count_ptr, slot, ks, M, SPLIT_K: gl.con
 
 @gluon.jit
 def _sk_owner(u, units):
-    """Stream-K: the program whose span (sk_span) holds unit u."""
+    """Stream-K: the program whose span (w8a16_ws.sk_work) holds unit u."""
     return ((u + 1) * gl.num_programs(0) - 1) // units
 
 
@@ -622,20 +622,36 @@ def auto_split(tiles: int, k_steps: int, programs: int, min_steps: int = 4) -> i
     return best
 
 
+def sk_programs(tiles: int, k_steps: int, programs: int) -> int:
+    """Stream-K's programs: one a unit at most (every span non-empty); the kernel's unit arithmetic stays in int32."""
+    P = min(programs, tiles * k_steps)
+    if tiles * k_steps * P >= 2**31:
+        raise ValueError(f"w8a8_ws: STREAM_K with {tiles * k_steps} units on {P} programs overflows int32")
+    return P
+
+
 def sk_plan(tiles: int, k_steps: int, programs: int) -> dict:
-    """Stream-K on the host, as the kernel walks it (sk_span, _sk_owner, _sk_fixup): U = tiles x k_steps units (a
-    unit: one K step of one tile, tile-major), program p the span [p·U // P, (p + 1)·U // P) with P = min(programs,
-    U). Returns P and, per tile, (first program, last program, the first program's fragment: 0 its span's head, 1 its
-    tail): the programs that share it. The kernel's buffers: 2 counters and 8 accumulator tiles of partials a
-    program (_sk_fixup), whatever the tiles."""
-    units = tiles * k_steps
-    P = min(programs, units)
-    if units * P >= 2**31:
-        raise ValueError(f"w8a8_ws: STREAM_K with {units} units on {P} programs overflows int32")
+    """Stream-K on the host, as the kernel walks it (w8a16_ws.sk_work / sk_item, _sk_owner, _sk_fixup), P = min(programs,
+    tiles x k_steps) programs: whole tiles p, p + P, ... below ``dp`` data-parallel, then the U = (tiles - dp) x
+    k_steps (tile, K step) units left (tile-major), program p the span [p·U // P, (p + 1)·U // P). Returns P, dp, U,
+    each program's items (tile, first K step, K steps, stream-K tile index or -1) and, per stream-K tile, (first
+    program, last program, the first program's fragment: 0 its span's head, 1 its tail). The kernel's buffers: 2
+    counters and 8 accumulator tiles of partials a program (_sk_fixup), whatever the tiles."""
+    P = sk_programs(tiles, k_steps, programs)
+    dp = tiles if tiles % P == 0 else max(tiles // P - 1, 0) * P
+    units = (tiles - dp) * k_steps
     owner = lambda u: ((u + 1) * P - 1) // units  # noqa: E731
-    return dict(programs=P, tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1),
-                                    0 if owner(t * k_steps) * units // P // k_steps == t else 1)
-                                   for t in range(tiles)])
+    items = []
+    for p in range(P):
+        start, end = p * units // P, (p + 1) * units // P
+        mine = [(t, 0, k_steps, -1) for t in range(p, dp, P)]
+        for t in range(start // k_steps, -(-end // k_steps)):
+            k0 = max(start - t * k_steps, 0)
+            mine.append((dp + t, k0, min(end - t * k_steps, k_steps) - k0, t))
+        items.append(mine)
+    return dict(programs=P, dp=dp, units=units, items=items,
+                tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1),
+                        0 if owner(t * k_steps) * units // P // k_steps == t else 1) for t in range(tiles - dp)])
 
 
 def _w_rows(gated: bool, coop: bool, x_groups: bool) -> int:
@@ -761,7 +777,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
             raise ValueError("w8a8_ws: STREAM_K runs the COOP form with per-token x scales, y in 16 bits, no SPLIT_K")
         from fused.kernels.splitk import buffers
 
-        progs = sk_plan(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))["programs"]
+        progs = sk_programs(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))
         # per program: 2 counters (the COOP halves), partials of 2 fragments x 2 halves x 2 accumulators of 64 rows
         part, count = buffers(xq.device, progs * 8 * 64 * bt, 2 * progs)
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
