@@ -230,10 +230,11 @@ def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
 @pytest.mark.parametrize("gated,fp8,x_split", [(False, False, True), (True, False, False), (False, True, False),
                                                (True, True, True)])
 def test_ws_stream_k_cuda(M, N, K, gated, fp8, x_split):
-    """STREAM_K (COOP; each program a span of (tile, K step) units, tiles cut between programs finished by one of
-    them): int8 bit-equal to the plain COOP run (int32 sums), e4m3 within the reference's SQNR; programs from 1 to
-    the SMs (spans inside one tile, across several, whole tiles), twice in a row (the counters reset), outputs
-    poisoned; W8A8 and the split-plane W8A16 form."""
+    """STREAM_K (COOP; whole tiles data-parallel up to the last waves, then each program a span of (tile, K step)
+    units, tiles cut between programs finished by one of them): int8 bit-equal to the plain COOP run (int32 sums),
+    e4m3 within the reference's SQNR; 1 / 3 / 7 / all programs (all data-parallel, whole tiles then spans, spans
+    only; spans inside one tile and across several), twice in a row (the counters reset), outputs poisoned; W8A8
+    and the split-plane W8A16 form."""
     run, ref, n_out = _parts_case(M, N, K, gated, fp8, x_split, seed=M + K)
     for base in (dict(COOP=True), dict(COOP=True, BLOCK_T=64)):
         one = run(base, None)
