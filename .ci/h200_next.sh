@@ -415,7 +415,7 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
           # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
           # 8 parts, fp8 W8A8 block 76 -> ~70
     FUSED_WS_SPLITK=1 testbench splitk \
-      "(split_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon) and not stk" \
+      "split_k or (block_route_on_gluon and tiles) or ((layer_route_on_split or layer_routes_on_gluon) and sk-)" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
   streamk)  # forty-second session (prepared, not run: lending paused): stream-K on the Gluon 8-bit GEMM's COOP form
            # (STREAM_K: each program a span of (tile, K step) units; a tile cut between programs finished by one of
@@ -425,7 +425,7 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
            # the W8A16 gated product 60.4 -> ~52 µs (224 tiles: 1.7 waves run as 2), fp8 W8A8 "h out" -5 µs (112
            # tiles on 132 SMs); int8 W8A16 block -> ~92 (with sk's down ~85)
     FUSED_WS_SPLITK=1 FUSED_WS_STREAMK=1 testbench streamk \
-      "stream_k or layer_route_on_split or block_route_on_gluon or layer_routes_on_gluon" \
+      "stream_k or ((block_route_on_gluon or layer_route_on_split or layer_routes_on_gluon) and stk-)" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
   streamk1024)  # after streamk passed: the Llama int8 W8A16 and fp8 W8A8 blocks at M=1024 with the stk forms offered
                # (FUSED_WS_STREAMK=1), bf16 eager beside them. Prediction: stream-K takes the waves' last fraction
