@@ -55,11 +55,11 @@ for k, v in json.load(open(sys.argv[1]))['timings'].items():
     if all(any(p in k for p in alt.split('|')) for alt in sys.argv[2:]):
         print('  ', k[:100], sorted(v))" "$@"
 }
-testbench() {  # testbench NAME PYTEST_K CONFIGS PATTERN [BENCH_LIMIT]: tests/test_w8a8_ws.py's cuda tests matching
-               # PYTEST_K (stop on a failure), then the Llama blocks CONFIGS at M=128 and the graph route timings whose
-               # key holds PATTERN
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k "$2" 2>&1 \
-    | filt | tail -8 > "$OUT/$1_test.txt"
+testbench() {  # testbench NAME PYTEST_K CONFIGS PATTERN [BENCH_LIMIT [TEST_LIMIT]]: tests/test_w8a8_ws.py's cuda
+               # tests matching PYTEST_K (stop on a failure), then the Llama blocks CONFIGS at M=128 and the graph route
+               # timings whose key holds PATTERN
+  timeout "${6:-200}" python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
+    -k "$2" 2>&1 | filt | tail -8 > "$OUT/$1_test.txt"
   tail -3 "$OUT/$1_test.txt"
   grep -q " passed" "$OUT/$1_test.txt" && ! grep -q "failed\|error" "$OUT/$1_test.txt" || return 1
   timeout "${5:-200}" python3 -m fused bench --blocks llama --m 128 --no-baselines --configs "$3" --out "$OUT/$1" \
@@ -414,9 +414,9 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
           # (FUSED_WS_SPLITK=1). Prediction: the M=128 W8A16 down 46.4 (Triton) -> ~32 µs (ping-pong 2 parts or COOP
           # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
           # 8 parts, fp8 W8A8 block 76 -> ~70
-    FUSED_WS_SPLITK=1 testbench splitk \
-      "split_k or (block_route_on_gluon and tiles) or ((layer_route_on_split or layer_routes_on_gluon) and sk-)" \
-      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 330 ;;
+    k="split_k or (block_route_on_gluon and tiles)"
+    FUSED_WS_SPLITK=1 testbench splitk "$k or ((layer_route_on_split or layer_routes_on_gluon) and (sk- or t64))" \
+      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 300 240 ;;
   streamk)  # forty-second session (prepared, not run: lending paused): stream-K on the Gluon 8-bit GEMM's COOP form
            # (STREAM_K: each program a span of (tile, K step) units; a tile cut between programs finished by one of
            # them, part 0 adding the others' partials to its registers when they are in, else the last to arrive;
