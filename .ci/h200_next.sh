@@ -418,8 +418,9 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
     FUSED_WS_SPLITK=1 testbench splitk "$k or ((layer_route_on_split or layer_routes_on_gluon) and (sk- or t64))" \
       "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 300 240 ;;
   streamk)  # forty-second session (prepared, not run: lending paused): stream-K on the Gluon 8-bit GEMM's COOP form
-           # (STREAM_K: each program a span of (tile, K step) units; a tile cut between programs finished by one of
-           # them, part 0 adding the others' partials to its registers when they are in, else the last to arrive;
+           # (STREAM_K: whole tiles data-parallel up to the last waves, then each program a span of (tile, K step)
+           # units; a tile cut between programs finished by one of them, part 0 adding the others' partials to its
+           # registers when they are in, else the last to arrive;
            # no waits). Its cuda tests (int8 bit-equal to the plain COOP run, 1 / 3 / 7 / all programs), the forced
            # stk routes, then the Llama W8A16 and W8A8 blocks at M=128 with the stk and sk forms offered. Prediction:
            # the W8A16 gated product 60.4 -> ~52 µs (224 tiles: 1.7 waves run as 2), fp8 W8A8 "h out" -5 µs (112
