@@ -802,8 +802,8 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
                         (WS_SPLIT_COOP_PATH + "_t64", dict(COOP=True, BLOCK_T=64)))},
                     WS_SPLIT_COOP_PATH + "_stk": dict(COOP=True, STREAM_K=True)}
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
-# stk: stream-K on the COOP form (forty-second session): every program a span of (tile, K step) units, tiles cut
-# between programs finished by one of them (w8a8_ws._sk_fixup). Why: at M=128 the gated GEMMs leave SMs idle for a
+# stk: stream-K on the COOP form (forty-second session): whole tiles data-parallel up to the last waves, then every
+# program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why: at M=128 the gated GEMMs leave SMs idle for a
 # fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane W8A16: 224, 1.7 waves run as 2). Prediction:
 # the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs. Offered with FUSED_WS_STREAMK=1 (its cuda
 # tests have not yet run on the H200) up to WS_STREAMK_MAX_M.
@@ -1018,12 +1018,13 @@ W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
               W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
-_WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_CONFIG.items())})
-_WS_CONFIG[W8A8_WS_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)  # stream-K (WS_STREAMK)
-# and split-K forms (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
+# Split-K forms too (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
 # where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
 # µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
-# with the launch). Prediction: the "h in" route 30.2 -> ~22 µs graph, the fp8 W8A8 block 76 -> ~70. Not measured.
+# with the launch). Prediction: the "h in" route 30.2 -> ~22 µs graph, the fp8 W8A8 block 76 -> ~72. Not measured.
+# And stream-K on the COOP form (stk, WS_STREAMK: see the split-plane forms above).
+_WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_CONFIG.items())})
+_WS_CONFIG[W8A8_WS_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
 # 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
