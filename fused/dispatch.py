@@ -803,10 +803,10 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
                     WS_SPLIT_COOP_PATH + "_stk": dict(COOP=True, STREAM_K=True)}
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 # stk: stream-K on the COOP form (forty-second session): whole tiles data-parallel up to the last waves, then every
-# program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why: at M=128 the gated GEMMs leave SMs idle for a
-# fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane W8A16: 224, 1.7 waves run as 2). Prediction:
-# the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs. Offered with FUSED_WS_STREAMK=1 (its cuda
-# tests have not yet run on the H200) up to WS_STREAMK_MAX_M.
+# program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why:
+# at M=128 the gated GEMMs leave SMs idle for a fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane
+# W8A16: 224, 1.7 waves run as 2). Prediction: the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs.
+# Offered with FUSED_WS_STREAMK=1 (its cuda tests have not yet run on the H200) up to WS_STREAMK_MAX_M.
 WS_STREAMK = os.environ.get("FUSED_WS_STREAMK", "0") == "1"
 WS_STREAMK_MAX_M = int(os.environ.get("FUSED_WS_STREAMK_MAX_M", "1024"))
 

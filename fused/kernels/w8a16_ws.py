@@ -100,10 +100,10 @@ def _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, of
 @gluon.jit
 def sk_work(tiles, k_tiles):
     """Stream-K's work for this program (w8a8_ws STREAM_K; w8a8_ws.sk_plan mirrors it on the host): whole tiles
-    data-parallel first, tile p, p + P, ... below ``dp`` (all but the last one to two waves' worth, as CUTLASS's DP + SK:
-    neighbouring programs on neighbouring tiles, for L2), then a span [p·U // P, (p + 1)·U // P) of the U = (tiles -
-    dp) x k_tiles (tile, K step) units left (tile-major). Returns (dp, its whole tiles, U, span start, span end, items:
-    its whole tiles and the tiles its span meets)."""
+    data-parallel first, tile p, p + P, ... below ``dp`` (all but the last one to two waves' worth, as CUTLASS's
+    DP + SK: neighbouring programs on neighbouring tiles, for L2), then a span [p·U // P, (p + 1)·U // P) of the
+    U = (tiles - dp) x k_tiles (tile, K step) units left (tile-major). Returns (dp, its whole tiles, U, span start,
+    span end, items: its whole tiles and the tiles its span meets)."""
     p = gl.program_id(0)
     n = gl.num_programs(0)
     dp = gl.where(tiles % n == 0, tiles, gl.maximum(tiles // n - 1, 0) * n)
