@@ -632,9 +632,9 @@ def sk_programs(tiles: int, k_steps: int, programs: int) -> int:
 
 def sk_plan(tiles: int, k_steps: int, programs: int) -> dict:
     """Stream-K on the host, as the kernel walks it (w8a16_ws.sk_work / sk_item, _sk_owner, _sk_fixup), P =
-    min(programs, tiles x k_steps) programs: whole tiles p, p + P, ... below ``dp`` data-parallel, then the U = (tiles - dp) x
-    k_steps (tile, K step) units left (tile-major), program p the span [p·U // P, (p + 1)·U // P). Returns P, dp, U,
-    each program's items (tile, first K step, K steps, stream-K tile index or -1) and, per stream-K tile, (first
+    min(programs, tiles x k_steps) programs: whole tiles p, p + P, ... below ``dp`` data-parallel, then the U = (tiles -
+    dp) x k_steps (tile, K step) units left (tile-major), program p the span [p·U // P, (p + 1)·U // P). Returns P, dp,
+    U, each program's items (tile, first K step, K steps, stream-K tile index or -1) and, per stream-K tile, (first
     program, last program, the first program's fragment: 0 its span's head, 1 its tail). The kernel's buffers: 2
     counters and 8 accumulator tiles of partials a program (_sk_fixup), whatever the tiles."""
     P = sk_programs(tiles, k_steps, programs)
