@@ -121,3 +121,17 @@ def test_ws_pair_matches_reference_cuda(M, H, K, act, bias, fp8):
         out.fill_(float("nan"))
         y = w8a16_ws_pair(x, qg, sg, bg, qu, su, bu, act, config=cfg, out=out)
         assert not torch.isnan(y).any() and sqnr(ref, y.float()) > 40, cfg
+
+
+def test_descriptor_layout_is_triton_default():
+    """The TMA descriptors' shared-memory layout, memoized per (block, dtype), is the one Gluon picks for it."""
+    from triton.experimental.gluon import language as gl
+
+    from fused.kernels.w8a16_ws import _descriptor
+
+    for dtype, gdt in ((torch.int8, gl.int8), (torch.float8_e4m3fn, gl.float8e4nv), (torch.bfloat16, gl.bfloat16)):
+        t = torch.zeros(300, 256, dtype=dtype)
+        for block in ([128, 128], [64, 128], [256, 64]):
+            d = _descriptor(t, block)
+            assert d.layout == gl.NVMMASharedLayout.get_default_for(block, gdt) and list(d.block_shape) == block
+            assert d.base is t and tuple(d.shape) == (300, 256)
