@@ -806,9 +806,11 @@ WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 # program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why:
 # at M=128 the gated GEMMs leave SMs idle for a fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane
 # W8A16: 224, 1.7 waves run as 2). Prediction: the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs.
-# Offered with FUSED_WS_STREAMK=1 (its cuda tests have not yet run on the H200) up to WS_STREAMK_MAX_M.
+# Offered with FUSED_WS_STREAMK=1 (its cuda tests have not yet run on the H200) up to WS_STREAMK_MAX_M: at M=1024 and
+# 8192 the W8A8 blocks' GEMMs run a fraction of a wave too (fp8 gated COOP 6.8 and 54.3 waves, down 0.97 and 7.8), 3%
+# of each at most, less at the power cap.
 WS_STREAMK = os.environ.get("FUSED_WS_STREAMK", "0") == "1"
-WS_STREAMK_MAX_M = int(os.environ.get("FUSED_WS_STREAMK_MAX_M", "1024"))
+WS_STREAMK_MAX_M = int(os.environ.get("FUSED_WS_STREAMK_MAX_M", "8192"))
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:

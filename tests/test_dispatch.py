@@ -470,7 +470,8 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     assert names(4096) == ["gluon", "gluon_coop", "gluon_sk", "gluon_coop_sk"]
     monkeypatch.setattr(dispatch, "WS_STREAMK", True)  # stream-K: opt-in, COOP, to WS_STREAMK_MAX_M
-    assert names(1024)[-1] == "gluon_coop_stk" and "gluon_coop_stk" not in names(2048)
+    top = dispatch.WS_STREAMK_MAX_M
+    assert names(top)[-1] == "gluon_coop_stk" and "gluon_coop_stk" not in names(top + 1)
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
     assert names(128) == []
     for name, path in dispatch._ws_forms():
