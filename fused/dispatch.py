@@ -2120,6 +2120,60 @@ def _sustained(graphs: dict) -> bool:
     return True
 
 
+# A route candidate's first output (the call that tunes it) is checked against the incumbent's (the first candidate: the
+# path every earlier session tested on the H200) before it is timed: one that disagrees (SQNR below ROUTE_CHECK_DB, or
+# NaN / Inf where the incumbent has finite values) is left out with a warning and counted in `stats` (`explain` shows
+# it), so a form that is wrong on some GPU or shape is never picked for being fast. The candidates compute the same
+# quantized function up to rounding and accumulation order (>= 30 dB apart; the grouped W8A8 hand-offs quantize h
+# differently, ~20 dB from the per-token one), a wrong kernel's output is noise (<= 0 dB). FUSED_ROUTE_CHECK_DB=-inf:
+# off.
+ROUTE_CHECK_DB = float(os.environ.get("FUSED_ROUTE_CHECK_DB", "10"))
+route_refusals: dict = {}  # (route kind,) + key -> [(candidate, why)] left out by the check (fused.explain prints them)
+
+
+def _route_value(out):
+    """A route's output as one float tensor to compare (QuantizedAct: its dequantized h), or None (not compared)."""
+    if isinstance(out, QuantizedAct):
+        return out.q[:out.m].float() * out.s[:out.m, None].float()
+    return out.float() if isinstance(out, torch.Tensor) else None
+
+
+def route_disagrees(ref, out) -> str | None:
+    """None if a route candidate's output ``out`` matches the incumbent's ``ref`` (see ROUTE_CHECK_DB), else why not."""
+    from lowbit.metrics import ratio_db
+
+    r, o = _route_value(ref), _route_value(out)
+    if r is None or o is None:
+        return None
+    if r.shape != o.shape:
+        return f"shape {tuple(o.shape)} against {tuple(r.shape)}"
+    finite = torch.isfinite(r)
+    if bool((finite & ~torch.isfinite(o)).any()):
+        return "NaN / Inf where the incumbent is finite"
+    r, o = r[finite].double(), o[finite].double()
+    if not r.any():  # a zero output (x = 0): it must stay zero
+        return None if not o.any() else "nonzero where the incumbent is zero"
+    db = ratio_db(torch.linalg.vector_norm(r).item(), torch.linalg.vector_norm(r - o).item())
+    return None if db >= ROUTE_CHECK_DB else f"SQNR {db:.1f} dB against the incumbent"
+
+
+def _checked(kind: str, candidates: dict) -> tuple[dict, list]:
+    """Each candidate's first call (it tunes its configs there); those whose output disagrees with the first
+    candidate's (route_disagrees) left out. Returns the candidates kept and [(name, why)] for those left out."""
+    names = list(candidates)
+    ref = candidates[names[0]]()
+    refv = ref.clone() if isinstance(ref, torch.Tensor) else ref  # (a later candidate may reuse its buffers)
+    kept, refused = {names[0]: candidates[names[0]]}, []
+    for n in names[1:]:
+        why = route_disagrees(refv, candidates[n]()) if ROUTE_CHECK_DB > float("-inf") else None
+        if why is None:
+            kept[n] = candidates[n]
+        else:
+            refused.append((n, why))
+            warnings.warn(f"{kind}: the {n} route is left out for this shape: {why}", stacklevel=4)
+    return kept, refused
+
+
 def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, graph: bool = False):
     """The name of the fastest of ``candidates`` {name: fn} for a shape, timed interleaved, best of 3 rounds
     each (one do_bench per candidate proved noisy: a 68 µs path once measured 103); another candidate must
@@ -2144,8 +2198,8 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, 
         from triton.testing import do_bench
 
         saved = Counter(stats)  # the timing runs are not calls of the model: keep them out of `stats`
-        for fn in candidates.values():
-            fn()  # each tunes its own configs first
+        candidates, refused = _checked(kind, candidates)  # each tunes its own configs first
+        names = list(candidates)
         graphs = {n: _graph_replay(fn) for n, fn in candidates.items()} if graph else {}
         best = dict.fromkeys(names, float("inf"))
         gbest = dict.fromkeys(names, float("inf"))
@@ -2162,6 +2216,10 @@ def measure_route(kind: str, key, candidates: dict, untimed: str | None = None, 
         del graphs
         stats.clear()
         stats.update(saved)
+        for n, why in refused:
+            stats[("route refused", f"{kind} {n}")] += 1
+        if refused:
+            route_refusals[(kind,) + tuple(key)] = refused
         route, groute = pick(best), pick(gbest)
         tuning.timings[(kind,) + key] = [(round(best[n] * 1e3, 2), n) for n in names]
         if graph:

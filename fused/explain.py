@@ -81,6 +81,8 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
                   + (f", {graphed} from CUDA graphs of the module (graph picks that a recording cannot replay)"
                      if graphed else "")
                   + "".join(f"\n  {m}: {why}" for m, why in dict(refused).items()))
+        for (kind, *key), refused in dispatch.route_refusals.items():  # wrong outputs left out of route timings
+            print(f"route {kind} {tuple(key)}: " + "; ".join(f"{n} left out ({why})" for n, why in refused))
         for (kernel, *key), fails in tuning.failures.items():  # skipped while tuning: not silent
             print(f"tuning {kernel} {tuple(key)}: {len(fails)} candidate(s) failed and were skipped, first "
                   f"{fails[0][0]}: {fails[0][1][:160]}")

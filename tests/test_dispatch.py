@@ -543,3 +543,41 @@ def test_w8a16_ws_mid_route(monkeypatch):
     dispatch._ws_mid_route("linear", x[:100], q, s, None, "none", dispatch.SPLIT_PATH)
     assert offered[-1] == (128, sorted(forms + ["ws split coop stk"]))
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256
+
+
+def test_route_check_leaves_out_a_wrong_candidate(monkeypatch):
+    """Before a route is timed, each candidate's first output is checked against the incumbent's (the first
+    candidate): rounding apart it must agree (ROUTE_CHECK_DB), and NaN / Inf where the incumbent is finite, another
+    shape or a nonzero output where it is zero leave the candidate out, with a warning; QuantizedAct outputs compare
+    as dequantized h."""
+    torch.manual_seed(0)
+    ref = torch.randn(8, 16)
+    close = ref + 1e-3 * torch.randn(8, 16)
+    assert dispatch.route_disagrees(ref, close) is None
+    assert "SQNR" in dispatch.route_disagrees(ref, torch.randn(8, 16))  # noise: a wrong kernel
+    bad = close.clone()
+    bad[3, 4] = float("nan")
+    assert "NaN" in dispatch.route_disagrees(ref, bad)
+    nan_ref = ref.clone()
+    nan_ref[3] = float("nan")  # where the incumbent is NaN (NaN in x), anything goes
+    assert dispatch.route_disagrees(nan_ref, bad) is None
+    assert "shape" in dispatch.route_disagrees(ref, close[:4])
+    assert dispatch.route_disagrees(torch.zeros(4), torch.zeros(4)) is None
+    assert "nonzero" in dispatch.route_disagrees(torch.zeros(4), torch.ones(4))
+    q, s = torch.randint(-127, 128, (16, 8), dtype=torch.int8), torch.rand(10) + 0.5  # rows past m=10: padding
+    qa = dispatch.QuantizedAct(q, s, 10, torch.bfloat16)
+    assert dispatch.route_disagrees(qa, dispatch.QuantizedAct(q.clone(), s.clone(), 10, torch.bfloat16)) is None
+    assert dispatch.route_disagrees(qa, dispatch.QuantizedAct(-q, s, 10, torch.bfloat16)) is not None
+    assert dispatch.route_disagrees(None, ref) is None  # (outputs it cannot read: not compared)
+
+    out = torch.empty(8, 16)
+
+    def incumbent():  # writes a buffer the next candidate reuses: the check keeps its own copy
+        return out.copy_(ref)
+
+    cands = {"triton": incumbent, "good": lambda: close, "bad": lambda: out.copy_(torch.randn(8, 16))}
+    with pytest.warns(UserWarning, match="the bad route is left out"):
+        kept, refused = dispatch._checked("dense_w8a8_route", cands)
+    assert list(kept) == ["triton", "good"] and [n for n, _ in refused] == ["bad"]
+    monkeypatch.setattr(dispatch, "ROUTE_CHECK_DB", float("-inf"))  # FUSED_ROUTE_CHECK_DB=-inf: off
+    assert list(dispatch._checked("dense_w8a8_route", cands)[0]) == ["triton", "good", "bad"]
