@@ -569,6 +569,12 @@ def test_route_check_leaves_out_a_wrong_candidate(monkeypatch):
     assert dispatch.route_disagrees(qa, dispatch.QuantizedAct(q.clone(), s.clone(), 10, torch.bfloat16)) is None
     assert dispatch.route_disagrees(qa, dispatch.QuantizedAct(-q, s, 10, torch.bfloat16)) is not None
     assert dispatch.route_disagrees(None, ref) is None  # (outputs it cannot read: not compared)
+    monkeypatch.setattr(dispatch, "_CHECK_SAMPLES", 7)  # large outputs: a strided sample, the same one of both
+    assert dispatch.route_disagrees(ref, close) is None and dispatch.route_disagrees(ref, -ref) is not None
+    deq = q[:10].float() * s[:, None]
+    assert torch.equal(dispatch._route_value(qa, 3), deq.reshape(-1)[::3])
+    assert dispatch.route_disagrees(qa, dispatch.QuantizedAct(-q, s, 10, torch.bfloat16)) is not None
+    monkeypatch.undo()
 
     out = torch.empty(8, 16)
 
