@@ -446,8 +446,8 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
   wscfg)  # forty-second session (prepared): issue 3 at M=1024 (564.6 against 550): the split-plane Gluon GEMM's
          # stages / GROUP_N / COOP / stream-K on the two Llama int8 layers at M=1024, graph µs sustained, each output
          # bit-equal to the default config's (.ci/wscfg_probe.py). Prediction: <= 3% on either layer
-    timeout 560 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/wscfg.txt"; grep -v "^gated\|^down" "$OUT/wscfg.txt" \
-      | tail -26 ;;
+    timeout 560 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/wscfg.txt"
+    grep -v "^gated\|^down" "$OUT/wscfg.txt" | tail -26 ;;
   wscfg128)  # after streamk passed: the M=128 forms (t64, sk, stk) of both Llama int8 layers, side by side
     timeout 560 python3 .ci/wscfg_probe.py 128 2>&1 | filt > "$OUT/wscfg128.txt"; grep -v "^gated\|^down" \
       "$OUT/wscfg128.txt" | tail -24 ;;
