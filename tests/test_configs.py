@@ -257,6 +257,19 @@ def test_explain_rows(capsys):
     assert "split-K GEMV" in cuda["blocks.0.mlp.gate_up"]["why"]
 
 
+def test_explain_lists_route_candidates_left_out(capsys, monkeypatch):
+    """A route candidate left out by the route check (dispatch.route_disagrees) is listed by explain: not silent."""
+    from fused import dispatch
+
+    model = Model(LlamaMLP())
+    fused.quantize(model, fused.FusedInt8MLP())
+    monkeypatch.setitem(dispatch.route_refusals, ("dense_w8a8_route", "gated", 128),
+                        [("gluon_coop_sk", "SQNR 3.1 dB against the incumbent")])
+    fused.explain(model)
+    out = capsys.readouterr().out
+    assert "route dense_w8a8_route ('gated', 128): gluon_coop_sk left out (SQNR 3.1 dB against the incumbent)" in out
+
+
 def test_explain_dynamic_and_fp8_on_cuda_name_their_kernels():
     for cfg in (fused.FusedInt8MLP(weight_only=False), fused.FusedFloat8MLP(), fused.FusedFloat8MLP(weight_only=True)):
         model = Model()
