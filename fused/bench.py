@@ -387,7 +387,8 @@ def main(args) -> int:
                    "torch": torch.__version__, "d": d, "h": h, "rows": [asdict(r) for r in rows],
                    "tuned": {str(k): v for k, v in tuning.picks.items()},
                    "timings": {str(k): v for k, v in tuning.timings.items()},
-                   "failed_candidates": {str(k): v for k, v in tuning.failures.items()}},
+                   "failed_candidates": {str(k): v for k, v in tuning.failures.items()},
+                   "refused_routes": {str(k): v for k, v in dispatch.route_refusals.items()}},
                   f, indent=1)
     md = markdown(rows, "gpu_us" if device.type == "cuda" else "plain_us")
     if device.type == "cuda":
