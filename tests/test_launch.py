@@ -147,7 +147,8 @@ def test_replay_carves_intermediates_from_one_buffer():
 
 def test_grown_split_k_workspace_keeps_the_old_one_allocated(monkeypatch):
     """A larger split-K workspace replaces the device's, and the old one stays allocated: a CUDA graph captured before
-    keeps its addresses (else the caching allocator could hand them on while the graph still writes partials there)."""
+    keeps its addresses (else the caching allocator could hand them on while the graph still writes partials there).
+    A buffer that grows at least doubles, so the retired ones hold less than the current one."""
     from fused.kernels import splitk
 
     monkeypatch.setattr(splitk, "_workspace", {})
@@ -155,7 +156,8 @@ def test_grown_split_k_workspace_keeps_the_old_one_allocated(monkeypatch):
     old = splitk.buffers("cpu", 16, 8)
     assert splitk.buffers("cpu", 16, 8) is old  # big enough: the same
     new = splitk.buffers("cpu", (1 << 20) + 1, 8)
-    assert new[0].numel() > old[0].numel() and len(splitk._retired) == 1 and splitk._retired[0] is old
+    assert len(splitk._retired) == 1 and splitk._retired[0] is old
+    assert new[0].numel() == 2 * old[0].numel() and new[1] is old[1]  # doubled (retired < current); counters kept
     assert all(t.data_ptr() in launch._persistent for t in new)
     for t in old + new:
         launch._persistent.discard(t.data_ptr())

@@ -49,7 +49,7 @@ from fused.kernels.decode_chain import block_operands, decode_chain
 from fused.kernels.decode_chain import candidates as chain_candidates
 from fused.kernels.epilogue import activation, dot_8bit
 from fused.kernels.launch import empty, launch_kernel, persistent
-from fused.kernels.splitk import buffers as splitk_buffers
+from fused.kernels.splitk import buffers as splitk_buffers, grown
 from fused.kernels.tuning import m_bucket, pick
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 
@@ -211,8 +211,9 @@ _retired: list = []
 def _buffers(device, numel: int, chunks: int):
     ws = _workspace.get(device)
     if ws is None or ws[0].numel() < numel or ws[1].numel() < chunks:
-        acc = torch.zeros(max(numel, 1 << 16), device=device, dtype=torch.float32)
-        new = (acc, torch.zeros(max(chunks, 1024), device=device, dtype=torch.int32))
+        old = ws or (None, None)
+        new = (grown(old[0], numel, 1 << 16, lambda n: torch.zeros(n, device=device, dtype=torch.float32)),
+               grown(old[1], chunks, 1024, lambda n: torch.zeros(n, device=device, dtype=torch.int32)))
         persistent(new, old=ws)
         if ws is not None:  # kept: a CUDA graph captured before may hold its address (as splitk._retired)
             _retired.append(ws)

@@ -30,13 +30,22 @@ def wait_count(ptr, need):
         r = tl.atomic_add(ptr, 0, sem="acquire")
 
 
+def grown(old, need: int, least: int, make):
+    """``old`` if it holds ``need`` values, else a new buffer of at least twice its size (so the retired buffers hold
+    less than the current one in all)."""
+    if old is not None and old.numel() >= need:
+        return old
+    return make(max(need, least, 2 * old.numel() if old is not None else 0))
+
+
 def buffers(device, part_numel: int, tiles: int):
     """Per-device partials (fp32; int32 accumulators are stored bitcast) and counters (int32, kept at
     zero by the kernels)."""
     ws = _workspace.get(device)
     if ws is None or ws[0].numel() < part_numel or ws[1].numel() < tiles:
-        part = torch.empty(max(part_numel, 1 << 20), device=device, dtype=torch.float32)
-        count = torch.zeros(max(tiles, 4096), device=device, dtype=torch.int32)
+        old = ws or (None, None)
+        part = grown(old[0], part_numel, 1 << 20, lambda n: torch.empty(n, device=device, dtype=torch.float32))
+        count = grown(old[1], tiles, 4096, lambda n: torch.zeros(n, device=device, dtype=torch.int32))
         persistent((part, count), old=ws)
         if ws is not None:
             _retired.append(ws)
