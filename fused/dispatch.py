@@ -787,21 +787,17 @@ WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
-             "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64",
-             "ws split sk": WS_SPLIT_PATH + "_sk", "ws split coop sk": WS_SPLIT_COOP_PATH + "_sk",
-             "ws split t64 sk": WS_SPLIT_PATH + "_t64_sk", "ws split coop t64 sk": WS_SPLIT_COOP_PATH + "_t64_sk",
-             "ws split coop stk": WS_SPLIT_COOP_PATH + "_stk"}
+             "ws split t64": WS_SPLIT_PATH + "_t64", "ws split coop t64": WS_SPLIT_COOP_PATH + "_t64"}
+_WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
+                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
 # projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
 # "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
-# measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200)
-_WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS_SPLIT_PATH + "_t64": dict(BLOCK_T=64),
-                    WS_SPLIT_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64),
-                    **{path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in (
-                        (WS_SPLIT_PATH, None), (WS_SPLIT_COOP_PATH, dict(COOP=True)),
-                        (WS_SPLIT_PATH + "_t64", dict(BLOCK_T=64)),
-                        (WS_SPLIT_COOP_PATH + "_t64", dict(COOP=True, BLOCK_T=64)))},
-                    WS_SPLIT_COOP_PATH + "_stk": dict(COOP=True, STREAM_K=True)}
+# measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200); stk, stream-K
+_WS_SPLIT.update({name + " sk": path + "_sk" for name, path in list(_WS_SPLIT.items())})
+_WS_SPLIT_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_SPLIT_CONFIG.items())})
+_WS_SPLIT["ws split coop stk"] = WS_SPLIT_COOP_PATH + "_stk"
+_WS_SPLIT_CONFIG[WS_SPLIT_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
 # stk: stream-K on the COOP form (forty-second session): whole tiles data-parallel up to the last waves, then every
 # program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why:
