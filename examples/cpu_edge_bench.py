@@ -102,16 +102,18 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
     if int8pack_ab:
         variants["ours int8 W8A16, int8pack to M=48 (before)"] = (
             CpuFlags(ours(fused.FusedInt8MLP()), INT8PACK_CACHED_MAX_M=48), torch.bfloat16)
-    if onednn_ab:
-        variants["ours int8 W8A16, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP()), ONEDNN=True), torch.bfloat16)
-        variants["ours int8 W8A8, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP(weight_only=False)), ONEDNN=True),
+    if onednn_ab:  # the oneDNN paths on every weight, also those under cpu.ONEDNN_MIN_BYTES that the default leaves
+        forced = dict(ONEDNN=True, ONEDNN_MIN_BYTES=0)  # plain, so the A/B measures that rule too
+        variants["ours int8 W8A16, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP()), **forced), torch.bfloat16)
+        variants["ours int8 W8A8, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP(weight_only=False)), **forced),
                                                    torch.bfloat16)
         for name, cfg in (("W8A16", fused.FusedInt8MLP()), ("W8A8", fused.FusedInt8MLP(weight_only=False))):
             if not cpu.onednn_ok():
                 break
-            packed = ours(cfg)
-            fused.pack_for_cpu(packed)  # oneDNN's copy instead of the plain weight: 1 B/weight, every M on the copy
-            variants[f"ours int8 {name}, pack_for_cpu"] = (packed, torch.bfloat16)
+            for label, min_bytes in (("pack_for_cpu", None), ("pack_for_cpu, every weight", 0)):
+                packed = ours(cfg)  # oneDNN's copy instead of the plain weight: 1 B/weight, every M on the copy; by
+                fused.pack_for_cpu(packed, min_bytes=min_bytes)  # default not for weights where it does not pay
+                variants[f"ours int8 {name}, {label}"] = (packed, torch.bfloat16)
     if with_fp8:
         variants["ours fp8 W8A16 emulated (bf16 acts)"] = (ours(fused.FusedFloat8MLP(weight_only=True)), torch.bfloat16)
     pruned = None
@@ -158,8 +160,9 @@ def main(argv=None):
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
     ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
     ap.add_argument("--onednn-ab", action="store_true",
-                    help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) and packed by "
-                         "fused.pack_for_cpu, same process")
+                    help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) on every weight, "
+                         "and packed by fused.pack_for_cpu (its default, which leaves weights where oneDNN does not "
+                         "pay plain, and on every weight), same process")
     ap.add_argument("--fp32-acts", action="store_true", help="also call our int8 variants with fp32 activations")
     ap.add_argument("--int8pack-ab", action="store_true",
                     help="also time W8A16 with the rule before the fortieth session (int8pack up to M=48 on a weight "

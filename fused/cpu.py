@@ -116,6 +116,20 @@ ONEDNN = os.environ.get("FUSED_CPU_ONEDNN", "0") == "1"
 # ... from this M: at M=1 the plain-weight kernels are as fast (TinyLlama block, same process, ms, int8pack / split
 # on the kept copy 1.72 / 1.64, _int_mm / qlinear 1.34 / 1.37; at M=2 W8A8 3.33 / 1.41), so decode alone makes no copy
 ONEDNN_MIN_M = 2
+# ... and only for a weight of at least this many bytes (fused.pack_for_cpu leaves smaller ones plain too): oneDNN's
+# int8 matmul costs ~20 µs per call before any work here (a 64 x 64 weight at M=1: 20.4 µs, _int_mm 2.5), and a weight
+# that stays in L2 makes _int_mm's per-call reorder cheap. One gated layer, 2 threads, µs, plain / oneDNN copy (W8A8
+# _int_mm / qlinear; W8A16 its default path / split_qlinear), forty-third session: [2816, 512] (1.4 MiB) M=1 87 / 155,
+# 2 122 / 160, 16 203 / 229, 64 537 / 534, 256 1938 / 1886; W8A16 64 / 218 at M=1, 366 / 354 at 16, 801 / 849 at 64;
+# [512, 1408] linear M=24 199 / 248, 256 950 / 1130; [4096, 512] (2 MiB) M=24 406 / 356, 256 3204 / 2060, W8A16 M=24
+# 668 / 559; [5632, 1024] M=1 126 / 199, 2 333 / 206, 16 553 / 415. Blocks of the demo's size (d 512) were slower
+# packed at every M (W8A8 M=1 / 16 / 64 0.348 / 0.459 / 0.790 ms against 0.216 / 0.412 / 0.736).
+ONEDNN_MIN_BYTES = 2 << 20
+# ... except for W8A8 where K is a multiple of this (and at least twice it): _int_mm's per-call reorder reads such a
+# weight in power-of-two strides, which collide in the caches. Raw ops at M = 2 / 16, µs, _int_mm / qlinear: [768,
+# 2048] 158 / 41, 203 / 91; [512, 4096] 404 / 47; [512, 3072] 79 / 41; against [768, 2304] 42 / 40, [640, 2560] 45 / 42,
+# [2816, 512] 115 / 152 (forty-third session). W8A16 keeps the size rule: its small-M path (int8pack) does no reorder.
+ONEDNN_POW2_K = 1024
 # Up to this M, W8A16 with bf16 activations runs cpu:split_qlinear (2M rows of 8-bit work); above, as before.
 SPLIT_QLINEAR_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_QLINEAR_MAX_M", "128"))
 # oneDNN sums u8 * s8 products (u = q + 128 <= 255) in int32 before subtracting the zero point's share: exact while
@@ -212,8 +226,20 @@ def onednn_ok() -> bool:
     return hasattr(torch.ops.onednn, "qlinear_prepack") and hasattr(torch.ops.onednn, "qlinear_pointwise")
 
 
-def onednn_route(k: int | None, weight_cacheable: bool = True) -> str | None:
-    """Why the qlinear paths cannot run a dense int8 weight with K columns, or None when they can."""
+def onednn_pays(n: int | None, k: int | None, dynamic: bool = True) -> bool:
+    """Whether oneDNN's int8 matmul on a reordered [n, k] int8 weight pays here, for W8A8 (``dynamic``) or W8A16
+    (ONEDNN_MIN_BYTES, ONEDNN_POW2_K; size unknown: yes)."""
+    if n is None or k is None or n * k >= ONEDNN_MIN_BYTES:
+        return True
+    return dynamic and k >= 2 * ONEDNN_POW2_K and k % ONEDNN_POW2_K == 0
+
+
+def onednn_route(k: int | None, weight_cacheable: bool = True, n: int | None = None,
+                 dynamic: bool = True) -> str | None:
+    """Why the qlinear paths do not run a dense int8 [n, k] weight (W8A8 if ``dynamic``), or None when they do."""
+    if not onednn_pays(n, k, dynamic):
+        return (f"a weight under {ONEDNN_MIN_BYTES >> 20} MiB stays in L2, where the plain-weight kernels are as fast "
+                "or faster (oneDNN's int8 matmul costs ~20 µs per call before any work)")
     if not ONEDNN:
         return "off"
     if not onednn_ok():

@@ -326,7 +326,7 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
     cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
     if fmt == "float8_e4m3":
         return "cpu:fp8_dequant_mm", f"fp8 emulated: exact fp8->bf16 per 4 MiB tile + {cdt} GEMM (no fp8 GEMM on CPU)"
-    no_onednn = "2:4 tiles" if weight_cacheable is None else cpu.onednn_route(k, weight_cacheable)
+    no_onednn = "2:4 tiles" if weight_cacheable is None else cpu.onednn_route(k, weight_cacheable, n, dynamic)
     onednn = no_onednn is None and m >= cpu.ONEDNN_MIN_M
     kept = "the weight reordered once into oneDNN's layout and kept (1 B/weight more)"
     offer = ("; faster at 2 <= M <= 128 (W8A8 up to 2.9x, W8A16 1.9x on an AVX512 x86; W8A16 prefill slower): "

@@ -315,20 +315,25 @@ class FusedMLP(_Block):
         return self.fc1, self.fc2, False
 
 
-def pack_for_cpu(model: nn.Module, pack: bool = True) -> int:
+def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = None) -> int:
     """Each int8 CPU layer of ``model`` keeps only oneDNN's reordered copy of its weight (fused.cpu.pack_weight):
     1 B/weight, as stored, and the oneDNN paths at every M (W8A8 ``cpu:qlinear``, W8A16 ``cpu:split_qlinear``: x as
     two int8 planes, 15 bits per token, so fp32 / fp16 activations no longer get exact fp32 math: ~85 dB against it).
     state_dict / save, load_state_dict and ``.to()`` work on the plain weight, rebuilt when needed; the ``qweight``
     buffer itself becomes a one-byte stand-in (fused.cpu.pack_weight), so read weights through ``state_dict()``.
     ``pack=False`` restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as
-    they are.
+    they are, and so are weights under ``min_bytes``. By default that is fused.cpu.ONEDNN_MIN_BYTES, 2 MiB: such a
+    weight stays in L2, where the plain-weight kernels are as fast or faster at every M (`explain` says so for each
+    such layer); but W8A8 layers whose K is a multiple of 1024 (at least 2048) are packed at any size
+    (fused.cpu.onednn_pays: torch._int_mm's per-call reorder is slow on them).
     For decode and small batches: at long prefills W8A16's two planes are slower than the default's bf16 GEMM on the
     dequantized tile (MiniLM, 608 tokens per call, 1 thread: 94.8 -> 113.2 ms; README "CPU (edge)")."""
     n = 0
     for m in model.modules():
         w = m._buffers.get("qweight") if isinstance(m, _Fused8bit) else None
         if w is None or w.dtype != torch.int8 or w.device.type != "cpu" or cpu.packed_only(w) == pack:
+            continue
+        if pack and (not cpu.onednn_pays(*w.shape, m.dynamic) if min_bytes is None else w.numel() < min_bytes):
             continue
         m._buffers["qweight"] = cpu.pack_weight(w) if pack else cpu.unpack_weight(w)
         n += 1

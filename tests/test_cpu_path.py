@@ -486,6 +486,12 @@ onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no oneDNN int8 matmul i
 @pytest.fixture
 def onednn_on(monkeypatch):
     monkeypatch.setattr(cpu, "ONEDNN", True)
+    monkeypatch.setattr(cpu, "ONEDNN_MIN_BYTES", 0)  # these small weights too (test_onednn_size_rule: the default)
+
+
+@pytest.fixture
+def pack_small(monkeypatch):  # fused.pack_for_cpu packs these small weights too (test_onednn_size_rule: the default)
+    monkeypatch.setattr(cpu, "ONEDNN_MIN_BYTES", 0)
 
 
 @onednn
@@ -562,7 +568,7 @@ def test_onednn_not_used_for_inference_tensors_or_when_off(monkeypatch, onednn_o
 
 @onednn
 @pytest.mark.parametrize("dynamic", [False, True])
-def test_pack_for_cpu_keeps_one_byte_per_weight_and_runs_on_the_copy_at_every_m(dynamic, monkeypatch):
+def test_pack_for_cpu_keeps_one_byte_per_weight_and_runs_on_the_copy_at_every_m(dynamic, monkeypatch, pack_small):
     """fused.pack_for_cpu: oneDNN's copy replaces the plain weight (bytes unchanged but for the 1-byte stand-ins), every
     M runs the oneDNN path (W8A8 past TILE_MIN_M too), against the reference on the plain weights; fp32 activations
     too (W8A16: 15 bits per token); unpacking restores the buffers exactly."""
@@ -597,7 +603,7 @@ def test_pack_for_cpu_keeps_one_byte_per_weight_and_runs_on_the_copy_at_every_m(
 
 
 @onednn
-def test_pack_for_cpu_state_dict_load_copy_pickle_moves_and_compile(tmp_path):
+def test_pack_for_cpu_state_dict_load_copy_pickle_moves_and_compile(tmp_path, pack_small):
     import copy
     import pickle
 
@@ -630,7 +636,7 @@ def test_pack_for_cpu_state_dict_load_copy_pickle_moves_and_compile(tmp_path):
 
 
 @onednn
-def test_pack_for_cpu_per_linear_conversion_under_compile():
+def test_pack_for_cpu_per_linear_conversion_under_compile(pack_small):
     """The default per-Linear conversion, packed: torch.compile's gate/up pair op (fused.compile_passes) runs on the two
     packed weights, against the reference on the plain ones."""
     model = nn.Sequential(LlamaMLP(64, 96))
@@ -646,3 +652,33 @@ def test_pack_for_cpu_per_linear_conversion_under_compile():
     (qg, sg), (qu, su), (qd, sd) = plain.values()
     h = reference.gated_ref(x, torch.cat([qg, qu]), torch.cat([sg, su]), None, "silu", False)
     _check(y, reference.linear_ref(h, qd, sd, None, "none", False), torch.bfloat16)
+
+
+@onednn
+def test_onednn_size_rule(monkeypatch):
+    """Weights under cpu.ONEDNN_MIN_BYTES stay on the plain-weight kernels, which are as fast or faster there (oneDNN's
+    ~20 µs per call; _int_mm's reorder of a weight in L2 is cheap): neither the kept copy nor fused.pack_for_cpu takes
+    them, and explain says why; a larger weight of the same model is packed and runs on oneDNN."""
+    bf16 = torch.bfloat16
+    monkeypatch.setattr(cpu, "ONEDNN", True)
+    small, large = (1408, 512), (2048, 1024)  # 1.4 MiB, 2 MiB
+    plan = lambda nk, dyn: dispatch.plan("linear", "int8", dyn, "cpu", M=4, dtype=bf16, k=nk[1], n=nk[0])  # noqa
+    assert plan(small, True)[0] == "cpu:int_mm" and "stays in L2" in plan(small, True)[1]
+    assert plan(small, False)[0] == "cpu:int8pack" and "stays in L2" in plan(small, False)[1]
+    assert plan(large, True)[0] == "cpu:qlinear" and plan(large, False)[0] == "cpu:split_qlinear"
+    pow2 = (768, 2048)  # W8A8: _int_mm's reorder is slow on such K at any size; W8A16's int8pack does no reorder
+    assert plan(pow2, True)[0] == "cpu:qlinear" and plan(pow2, False)[0] == "cpu:int8pack"
+    assert cpu.onednn_pays(768, 3072) and not cpu.onednn_pays(768, 2304) and not cpu.onednn_pays(768, 1024)
+    monkeypatch.setattr(cpu, "ONEDNN", False)
+    model = nn.Sequential(nn.Sequential(nn.Linear(1024, 2304), nn.ReLU(), nn.Linear(2304, 64)))
+    fused.quantize(model, fused.FusedInt8MLP(weight_only=False))
+    plain = model(torch.randn(3, 1024, dtype=bf16))
+    assert fused.pack_for_cpu(model) == 1  # the [2304, 1024] weight only
+    x = torch.randn(3, 1024, dtype=bf16)
+    dispatch.stats.clear()
+    y = model(x)
+    assert sorted(dispatch.stats) == [("linear", "cpu:int_mm"), ("linear", "cpu:qlinear")]
+    rows = fused.explain(model, print_table=False)
+    assert any("stays in L2" in r["why"] for r in rows) and any("pack_for_cpu" in r["why"] for r in rows)
+    assert fused.pack_for_cpu(model, pack=False) == 1
+    assert torch.equal(model(x), y) and plain.shape == y.shape  # the same int32 sums on either weight

@@ -170,7 +170,8 @@ def test_param_bytes_counts_tensor_subclasses_by_their_inner_tensors():
 
 
 @pytest.mark.skipif(not __import__("fused.cpu").cpu.onednn_ok(), reason="no oneDNN int8 matmul here")
-def test_packed_configs_run_on_the_reordered_weights_at_the_same_bytes():
+def test_packed_configs_run_on_the_reordered_weights_at_the_same_bytes(monkeypatch):
+    monkeypatch.setattr(__import__("fused.cpu").cpu, "ONEDNN_MIN_BYTES", 0)  # these small weights too
     block = nn.Sequential(nn.Linear(64, 96), nn.GELU(), nn.Linear(96, 64))
     task = model_task(nn.Sequential(block), [torch.randn(6, 64)] * 2)  # (quantize_ does not replace the root)
     res = sweep(task, ["int8 W8A8", "int8 W8A8 packed", "int8 W8A16 packed"], iters=1, progress=False)
