@@ -77,7 +77,8 @@ class CpuFlags(nn.Module):
 
 def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool = False, onednn_ab: bool = False,
           fp32_acts: bool = False,
-          int8pack_ab: bool = False) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
+          int8pack_ab: bool = False,
+          swap_ab: bool = False) -> tuple[dict[str, tuple[nn.Module, torch.dtype]], nn.Module]:
     """The variants, and the fp32 model the 2:4 variants were pruned from (None without --sparse)."""
     torch.manual_seed(0)
     base = LlamaMLP(d, h).eval()
@@ -99,6 +100,10 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
 
     variants["ours int8 W8A16 (bf16 acts)"] = (ours(fused.FusedInt8MLP()), torch.bfloat16)
     variants["ours int8 W8A8 (bf16 acts)"] = (ours(fused.FusedInt8MLP(weight_only=False)), torch.bfloat16)
+    if swap_ab:
+        for name, cfg in (("W8A16", fused.FusedInt8MLP()), ("W8A8", fused.FusedInt8MLP(weight_only=False))):
+            variants[f"ours int8 {name}, _int_mm unswapped (before)"] = (
+                CpuFlags(ours(cfg), INT_MM_SWAP=False), torch.bfloat16)
     if int8pack_ab:
         variants["ours int8 W8A16, int8pack to M=48 (before)"] = (
             CpuFlags(ours(fused.FusedInt8MLP()), INT8PACK_CACHED_MAX_M=48), torch.bfloat16)
@@ -159,6 +164,9 @@ def main(argv=None):
     ap.add_argument("--fp8", action="store_true", help="also time the emulated fp8 path")
     ap.add_argument("--no-torchao", action="store_true", help="skip torchao's Int8WeightOnlyConfig")
     ap.add_argument("--sparse", action="store_true", help="also time int8 2:4 (magnitude-pruned) W8A16 and W8A8")
+    ap.add_argument("--swap-ab", action="store_true",
+                    help="also time our int8 variants with torch._int_mm's operands in the plain order "
+                         "(fused.cpu.INT_MM_SWAP off, FUSED_CPU_INT_MM_SWAP=0), same process")
     ap.add_argument("--onednn-ab", action="store_true",
                     help="also time our int8 variants with fused.cpu.ONEDNN on (FUSED_CPU_ONEDNN=1) on every weight, "
                          "and packed by fused.pack_for_cpu (its default, which leaves weights where oneDNN does not "
@@ -175,7 +183,7 @@ def main(argv=None):
 
     load0 = os.getloadavg()
     variants, pruned = build(args.d, args.h, args.fp8, not args.no_torchao, args.sparse, args.onednn_ab,
-                             args.fp32_acts, args.int8pack_ab)
+                             args.fp32_acts, args.int8pack_ab, args.swap_ab)
     results, accuracy, paths = {}, {}, {}
     for m in args.m:
         x = torch.randn(m, args.d)

@@ -135,6 +135,16 @@ SPLIT_QLINEAR_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_QLINEAR_MAX_M", "128")
 # oneDNN sums u8 * s8 products (u = q + 128 <= 255) in int32 before subtracting the zero point's share: exact while
 # 255 * 127 * K < 2^31
 ONEDNN_MAX_K = (2**31 - 1) // (255 * 127)
+# torch._int_mm reorders its second operand into oneDNN's layout on every call. Given the plain [N, K] weight there, a K
+# that is a multiple of ONEDNN_POW2_K (at least twice it) makes that reorder read in power-of-two strides, which collide
+# in the caches; as the first operand the weight is read as stored and the few token rows are reordered instead:
+# y = (W · qᵀ)ᵀ, the same int32 sums. Its kernel runs row counts that are multiples of 8 fastest (12 rows as slow as 32),
+# so the token rows are padded with zero rows to one. Raw op, TinyLlama gate/up [11264, 2048], 2 threads, µs, rows:
+# plain / swapped (unpadded): 2 2188 / 1455, 4 2356 / 1343, 8 2616 / 1301, 12 2658 / 2147, 16 2854 / 1275, 32 3677 /
+# 2226, 64 5344 / 4073, 128 8541 / 7526, 256 25198 / 14524; [768, 2048] 16 204 / 91; but [2048, 5632] 4 319 / 585, 16
+# 642 / 604 and [5632, 1024] 4 270 / 303: other K keep the plain order (forty-third session). Off:
+# FUSED_CPU_INT_MM_SWAP=0.
+INT_MM_SWAP = os.environ.get("FUSED_CPU_INT_MM_SWAP", "1") != "0"
 # From this many rows the int8 GEMMs (cpu:int_mm, cpu:split_int_mm) run per tile of weight rows, each tile's scales,
 # bias and activation applied while it is in cache; below, one GEMM over every column (see `_columns`).
 TILE_MIN_M = 512
@@ -231,7 +241,7 @@ def onednn_pays(n: int | None, k: int | None, dynamic: bool = True) -> bool:
     (ONEDNN_MIN_BYTES, ONEDNN_POW2_K; size unknown: yes)."""
     if n is None or k is None or n * k >= ONEDNN_MIN_BYTES:
         return True
-    return dynamic and k >= 2 * ONEDNN_POW2_K and k % ONEDNN_POW2_K == 0
+    return dynamic and pow2_k(k)
 
 
 def onednn_route(k: int | None, weight_cacheable: bool = True, n: int | None = None,
@@ -383,6 +393,24 @@ def _split_planes(x2: torch.Tensor, u8: bool) -> tuple[torch.Tensor, torch.Tenso
     return q, xs, finite
 
 
+def pow2_k(k: int) -> bool:
+    """Whether K is a multiple of ONEDNN_POW2_K of at least twice it: the weights whose reorder inside torch._int_mm
+    (and oneDNN's per-call copy) is slow (see INT_MM_SWAP)."""
+    return k >= 2 * ONEDNN_POW2_K and k % ONEDNN_POW2_K == 0
+
+
+def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """q [R, K] int8 · w [N, K]ᵀ -> int32 [R, N] (a view; exact), by torch._int_mm with the weight as its first operand
+    where that is faster (INT_MM_SWAP)."""
+    R, K = q.shape
+    if not (INT_MM_SWAP and R >= 2 and pow2_k(K)):
+        return torch._int_mm(q, w.t())
+    pad = -R % 8
+    if pad:
+        q = torch.cat([q, q.new_zeros(pad, K)])
+    return torch._int_mm(w, q.t()).t()[:R]
+
+
 def _fp8_tile_to_bf16(q: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """Exact float8 e4m3fn -> bf16 by bit arithmetic (e4m3 values are a subset of bf16's), into ``out``
     (int16, q's shape) when given.
@@ -523,11 +551,11 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
         else:
             # int32: exact, any M/N/K on the CPU. Below TILE_MIN_M rows one GEMM over every column (per-tile calls
             # cost more than they save there), its scales and epilogue still per tile where the product is large
-            full = torch._int_mm(q, qweight.t()) if M < TILE_MIN_M and not packed else None
+            full = _int_mm(q, qweight) if M < TILE_MIN_M and not packed else None
         fix = _nonfinite_rows(x2, xs, qweight, wscale) if split and not finite else None
 
         def cols(i, j):
-            acc = full[:, i:j] if full is not None else torch._int_mm(q, _rows(qweight, i, j).t())
+            acc = full[:, i:j] if full is not None else _int_mm(q, _rows(qweight, i, j))
             if split and acc.dtype == torch.int32:  # 256·Σhi·w + Σlo·w = Σv·w exactly (int64)
                 acc = acc[:M].long() * 256 + acc[M:]
             elif split:  # oneDNN's fp32 sums: Σlo·w + 256·Σhi·w (exact: a power of two), rounded once; in place on

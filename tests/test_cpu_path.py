@@ -682,3 +682,24 @@ def test_onednn_size_rule(monkeypatch):
     assert any("stays in L2" in r["why"] for r in rows) and any("pack_for_cpu" in r["why"] for r in rows)
     assert fused.pack_for_cpu(model, pack=False) == 1
     assert torch.equal(model(x), y) and plain.shape == y.shape  # the same int32 sums on either weight
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 8, 9, 17, 40])
+def test_int_mm_swapped_operands_are_bit_equal(rows, monkeypatch):
+    """cpu._int_mm: for K a multiple of 1024 (>= 2048) the weight goes in as torch._int_mm's first operand (token rows
+    padded to a multiple of 8); the int32 sums equal the plain call's, and the paths built on it match the reference."""
+    K, N = 2048, 200
+    q = torch.randint(-127, 128, (rows, K), dtype=torch.int8)
+    w = torch.randint(-127, 128, (N, K), dtype=torch.int8)
+    y = cpu._int_mm(q, w)
+    assert y.shape == (rows, N) and torch.equal(y, torch._int_mm(q, w.t()))
+    assert not cpu.pow2_k(1024) and not cpu.pow2_k(2304) and cpu.pow2_k(14336)
+    monkeypatch.setattr(cpu, "ONEDNN", False)
+    x = torch.randn(rows, K, dtype=torch.bfloat16)
+    qw, sw = quantize_weight(torch.randn(N, K), "int8")
+    for path, dynamic in (("cpu:int_mm", True), ("cpu:split_int_mm", False)):
+        got = cpu.run(path, "gated", x, qw, sw, None, "silu", dynamic)
+        monkeypatch.setattr(cpu, "INT_MM_SWAP", False)
+        assert torch.equal(got, cpu.run(path, "gated", x, qw, sw, None, "silu", dynamic))  # the same bits
+        monkeypatch.setattr(cpu, "INT_MM_SWAP", True)
+        _check(got, reference.gated_ref(x, qw, sw, None, "silu", dynamic), torch.bfloat16)
