@@ -138,8 +138,8 @@ ONEDNN_MAX_K = (2**31 - 1) // (255 * 127)
 # torch._int_mm reorders its second operand into oneDNN's layout on every call. Given the plain [N, K] weight there, a K
 # that is a multiple of ONEDNN_POW2_K (at least twice it) makes that reorder read in power-of-two strides, which collide
 # in the caches; as the first operand the weight is read as stored and the few token rows are reordered instead:
-# y = (W · qᵀ)ᵀ, the same int32 sums. Its kernel runs row counts that are multiples of 8 fastest (12 rows as slow as 32),
-# so the token rows are padded with zero rows to one. Raw op, TinyLlama gate/up [11264, 2048], 2 threads, µs, rows:
+# y = (W · qᵀ)ᵀ, the same int32 sums. Its kernel runs row counts that are multiples of 8 fastest (12 rows as slow as
+# 32), so the token rows are padded with zero rows to one. Raw op, TinyLlama gate/up [11264, 2048], 2 threads, µs, rows:
 # plain / swapped (unpadded): 2 2188 / 1455, 4 2356 / 1343, 8 2616 / 1301, 12 2658 / 2147, 16 2854 / 1275, 32 3677 /
 # 2226, 64 5344 / 4073, 128 8541 / 7526, 256 25198 / 14524; [768, 2048] 16 204 / 91; but [2048, 5632] 4 319 / 585, 16
 # 642 / 604 and [5632, 1024] 4 270 / 303: other K keep the plain order (forty-third session). Off:

@@ -156,5 +156,6 @@ def format_rows(rows, device, tokens: int = 16) -> str:
              f"| config | weight MiB | SQNR vs bf16 (dB) | ms / forward ({tokens} tokens) | ms / forward (1 token) |",
              "|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f'| {r["config"]} | {r["weight_MiB"]:.2f} | {r["sqnr_db"]:.1f} | {r["ms"]:.2f} | {r["ms_1"]:.2f} |')
+        lines.append(f'| {r["config"]} | {r["weight_MiB"]:.2f} | {r["sqnr_db"]:.1f} | {r["ms"]:.2f} '
+                     f'| {r["ms_1"]:.2f} |')
     return "\n".join(lines)
