@@ -329,7 +329,7 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
     no_onednn = "2:4 tiles" if weight_cacheable is None else cpu.onednn_route(k, weight_cacheable, n, dynamic)
     onednn = no_onednn is None and m >= cpu.ONEDNN_MIN_M
     kept = "the weight reordered once into oneDNN's layout and kept (1 B/weight more)"
-    offer = ("; faster at 2 <= M <= 128 (W8A8 up to 2.9x, W8A16 1.9x on an AVX512 x86; W8A16 prefill slower): "
+    offer = ("; faster at 2 <= M <= 128 (W8A8 up to 1.8x, W8A16 1.9x on an AVX512 x86; W8A16 prefill slower): "
              "oneDNN's int8 matmul on a reordered weight, either "
              "fused.pack_for_cpu(model) (the reordered weight instead of the plain one, 1 B/weight) "
              "or FUSED_CPU_ONEDNN=1 (a kept copy beside it, +1 B/weight)")
