@@ -107,6 +107,8 @@ def build(d: int, h: int, with_fp8: bool, with_torchao: bool, with_sparse: bool 
     if int8pack_ab:
         variants["ours int8 W8A16, int8pack to M=48 (before)"] = (
             CpuFlags(ours(fused.FusedInt8MLP()), INT8PACK_CACHED_MAX_M=48), torch.bfloat16)
+        variants["ours int8 W8A16, int8pack to M=8 on large weights (before)"] = (
+            CpuFlags(ours(fused.FusedInt8MLP()), INT8PACK_LARGE_MAX_M=8), torch.bfloat16)
     if onednn_ab:  # the oneDNN paths on every weight, also those under cpu.ONEDNN_MIN_BYTES that the default leaves
         forced = dict(ONEDNN=True, ONEDNN_MIN_BYTES=0)  # plain, so the A/B measures that rule too
         variants["ours int8 W8A16, oneDNN copy"] = (CpuFlags(ours(fused.FusedInt8MLP()), **forced), torch.bfloat16)
@@ -173,8 +175,9 @@ def main(argv=None):
                          "pay plain, and on every weight), same process")
     ap.add_argument("--fp32-acts", action="store_true", help="also call our int8 variants with fp32 activations")
     ap.add_argument("--int8pack-ab", action="store_true",
-                    help="also time W8A16 with the rule before the fortieth session (int8pack up to M=48 on a weight "
-                         "of at most 2 MiB; now up to 16, then dequantize + bf16 GEMM), same process")
+                    help="also time W8A16 with the rules before the fortieth session (int8pack up to M=48 on a "
+                         "weight of at most 2 MiB; now up to 16, then dequantize + bf16 GEMM) and before the "
+                         "forty-third (int8pack up to M=8 on a weight of 8 MiB or more; now up to 4), same process")
     args = ap.parse_args(argv)
     if args.tinyllama:
         args.d, args.h = 2048, 5632

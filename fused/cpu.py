@@ -97,6 +97,14 @@ INT8PACK_CACHED_BYTES = 2 << 20
 # two int8 products cost more than one bf16 GEMM on a weight in cache. From 4 MB ([4096, 1024] gated: 12 <= M <= 32
 # 0.655-1.177 against 0.718-1.249 for the next best) the planes win again, as on TinyLlama.
 INT8PACK_CACHED_MAX_M = 16
+# ... and a weight of at least INT8PACK_LARGE_BYTES stops at INT8PACK_LARGE_MAX_M, int8pack's first 4-row pass: since
+# the planes' _int_mm takes such a weight as its first operand (INT_MM_SWAP), or even without that on wide K, the
+# planes win from M=5 (forty-third session, blocks, one process, ms, int8pack to 8 / to 1 (the planes) / bf16 eager:
+# TinyLlama (23 / 11.5 MB) M=4 2.54 / 3.59 / 3.21, 5 4.17 / 3.91 / 3.45, 6 4.20 / 3.89 / 3.51, 8 4.77 / 3.94 / 3.72;
+# d 1536 h 8960 (27.5 / 13.8 MB, no K a multiple of 1024) M=4 3.09 / 3.62, 5 5.36 / 3.87, 8 6.39 / 4.56 / 4.60; but
+# d 1024 h 2816 (5.8 / 2.9 MB) M=5 1.03 / 1.11, 8 1.04 / 1.17: int8pack to 8 there).
+INT8PACK_LARGE_BYTES = 8 << 20
+INT8PACK_LARGE_MAX_M = 4
 # Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
 # split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
 # block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
@@ -197,7 +205,10 @@ def in_l2(n: int | None, k: int | None) -> bool:
 
 def int8pack_max_m(n: int | None, k: int | None) -> int:
     """The largest M that takes cpu:int8pack for an [n, k] int8 weight (size unknown: as for a large one)."""
-    return max(INT8PACK_MAX_M, INT8PACK_CACHED_MAX_M) if in_l2(n, k) else INT8PACK_MAX_M
+    if in_l2(n, k):
+        return max(INT8PACK_MAX_M, INT8PACK_CACHED_MAX_M)
+    large = n is not None and k is not None and n * k >= INT8PACK_LARGE_BYTES
+    return min(INT8PACK_MAX_M, INT8PACK_LARGE_MAX_M) if large else INT8PACK_MAX_M
 
 
 def int8pack_ok(k: int, qweight: torch.Tensor | None = None) -> bool:

@@ -360,7 +360,9 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
     dequant_in_l2 = cpu.in_l2(n, k) and m > pack_max
     if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         why = f"torch._weight_int8pack_mm (bf16, M <= {pack_max}" + (
-            ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else ")")
+            ": a weight that stays in L2)" if pack_max > cpu.INT8PACK_MAX_M else
+            f": its first 4-row pass on a weight of {cpu.INT8PACK_LARGE_BYTES >> 20} MiB or more)"
+            if pack_max < cpu.INT8PACK_MAX_M else ")")
         if described:
             split = f"; {pack_max} < M <= {cpu.SPLIT_MAX_M}: cpu:split_int_mm" if (
                 cpu.SPLIT_MAX_M > pack_max and not cpu.in_l2(n, k)) else ""

@@ -107,6 +107,13 @@ def test_path_choice(monkeypatch):
     assert _path("linear", "int8", False, bf16, top, 2040, small) == "cpu:split_int_mm"
     assert _path("linear", "int8", False, bf16, top + 1, 2040, small) == "cpu:int8_dequant_mm"
     assert _path("linear", "int8", False, bf16, cpu.INT8PACK_MAX_M + 1, 2048, big) == "cpu:split_int_mm"
+    # a weight of INT8PACK_LARGE_BYTES or more: int8pack's first 4-row pass only, then the planes
+    large = cpu.INT8PACK_LARGE_BYTES // 2048
+    assert cpu.int8pack_max_m(large, 2048) == cpu.INT8PACK_LARGE_MAX_M < cpu.INT8PACK_MAX_M
+    assert cpu.int8pack_max_m(large - 1, 2048) == cpu.INT8PACK_MAX_M
+    assert _path("gated", "int8", False, bf16, cpu.INT8PACK_LARGE_MAX_M, 2048, large) == "cpu:int8pack"
+    assert _path("gated", "int8", False, bf16, cpu.INT8PACK_LARGE_MAX_M + 1, 2048, large) == "cpu:split_int_mm"
+    assert "MiB or more" in dispatch.plan("gated", "int8", False, "cpu", M=2, dtype=bf16, k=2048, n=large)[1]
     assert dispatch.plan("linear", "int8", False, "cpu", M=cpu.SPLIT_MAX_M + 1, k=2048,
                          weight_aligned=False)[0] == "cpu:int8_dequant_mm"
     with dispatch.force_path("reference"):
