@@ -338,7 +338,7 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
     elif no_onednn == "off":
         later = offer
     elif no_onednn:
-        later = f" (oneDNN's kept copy: {no_onednn})"
+        later = f" (no oneDNN copy: {no_onednn})"
     else:
         later = f"; {cpu.ONEDNN_MIN_M} <= M: cpu:qlinear on {kept}" if described else ""
     if dynamic:
