@@ -710,3 +710,11 @@ def test_int_mm_swapped_operands_are_bit_equal(rows, monkeypatch):
         assert torch.equal(got, cpu.run(path, "gated", x, qw, sw, None, "silu", dynamic))  # the same bits
         monkeypatch.setattr(cpu, "INT_MM_SWAP", True)
         _check(got, reference.gated_ref(x, qw, sw, None, "silu", dynamic), torch.bfloat16)
+    if rows >= 3:  # a NaN and an Inf token propagate as in the reference; the other tokens keep their bits
+        bad = x.clone()
+        bad[0, 5], bad[2, 7] = float("nan"), float("inf")
+        for path, dynamic in (("cpu:int_mm", True), ("cpu:split_int_mm", False)):
+            got = cpu.run(path, "gated", bad, qw, sw, None, "silu", dynamic)
+            ref = reference.gated_ref(bad, qw, sw, None, "silu", dynamic)
+            assert torch.equal(got.isnan(), ref.isnan()) and torch.equal(got.isinf(), ref.isinf())
+            assert torch.equal(got[1], cpu.run(path, "gated", x, qw, sw, None, "silu", dynamic)[1])
