@@ -151,8 +151,10 @@ ONEDNN_MAX_K = (2**31 - 1) // (255 * 127)
 # plain / swapped (unpadded): 2 2188 / 1455, 4 2356 / 1343, 8 2616 / 1301, 12 2658 / 2147, 16 2854 / 1275, 32 3677 /
 # 2226, 64 5344 / 4073, 128 8541 / 7526, 256 25198 / 14524; [768, 2048] 16 204 / 91; but [2048, 5632] 4 319 / 585, 16
 # 642 / 604 and [5632, 1024] 4 270 / 303: other K keep the plain order (forty-third session). Off:
-# FUSED_CPU_INT_MM_SWAP=0.
+# FUSED_CPU_INT_MM_SWAP=0. Up to INT_MM_SWAP_MAX_ROWS token rows: the TinyLlama W8A8 block, plain / swapped, ms, M=256
+# 35.3 / 31.1, 300 30.5 / 31.2, 1024 (per weight tile) 118.1 / 126.3.
 INT_MM_SWAP = os.environ.get("FUSED_CPU_INT_MM_SWAP", "1") != "0"
+INT_MM_SWAP_MAX_ROWS = 256
 # From this many rows the int8 GEMMs (cpu:int_mm, cpu:split_int_mm) run per tile of weight rows, each tile's scales,
 # bias and activation applied while it is in cache; below, one GEMM over every column (see `_columns`).
 TILE_MIN_M = 512
@@ -414,7 +416,7 @@ def _int_mm(q: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """q [R, K] int8 · w [N, K]ᵀ -> int32 [R, N] (a view; exact), by torch._int_mm with the weight as its first operand
     where that is faster (INT_MM_SWAP)."""
     R, K = q.shape
-    if not (INT_MM_SWAP and R >= 2 and pow2_k(K)):
+    if not (INT_MM_SWAP and 2 <= R <= INT_MM_SWAP_MAX_ROWS and pow2_k(K)):
         return torch._int_mm(q, w.t())
     pad = -R % 8
     if pad:

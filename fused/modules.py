@@ -326,8 +326,9 @@ def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = No
     weight stays in L2, where the plain-weight kernels are as fast or faster at every M (`explain` says so for each
     such layer); but W8A8 layers whose K is a multiple of 1024 (at least 2048) are packed at any size
     (fused.cpu.onednn_pays: torch._int_mm's per-call reorder is slow on them).
-    For decode and small batches: at long prefills W8A16's two planes are slower than the default's bf16 GEMM on the
-    dequantized tile (MiniLM, 608 tokens per call, 1 thread: 94.8 -> 113.2 ms; README "CPU (edge)")."""
+    For small batches (M >= 2; at M=1 the plain kernels are as fast or faster): at long prefills W8A16's two planes
+    are slower than the default's bf16 GEMM on the dequantized tile (MiniLM, 608 tokens per call, 1 thread: 94.8 ->
+    113.2 ms; README "CPU (edge)")."""
     n = 0
     for m in model.modules():
         w = m._buffers.get("qweight") if isinstance(m, _Fused8bit) else None
