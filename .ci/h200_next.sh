@@ -480,6 +480,19 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
             # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after
     retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
+  ncudown128)  # forty-third session: why split-K did not speed up the M=128 W8A16 down GEMM (H100: Triton 52.3, ws split
+              # 54.3, ws split sk 52.5 µs). ncu of one launch each (.ci/down128_ncu.py). Prediction: L2 -> SM bytes
+              # ~235 MB a call for every form (x re-read per 128 weight rows), L2 throughput > 70%, tensor pipe < 50%
+    NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+    timeout 400 "$NCU" --clock-control none --kernel-name regex:"w8_gemm|w8a8_ws" --launch-skip 4 --launch-count 4 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section LaunchStats \
+      --metrics dram__bytes_read.sum,lts__t_bytes.sum,l1tex__m_xbar2l1tex_read_bytes.sum,smsp__inst_executed.sum \
+      -o "$OUT/down" python3 .ci/down128_ncu.py > "$OUT/ncudown_run.txt" 2>&1
+    tail -3 "$OUT/ncudown_run.txt"
+    "$NCU" -i "$OUT/down.ncu-rep" --page details > "$OUT/ncudown.txt" 2>&1; rm -f "$OUT/down.ncu-rep"
+    grep -E "^  [a-zA-Z_0-9]+.*\(|Duration|DRAM Throughput|Memory Throughput|L2 Cache Throughput|L1/TEX Hit|L2 Hit \
+Rate|Compute \(SM\) Throughput|Grid Size|Block Size|Mem Busy|Max Bandwidth|Issue Slots Busy|dram__bytes|lts__t_bytes|\
+xbar2l1tex|smsp__inst_executed" "$OUT/ncudown.txt" | head -80 ;;
   ncucoop)  # fortieth session (NOTES lead 0 after the fortieth): why the fp8 gated GEMM at M=1024 spends 143 mJ on the
            # Gluon COOP kernel against cuBLAS's 133 (the block is at the power cap there). ncu of one launch each
            # (.ci/coop_ncu.py): DRAM and L2 bytes, L2 hit rate, SM and tensor throughput. Prediction: cuBLAS moves
