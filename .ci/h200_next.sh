@@ -480,6 +480,10 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
             # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after
     retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
+  plain128)  # forty-third session: the W8A8 blocks' plain calls at M=128 against graph time, with and without the
+            # split-K forms offered (.ci/plain128.py)
+    for v in 1 0; do FUSED_WS_SPLITK=$v timeout 250 python3 .ci/plain128.py 2>&1 | filt | tee -a "$OUT/plain128.txt"; done
+    ;;
   ncudown128)  # forty-third session: why split-K did not speed up the M=128 W8A16 down GEMM (H100: Triton 52.3, ws split
               # 54.3, ws split sk 52.5 µs). ncu of one launch each (.ci/down128_ncu.py). Prediction: L2 -> SM bytes
               # ~235 MB a call for every form (x re-read per 128 weight rows), L2 throughput > 70%, tensor pipe < 50%
