@@ -674,7 +674,11 @@ def _graph_pick(key, triton, cublas, op, w8a16=False, others=None) -> str:
     else:
         from fused.kernels import tuning
 
-        timed = [t for t in tuning.timings.get((kind + "_graph",) + key, []) if t[1] != "cublas"]
+        # only routes a recording can replay: cuBLAS is not, nor a Gluon form (its launch is not recorded, so the
+        # call would run the Python path: 60-250 µs of host time per Gluon layer at M=128 on an H100, forty-third
+        # session, where the fp8 W8A8 block's plain call then took 438-542 µs against 96 in a graph)
+        timed = [t for t in tuning.timings.get((kind + "_graph",) + key, []) if t[1] != "cublas"
+                 and not t[1].startswith("gluon")]
         pick = min(timed)[1] if timed else "triton"
     _note_gain(kind, key, pick, routes[1])
     return pick
@@ -1445,7 +1449,9 @@ def eager(owner, x: torch.Tensor, fn):
         shape = None if tuple(y.shape) == rec.allocs[out][0] else tuple(y.shape)
         cache[key] = launch.Replay(rec, out, shape, tuple((stats - before).items()))
     M = x.numel() // x.shape[-1] if x.dim() and x.shape[-1] else 0
-    pays = gain >= EAGER_GRAPH_GAIN_US or (EAGER_GRAPH_REFUSED and not rec.ok)
+    # a signature that recorded launches cannot replay (a tensor from outside the kernels, or a launch the recorder
+    # does not see, e.g. a Gluon GEMM's) would run the Python path on every call: graph it instead
+    pays = gain >= EAGER_GRAPH_GAIN_US or (EAGER_GRAPH_REFUSED and not isinstance(cache[key], launch.Replay))
     if pays and 0 < M <= EAGER_GRAPH_MAX_M and isinstance(y, torch.Tensor):
         # the graph picks save `gain` µs of GPU time per call (or the call cannot be replayed otherwise): replay
         # this signature from a CUDA graph instead

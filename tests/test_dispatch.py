@@ -209,6 +209,24 @@ def test_graph_pick_eager_calls_take_cublas_only_at_large_m(w8a16, monkeypatch):
     assert dispatch.CUBLAS_EAGER_MIN_M == 2048  # M >= 1025 (the M buckets are powers of two)
 
 
+def test_graph_pick_eager_fallback_skips_gluon_forms(monkeypatch):
+    """Where cuBLAS wins a W8A8 shape's graph timing below CUBLAS_EAGER_MIN_M, eager calls take the fastest route a
+    recording can replay: a Triton one, not a faster Gluon form (whose launch the recorder does not see: on an H100
+    the fp8 W8A8 block's plain call at M=128 took 438-542 µs against 96 in a graph with gluon_t64_sk picked there)."""
+    import torch
+
+    from fused.kernels import tuning
+
+    key = ("linear", 128, (64, 32), torch.float8_e4m3fn, torch.bfloat16, True, "none", "h in")
+    monkeypatch.setattr(dispatch, "_dense_routes", {key: ("cublas", "cublas")})
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setitem(tuning.timings, ("dense_w8a8_route_graph",) + key,
+                        [[37.3, "cublas"], [42.2, "gluon_t64_sk"], [43.1, "triton"], [44.9, "gluon_t64"]])
+    assert dispatch._graph_pick(key, lambda: None, lambda: None, "linear") == "triton"
+    monkeypatch.setitem(tuning.timings, ("dense_w8a8_route_graph",) + key, [[37.3, "cublas"], [42.2, "gluon"]])
+    assert dispatch._graph_pick(key, lambda: None, lambda: None, "linear") == "triton"  # none timed: Triton
+
+
 def test_block_first_layer_route_times_each_route_forced_and_keeps_the_blocks_pick(monkeypatch):
     """BLOCK_ROUTE_MIN_M's plumbing: the block's first call runs the layers once (their own route timings), then
     one block per first-layer route that ran, each with that route forced while it runs (and the layer's own picks
