@@ -2156,7 +2156,7 @@ def _route_shape(out):
 
 def route_disagrees(ref, out) -> str | None:
     """None if a route candidate's output ``out`` matches the incumbent's ``ref`` (see ROUTE_CHECK_DB), else why not."""
-    from lowbit.metrics import ratio_db
+    from lowbit.metrics import sqnr
 
     shape, oshape = _route_shape(ref), _route_shape(out)
     if shape is None or oshape is None:
@@ -2171,7 +2171,7 @@ def route_disagrees(ref, out) -> str | None:
     r, o = r[finite], o[finite]
     if not r.any():  # a zero output (x = 0): it must stay zero
         return None if not o.any() else "nonzero where the incumbent is zero"
-    db = ratio_db(torch.linalg.vector_norm(r).item(), torch.linalg.vector_norm(r - o).item())
+    db = sqnr(r, o)
     return None if db >= ROUTE_CHECK_DB else f"SQNR {db:.1f} dB against the incumbent"
 
 
