@@ -590,15 +590,20 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         ], [4, 1], [CONSUMER_REGS, 24])
 
 
-def default_config(gated: bool = False, coop: bool = False, x_groups: bool = False, group: int = GROUP) -> dict:
+def default_config(gated: bool = False, coop: bool = False, x_groups: bool = False, group: int = GROUP,
+                   x_split: bool = False) -> dict:
     """128 tokens x 128 weight rows per tile (two 64 x 128 accumulators in the consumer that owns it), 128-byte K
     steps: 32 KB a stage; 6 stages, 4 gated. Why 4 gated: at M=8192 (Llama gate/up, 1 s windows at the cap, H200,
     thirty-fifth session, `bash .ci/h200_next.sh stages`) 6 / 5 / 4 stages took 1678 / 1644 / 1580 µs (fp8; 1248 /
     1232 / 1064 mJ, the deeper rings drawing 744-750 W) and int8 6 / 4 1578 / 1455 µs; at 1024 all within 1%. The
-    down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4."""
+    down shape kept 6 (int8 490 vs 503 mJ at 8192, 64.7 vs 66.1 at 1024). COOP (256-row tiles, 48 KB a stage): 4.
+    x_split (W8A16's plane rows, 2 a token): GROUP_N 4. The ping-pong form took 357.7 / 168.8 µs with it against
+    377.5 / 189.7 with 8 on the Llama int8 gated / down layers at M=1024 (H100, forty-fourth session,
+    .ci/wscfg_probe.py); COOP the same either way."""
     if x_groups:  # a K step is one group of x's scales: 64 K, 10 stages of 16 KB; 128, 6 of 32 KB (or 2 x 64)
         return dict(BLOCK_T=128, BLOCK_K=group, STAGES=10 if group == GROUP else 6, GROUP_N=8, CONSUMER_REGS=232)
-    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=8, CONSUMER_REGS=232)
+    return dict(BLOCK_T=128, BLOCK_K=128, STAGES=4 if gated or coop else 6, GROUP_N=4 if x_split else 8,
+                CONSUMER_REGS=232)
 
 
 def supports(qweight: torch.Tensor, gated: bool = False) -> str | None:
@@ -710,7 +715,7 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
     bias = bias.contiguous() if bias is not None else None
     if up is not None:
         up = (up[0], up[1].contiguous(), up[2].contiguous() if up[2] is not None else None)
-    cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups, group), **(config or {}))
+    cfg = dict(default_config(gated, bool((config or {}).get("COOP")), x_groups, group, x_split), **(config or {}))
     if x_groups and (cfg["BLOCK_K"] not in (group, 2 * group) or cfg["BLOCK_K"] > 2 * GROUP or cfg["BLOCK_T"] != 128
                      or gated or quant_out):
         raise ValueError(f"w8a8_ws: grouped x scales run the plain GEMM with BLOCK_T 128, BLOCK_K {GROUP} or "
