@@ -799,21 +799,12 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
 # projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
 # "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
-# measured; split-K offered only with FUSED_WS_SPLITK=1 until its cuda tests have run on the H200); stk, stream-K
+# measured; split-K offered only with FUSED_WS_SPLITK=1: on an H100 (forty-third / forty-fourth sessions) within 1-3%
+# of the forms without it, both ways). A stream-K COOP form was removed in the forty-fourth session: it lost
+# everywhere on an H100 (M=128 gated 117.6 vs 69.9 µs, down 69.2 vs 48.3; M=1024 349.5 vs 337.0, 252.3 vs 157.3).
 _WS_SPLIT.update({name + " sk": path + "_sk" for name, path in list(_WS_SPLIT.items())})
 _WS_SPLIT_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_SPLIT_CONFIG.items())})
-_WS_SPLIT["ws split coop stk"] = WS_SPLIT_COOP_PATH + "_stk"
-_WS_SPLIT_CONFIG[WS_SPLIT_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)
 WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
-# stk: stream-K on the COOP form (forty-second session): whole tiles data-parallel up to the last waves, then every
-# program a span of (tile, K step) units, tiles cut between programs finished by one of them (w8a8_ws._sk_fixup). Why:
-# at M=128 the gated GEMMs leave SMs idle for a fraction of a wave (W8A8: 112 COOP tiles on 132 SMs; the split-plane
-# W8A16: 224, 1.7 waves run as 2). Prediction: the W8A16 gated product 60.4 -> ~52 µs, the fp8 W8A8 "h out" -5 µs.
-# Offered with FUSED_WS_STREAMK=1 (its cuda tests have not yet run on the H200) up to WS_STREAMK_MAX_M: at M=1024 and
-# 8192 the W8A8 blocks' GEMMs run a fraction of a wave too (fp8 gated COOP 6.8 and 54.3 waves, down 0.97 and 7.8), 3%
-# of each at most, less at the power cap.
-WS_STREAMK = os.environ.get("FUSED_WS_STREAMK", "0") == "1"
-WS_STREAMK_MAX_M = int(os.environ.get("FUSED_WS_STREAMK_MAX_M", "8192"))
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:
@@ -826,8 +817,6 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
     for name, path in _WS_SPLIT.items():
         if path.endswith("_sk") and not _splits(2 * x2.shape[0], qweight, gated, gated or up is not None,
                                                 _WS_SPLIT_CONFIG[path]):
-            continue
-        if path.endswith("_stk") and not (WS_STREAMK and x2.shape[0] <= WS_STREAMK_MAX_M):
             continue
         _offer_ws(others, op, lambda p=path: _w8a16_ws_split(x2, qweight, wscale, bias, act, gated, p, up), name,
                   f"Gluon split-plane W8A16 ({name})")
@@ -1027,9 +1016,7 @@ _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PA
 # where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
 # µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
 # with the launch). Prediction: the "h in" route 30.2 -> ~22 µs graph, the fp8 W8A8 block 76 -> ~72. Not measured.
-# And stream-K on the COOP form (stk, WS_STREAMK: see the split-plane forms above).
 _WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_CONFIG.items())})
-_WS_CONFIG[W8A8_WS_COOP_PATH + "_stk"] = dict(COOP=True, STREAM_K=True)
 # Both layers (h out, h in) also on the kernel's COOP form (256-row tiles shared by both consumers: a quarter less
 # shared-memory traffic per product; Triton's fp8 down GEMM, which beat the 128-row Gluon tiles by 7-13% there, runs
 # 128 x 256 tiles; gated: 128 outputs' gate and up rows, no ping-pong), a timed candidate beside the ping-pong form.
@@ -1146,16 +1133,13 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"
 
 def _ws_forms(M: int | None = None, coop: bool = True) -> list:
     """The Gluon W8A8 GEMM's route forms at M, (name, path): ping-pong, COOP (``coop``), each also with 64-token
-    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); stream-K COOP (FUSED_WS_STREAMK=1, to
-    WS_STREAMK_MAX_M); M None: every form (to name a pick)."""
+    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); M None: every form (to name a pick)."""
     base = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
     forms = list(base)
     if M is None or M <= W8A8_WS_T64_MAX_M:
         forms += [(name + "_t64", path + "_t64") for name, path in base]
     if M is None or WS_SPLITK:  # (offered only where SPLIT_K "auto" cuts K: _offer_w8a8_ws)
         forms += [(name + "_sk", path + "_sk") for name, path in forms]
-    if M is None or (coop and WS_STREAMK and M <= WS_STREAMK_MAX_M):
-        forms.append(("gluon_coop_stk", W8A8_WS_COOP_PATH + "_stk"))
     return forms
 
 

@@ -487,9 +487,6 @@ def test_w8a8_ws_forms_by_m(monkeypatch):
     assert names(128) == ["gluon", "gluon_t64", "gluon_sk", "gluon_t64_sk"]
     monkeypatch.setattr(dispatch, "W8A8_WS_COOP", True)
     assert names(4096) == ["gluon", "gluon_coop", "gluon_sk", "gluon_coop_sk"]
-    monkeypatch.setattr(dispatch, "WS_STREAMK", True)  # stream-K: opt-in, COOP, to WS_STREAMK_MAX_M
-    top = dispatch.WS_STREAMK_MAX_M
-    assert names(top)[-1] == "gluon_coop_stk" and "gluon_coop_stk" not in names(top + 1)
     monkeypatch.setattr(dispatch, "W8A8_WS_LAYER", False)
     assert names(128) == []
     for name, path in dispatch._ws_forms():
@@ -557,9 +554,6 @@ def test_w8a16_ws_mid_route(monkeypatch):
     q, s = quantize_weight(torch.randn(64, 384), "int8")
     dispatch._ws_mid_route("linear", x, q, s, None, "none", dispatch.SPLIT_PATH)
     assert offered[-1] == (128, forms)
-    monkeypatch.setattr(dispatch, "WS_STREAMK", True)  # stream-K: opt-in
-    dispatch._ws_mid_route("linear", x[:100], q, s, None, "none", dispatch.SPLIT_PATH)
-    assert offered[-1] == (128, sorted(forms + ["ws split coop stk"]))
     assert w8a16_ws.default_config(512)["BLOCK_T"] == 128 and w8a16_ws.default_config(1024)["BLOCK_T"] == 256
 
 

@@ -123,8 +123,7 @@ from fused.kernels import w8a8_ws as w8s
 # with two K groups a stage (xg=2, BLOCK_K 128) two products in flight per consumer: 8 wgmma in 4 groups; with groups
 # of 128 (xg=3) one product of 128 K: 8 wgmma in 2 groups. QUANT_OUT in groups of 128 outputs (qo=128; gated COOP
 # trades the consumers' absmaxes through shared memory) alike. X_SPLIT (an eighth field: W8A16 on interleaved planes,
-# combined per token in the epilogue) alike, no spill; a ninth: SPLIT_K (K parts reduced as fused.kernels.splitk); a
-# tenth: STREAM_K (COOP, spans of (tile, K step) units, cut tiles finished by _sk_fixup)
+# combined per token in the epilogue) alike, no spill; a ninth: SPLIT_K (K parts reduced as fused.kernels.splitk)
 for gated, act, bias, int8, coop, xg, qo, *split in (
         (False, 'none', False, False, False, False, False), (True, 'silu', False, False, False, False, False),
         (True, 'gelu_tanh', True, False, False, False, False), (True, 'silu', False, True, False, False, False),
@@ -142,10 +141,7 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
         (False, 'gelu', True, False, False, False, False, True),
         (False, 'none', False, True, False, False, False, True, 2),
         (False, 'none', False, False, True, False, False, False, 4),
-        (True, 'silu', False, True, True, False, False, True, 2),
-        (False, 'none', False, True, True, False, False, True, 1, True),
-        (True, 'silu', False, False, True, False, False, False, 1, True),
-        (True, 'silu', False, True, True, False, False, True, 1, True)):
+        (True, 'silu', False, True, True, False, False, True, 2)):
     cfg = w8s.default_config(gated, coop, bool(xg), 128 if xg == 3 else 64)
     if xg == 2:
         cfg.update(BLOCK_K=128, STAGES=6)
@@ -165,7 +161,7 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
     consts = dict(GROUP_N=cfg['GROUP_N'], STAGES=cfg['STAGES'], CONSUMER_REGS=cfg['CONSUMER_REGS'], GATED=gated,
                   ACT=act, HAS_BIAS=bias, INT8=int8, COOP=coop, X_GROUPS=bool(xg), QUANT_OUT=bool(qo),
                   OUT_GROUP=128 if qo == 128 else 64, X_SPLIT=bool(split and split[0]),
-                  SPLIT_K=split[1] if len(split) > 1 else 1, num_warps=4, STREAM_K=len(split) > 2 and split[2])
+                  SPLIT_K=split[1] if len(split) > 1 else 1, num_warps=4)
     sig.update({k: 'constexpr' for k in consts})
     k = triton.compile(GluonASTSource(w8s._w8a8_ws_kernel, sig, constexprs=consts), target=GPUTarget('cuda', 90, 32),
                        options=dict(num_warps=4))
@@ -189,10 +185,8 @@ for gated, act, bias, int8, coop, xg, qo, *split in (
     if k.metadata.shared > 232448:  # the H200's shared memory per block (227 KB)
         out.append(f'{label}: {k.metadata.shared} bytes of shared memory')
     stack = re.search(r'STACK:(\d+)', usage)
-    # (plain QUANT_OUT in groups of 128: both accumulators' values live together in the epilogue, 312-440 bytes;
-    # STREAM_K: up to 32 bytes of loop invariants reloaded once per tile, outside the K loop)
-    stream = len(split) > 2 and split[2]
-    if not stack or int(stack.group(1)) > (512 if qo == 128 and not gated else 256 if qo else 32 if stream else 0):
+    # (plain QUANT_OUT in groups of 128: both accumulators' values live together in the epilogue, 312-440 bytes)
+    if not stack or int(stack.group(1)) > (512 if qo == 128 and not gated else 256 if qo else 0):
         out.append(f'{label}: spills ({stack and stack.group(0)})')
 print(out)
 """

@@ -178,7 +178,7 @@ def test_ws_split_matches_w8a16_reference_cuda(M, N, K, gated, act, bias, fp8):
 
 
 def _parts_case(M, N, K, gated, fp8, x_split, seed):
-    """The split-K / stream-K cases' operands: run(config, out) of w8a8_ws on act_quant(x), or (x_split) of
+    """The split-K cases' operands: run(config, out) of w8a8_ws on act_quant(x), or (x_split) of
     w8a16_ws_split on act_split's interleaved planes, silu; the fp32 reference; y's columns."""
     from fused.kernels.act_quant import act_quant
     from fused.kernels.act_split import act_split
@@ -224,33 +224,6 @@ def test_ws_split_k_cuda(M, N, K, split, gated, fp8, x_split):
         run(dict(SPLIT_K=split + 1), None)
 
 
-@pytest.mark.cuda
-@sm90
-@pytest.mark.parametrize("M,N,K", [(3, 200, 1040), (17, 4136, 528), (100, 320, 4096), (300, 4096, 14336)])
-@pytest.mark.parametrize("gated,fp8,x_split", [(False, False, True), (True, False, False), (False, True, False),
-                                               (True, True, True)])
-def test_ws_stream_k_cuda(M, N, K, gated, fp8, x_split):
-    """STREAM_K (COOP; whole tiles data-parallel up to the last waves, then each program a span of (tile, K step)
-    units, tiles cut between programs finished by one of them): int8 bit-equal to the plain COOP run (int32 sums),
-    e4m3 within the reference's SQNR; 1 / 3 / 7 / all programs (all data-parallel, whole tiles then spans, spans
-    only; spans inside one tile and across several), twice in a row (the counters reset), outputs poisoned; W8A8
-    and the split-plane W8A16 form."""
-    run, ref, n_out = _parts_case(M, N, K, gated, fp8, x_split, seed=M + K)
-    for base in (dict(COOP=True), dict(COOP=True, BLOCK_T=64)):
-        one = run(base, None)
-        for programs in (1, 3, 7, None):
-            for _ in range(2):
-                out = torch.full((M, n_out), float("nan"), device="cuda", dtype=torch.bfloat16)  # poisoned
-                y = run(dict(base, STREAM_K=True, PROGRAMS=programs), out)
-                assert not torch.isnan(y).any(), (base, programs)
-                if fp8:
-                    assert sqnr(ref, y.float()) > 40, (base, programs, sqnr(ref, y.float()))
-                else:
-                    assert torch.equal(y, one), (base, programs)
-    with pytest.raises(ValueError, match="COOP"):
-        run(dict(STREAM_K=True), None)
-
-
 def test_auto_split_fills_one_wave():
     """SPLIT_K "auto": the most equal K parts (each >= 4 steps) keeping tiles x parts within the programs; the Llama
     M=128 down projections (K 14336: 112 steps) on 132 SMs, and shapes whose tiles fill the SMs alone."""
@@ -269,100 +242,6 @@ def test_auto_split_fills_one_wave():
     assert gated(128, dict(SPLIT_K="auto")) == 1 and gated(128, dict(COOP=True, SPLIT_K="auto")) == 1
 
 
-@pytest.mark.parametrize("tiles,k_steps,programs", [(112, 32, 132), (224, 32, 132), (16, 112, 132), (32, 112, 132),
-                                                    (3, 5, 132), (7, 9, 4), (1, 1, 132), (300, 112, 132),
-                                                    (1792, 32, 132), (264, 32, 132), (400, 7, 132)])
-def test_stream_k_plan_covers_every_unit_once(tiles, k_steps, programs):
-    """Stream-K as the kernel walks it (w8a16_ws.sk_work / sk_item, _sk_owner, _sk_fixup), mirrored by sk_plan: whole
-    tiles data-parallel up to the last one to two waves (all of them when the programs divide the tiles), the rest
-    in spans of (tile, K step) units; every unit in exactly one item, no empty item; each stream-K tile's programs the
-    ones whose spans meet it; a cut tile's counter (its first program's) and partials (each program's span head or
-    tail) shared with no other cut tile, within the 2 x programs the launcher allocates."""
-    from fused.kernels.w8a8_ws import sk_plan
-
-    plan = sk_plan(tiles, k_steps, programs)
-    P, dp, units = plan["programs"], plan["dp"], plan["units"]
-    assert P == min(programs, tiles * k_steps)
-    assert dp == tiles if tiles % P == 0 else (tiles - dp) in range(1, 2 * P) and dp % P == 0
-    seen = [[] for _ in range(tiles)]
-    for p, items in enumerate(plan["items"]):
-        assert items
-        for tile, k0, nk, t in items:
-            assert nk > 0 and (t < 0) == (tile < dp) and (t < 0 or tile == dp + t)
-            seen[tile].append((p, k0, nk))
-    locations, counters = set(), set()
-    for tile, frags in enumerate(seen):
-        assert [k for _, k, _ in frags] == sorted(k for _, k, _ in frags) and frags[0][1] == 0
-        assert sum(nk for _, _, nk in frags) == k_steps and all(a[1] + a[2] == b[1] for a, b in zip(frags, frags[1:]))
-        if tile < dp:
-            assert frags == [(tile % P, 0, k_steps)]
-            continue
-        t = tile - dp
-        first, last, frag0 = plan["tiles"][t]
-        assert [p for p, _, _ in frags] == list(range(first, last + 1))
-        head = lambda q: q * units // P // k_steps == t  # noqa: E731  (the tile holds q's span's start)
-        assert frag0 == (0 if head(first) else 1) and all(head(q) for q in range(first + 1, last + 1))
-        if last > first:  # cut: _sk_fixup's counter and partials, none shared with another cut tile
-            assert first not in counters
-            counters.add(first)
-            for q in range(first, last + 1):
-                loc = 2 * q + (frag0 if q == first else 0)
-                assert loc not in locations and loc < 2 * P
-                locations.add(loc)
-
-
-def _sk_fixup_emulated(parts, order, owner_looks_at):
-    """_sk_fixup's protocol on one tile, run step by step in Python: ``parts`` the K fragments' partial sums (fp32),
-    ``order`` the order in which parts > 0 count in, part 0 looking at the counter after ``owner_looks_at`` of them.
-    Returns (finishers, their sum)."""
-    others, count, stored, done = len(parts) - 1, 0, {}, []
-
-    def finish(own):
-        acc = own if own is not None else stored[0]
-        for s in range(1, others + 1):
-            acc = acc + stored[s]
-        done.append(acc)
-
-    arrivals = list(order)
-    for step in range(len(arrivals) + 1):
-        if step == owner_looks_at:  # part 0: a look at the counter
-            if count == others:
-                finish(parts[0])
-            else:
-                stored[0] = parts[0]
-                prev, count = count, count + 1
-                if prev == others:
-                    finish(None)
-        if step < len(arrivals):
-            j = arrivals[step]
-            stored[j] = parts[j]
-            prev, count = count, count + 1
-            if prev == others:
-                finish(None)
-    return done
-
-
-def test_stream_k_fixup_one_finisher_same_bits_in_any_order():
-    """_sk_fixup's hand-off, emulated: whatever the order of arrival (part 0 first, last or between), exactly one
-    program finishes the tile and its sum has the same bits (part order from part 0's values); a whole tile passes
-    straight through."""
-    import itertools
-
-    torch.manual_seed(0)
-    for n in (1, 2, 3, 4):
-        parts = [torch.randn(64) * 10 ** torch.randint(-3, 4, (64,)).float() for _ in range(n)]
-        parts[0][:4] = -0.0  # (zero sums keep their sign too)
-        for p in parts[1:]:
-            p[:2] = -0.0
-        sums = set()
-        for order in itertools.permutations(range(1, n)):
-            for looks in range(n):
-                done = _sk_fixup_emulated(parts, order, looks)
-                assert len(done) == 1, (order, looks)
-                sums.add(done[0].numpy().tobytes())
-        assert len(sums) == 1
-
-
 def _block_operands(M, H, D, gated, fp8, seed, K=512):
     """x [M, K] bf16 and a block's 8-bit weights and scales: first layer [2H or H, K], down [D, H]."""
     torch.manual_seed(seed)
@@ -377,11 +256,10 @@ def _block_operands(M, H, D, gated, fp8, seed, K=512):
 @pytest.mark.cuda
 @sm90
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
-@pytest.mark.parametrize("forms", ["tiles", "stk"])
-def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8, forms):
+def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
     """The W8A8 block with both layers' routes (h out, h in) forced to "gluon" (FUSED_W8A8_WS) against the reference
-    and the Triton routes (the same quantization; the GEMMs' rounding apart); the stats name the routes. ``forms``:
-    the tile and split-K forms, or stream-K's (apart, so that a machine can run one without the other)."""
+    and the Triton routes (the same quantization; the GEMMs' rounding apart); the stats name the routes: the tile and
+    split-K forms."""
     from fused import dispatch
 
     monkeypatch.setattr(dispatch, "W8A8_WS", True)
@@ -394,8 +272,7 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8, forms):
     outs = {}
     # gluon_coop: both layers on the COOP form; _t64: 64-token tiles
     # _sk: split-K "auto" (the down GEMM's 8 K steps in 2 parts; the first layer's 4 are not cut)
-    routes = ("triton", "gluon", "gluon_coop") + (("gluon_coop_stk",) if forms == "stk" else (
-        "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk"))
+    routes = ("triton", "gluon", "gluon_coop", "gluon_t64", "gluon_coop_t64", "gluon_sk", "gluon_coop_sk")
     for route in routes:
         monkeypatch.setitem(dispatch._dense_routes, key, (route, route))
         monkeypatch.setitem(dispatch._dense_routes, key_in, (route, route))
@@ -406,10 +283,10 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8, forms):
             assert dispatch.stats[("linear", f"gluon:w8a8_ws{route[5:]} (h in)")] == 1
     for route in routes[2:]:
         assert sqnr(outs["gluon"].float(), outs[route].float()) > 40, route  # the same products, other tiles
-    if not fp8:  # int32 sums: split-K's and stream-K's parts add up to the same bits
+    if not fp8:  # int32 sums: split-K's parts add up to the same bits
         for route in routes[3:]:
-            if route.endswith("sk") or route.endswith("stk"):
-                assert torch.equal(outs[route.replace("_stk", "").replace("_sk", "")], outs[route]), route
+            if route.endswith("sk"):
+                assert torch.equal(outs[route.replace("_sk", "")], outs[route]), route
     ref = (gated_ref if gated else linear_ref)(x, q1, s1, None, act, dynamic=True)
     ref = linear_ref(ref, q2, s2, None, "none", dynamic=True)
     assert sqnr(ref.float(), outs["gluon"].float()) > 30
@@ -420,7 +297,7 @@ def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8, forms):
 @sm90
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
-@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64", "gluon_coop_sk", "gluon_coop_stk"])
+@pytest.mark.parametrize("route", ["gluon", "gluon_coop", "gluon_coop_t64", "gluon_coop_sk"])
 def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
     """A W8A8 layer outside a block (the per-layer route; gated_pair: torch.compile's per-Linear pair) with its route
     forced to "gluon": act_quant + w8a8_ws against the reference; the stats name the path."""
@@ -458,7 +335,7 @@ def test_layer_routes_on_gluon_cuda(monkeypatch, op, fp8, route):
 @pytest.mark.parametrize("op", ["linear", "gated", "gated_pair"])
 @pytest.mark.parametrize("fp8", [True, False])
 @pytest.mark.parametrize("route", ["ws split", "ws split coop", "ws split t64", "ws split coop t64", "ws split sk",
-                                   "ws split coop sk", "ws split coop stk"])
+                                   "ws split coop sk"])
 def test_w8a16_layer_route_on_split_ws_cuda(monkeypatch, op, fp8, route):
     """A W8A16 layer at M=100 with its route forced to a split-plane Gluon form: act_split (interleaved) +
     w8a16_ws_split against the reference, 3-D x (gated_pair: torch.compile's per-Linear gate / up, bit-equal to the

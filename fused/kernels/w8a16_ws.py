@@ -48,21 +48,11 @@ ACTS = ("none", "relu", "gelu", "gelu_tanh", "silu")
 
 @gluon.jit
 def _load_partition(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o, up_off, k_tiles,
-                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, SPLIT_K: gl.constexpr = 1,
-                    STREAM_K: gl.constexpr = False):
+                    GROUP_N: gl.constexpr, PERSIST: gl.constexpr, GATED: gl.constexpr, SPLIT_K: gl.constexpr = 1):
     # PERSIST: this program's tiles one after another, the stage ring's position (it) carried across them, so the
     # next tile's loads run under this one's epilogue; else the program's one tile at (off_t, off_o). SPLIT_K (w8a8_ws):
     # SPLIT_K work items per tile, item v the K steps [(v % SPLIT_K) · k_tiles, + k_tiles) of tile v // SPLIT_K.
-    # STREAM_K (w8a8_ws): the program's items, as sk_work / sk_item
-    if STREAM_K:
-        it = 0
-        dp, n_dp, units, start, end, items = sk_work(_n_tiles(M, N_OUT, x_desc, w_desc), k_tiles)
-        for j in range(items):
-            tile, k0, nk, t = sk_item(j, dp, n_dp, start, end, k_tiles)
-            off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
-            it = _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, off_o, up_off, nk, it,
-                            GATED, k0)
-    elif PERSIST:
+    if PERSIST:
         it = 0
         for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
             off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
@@ -97,34 +87,6 @@ def _load_tile(x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, off_t, of
             tma.async_copy_global_to_shared(x_desc, [off_t, kk], ready.index(s), x_bufs.index(s))
             tma.async_copy_global_to_shared(w_desc, [off_o, kk], ready.index(s), w8_bufs.index(s))
     return it + k_tiles
-
-
-@gluon.jit
-def sk_work(tiles, k_tiles):
-    """Stream-K's work for this program (w8a8_ws STREAM_K; w8a8_ws.sk_plan mirrors it on the host): whole tiles
-    data-parallel first, tile p, p + P, ... below ``dp`` (all but the last one to two waves' worth, as CUTLASS's
-    DP + SK: neighbouring programs on neighbouring tiles, for L2), then a span [p·U // P, (p + 1)·U // P) of the
-    U = (tiles - dp) x k_tiles (tile, K step) units left (tile-major). Returns (dp, its whole tiles, U, span start,
-    span end, items: its whole tiles and the tiles its span meets)."""
-    p = gl.program_id(0)
-    n = gl.num_programs(0)
-    dp = gl.where(tiles % n == 0, tiles, gl.maximum(tiles // n - 1, 0) * n)
-    units = (tiles - dp) * k_tiles
-    start = p * units // n
-    end = (p + 1) * units // n
-    n_dp = (dp - p + n - 1) // n
-    return dp, n_dp, units, start, end, n_dp + gl.cdiv(end, k_tiles) - start // k_tiles
-
-
-@gluon.jit
-def sk_item(j, dp, n_dp, start, end, k_tiles):
-    """Stream-K item j of this program (sk_work): (tile, its first K step, K steps, the tile's place among the
-    stream-K tiles: -1 for a whole data-parallel tile)."""
-    t = start // k_tiles + (j - n_dp)
-    whole = j < n_dp
-    k0 = gl.where(whole, 0, gl.maximum(start - t * k_tiles, 0))
-    nk = gl.where(whole, k_tiles, gl.minimum(end - t * k_tiles, k_tiles) - k0)
-    return (gl.where(whole, gl.program_id(0) + j * gl.num_programs(0), dp + t), k0, nk, gl.where(whole, -1, t))
 
 
 @gluon.jit

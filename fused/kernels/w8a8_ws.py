@@ -66,8 +66,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from fused.kernels import sm_count
 from lowbit.quant import FP8_SPLIT_LO, MIN_SCALE
 from fused.kernels.w8a16_ws import (_W_DTYPES, ACTS, _activation, _descriptor, _instr_n, _load_partition, _n_tiles,
-                                    _tile_offsets, sk_item, sk_work, stage_ring,
-                                    weight_shape_reason)
+                                    _tile_offsets, stage_ring, weight_shape_reason)
 
 _MIN_SCALE = gl.constexpr(MIN_SCALE)
 _NAN_ALL = gl.constexpr(triton.language.PropagateNan.ALL)
@@ -146,15 +145,13 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
                    x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, PART: gl.constexpr,
                    GROUP_N: gl.constexpr, GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr,
                    INT8: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr, X_SPLIT: gl.constexpr,
-                   SPLIT_K: gl.constexpr, STREAM_K: gl.constexpr):
+                   SPLIT_K: gl.constexpr):
     """COOP: consumer PART's half of each 256-row tile, on every tile of the program (plain: rows 128·PART to
     128·PART + 127; gated, 128 gate rows then the same outputs' 128 up rows: gate rows 64·PART.. and their up rows, so
     act(g)·u stays in the consumer). Both consumers read each stage's x tile and release the stage together (its empty
     barrier counts two arrivals), so a stage carries 256 weight rows for one x tile: a quarter less shared-memory
     traffic per product than 128-row tiles. No ping-pong: the epilogue stalls the tensor cores, which a long K (a down
-    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile. STREAM_K: the program's whole
-    tiles, then its span of (tile, K step) units (w8a16_ws.sk_work), a tile cut between programs finished by
-    _sk_fixup."""
+    projection's 14336, 112 steps) makes small, and the loader fills the ring meanwhile."""
     STAGES: gl.constexpr = x_bufs.type.shape[0]
     BLOCK_T: gl.constexpr = x_bufs.type.shape[1]
     ROWS: gl.constexpr = w8_bufs.type.shape[1] // 4
@@ -164,25 +161,11 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
     out_layout: gl.constexpr = _out_layout(gl.num_warps())
     it = 0  # the ring position of the tile's first K step (both consumers walk the same positions)
     n = 0  # tiles so far (both consumers walk the same tiles)
-    if STREAM_K:
-        dp, n_dp, units, start, end, items = sk_work(_n_tiles(M, N_OUT, x_desc, w_desc), k_tiles)
-        v0 = 0
-        v1 = items
-        step = 1
-    else:
-        v0 = gl.program_id(0)
-        v1 = _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K
-        step = gl.num_programs(0)
-    for v in range(v0, v1, step):
-        if STREAM_K:
-            tile, k0, nk, t = sk_item(v, dp, n_dp, start, end, k_tiles)
-        else:
-            tile = v // SPLIT_K
-            nk = k_tiles
-        off_o, off_t = _tile_offsets(tile, M, N_OUT, x_desc, w_desc, GROUP_N)
+    for v in range(gl.program_id(0), _n_tiles(M, N_OUT, x_desc, w_desc) * SPLIT_K, gl.num_programs(0)):
+        off_o, off_t = _tile_offsets(v // SPLIT_K, M, N_OUT, x_desc, w_desc, GROUP_N)
         acc0 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
         acc1 = gl.zeros((ROWS, BLOCK_T), dtype=gl.int32 if INT8 else gl.float32, layout=acc_layout)
-        for k in range(nk):
+        for k in range(k_tiles):
             s = (it + k) % STAGES
             mbarrier.wait(ready.index(s), ((it + k) // STAGES) & 1)
             xt = x_bufs.index(s).permute((1, 0))
@@ -192,19 +175,11 @@ def _coop_consumer(x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su
             if k > 0:
                 mbarrier.arrive(empty.index((it + k - 1) % STAGES), count=1)
         acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-        mbarrier.arrive(empty.index((it + nk - 1) % STAGES), count=1)
-        it += nk
+        mbarrier.arrive(empty.index((it + k_tiles - 1) % STAGES), count=1)
+        it += k_tiles
 
         m_out = M
-        if STREAM_K:  # a tile cut between programs: each consumer's half a reduction of its own
-            u = gl.maximum(units, 1)  # (no stream-K units: every item a whole tile, t = -1)
-            first = _sk_owner(t * k_tiles, u)
-            # the first program's fragment of the tile: its head (0) if its span starts in it, else its tail (1)
-            frag0 = gl.where((first * u // gl.num_programs(0)) // k_tiles == t, 0, 1)
-            others = gl.where(t < 0, 0, _sk_owner(t * k_tiles + k_tiles - 1, u) - first)
-            acc0, acc1, m_out = _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0,
-                                          gl.where(t < 0, 0, gl.program_id(0) - first), others, PART, M)
-        elif SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
+        if SPLIT_K > 1:  # each consumer's half of the tile is a reduction of its own (slot 2·tile + PART)
             acc0, acc1, m_out = _splitk_reduce(acc0, acc1, part_ptr, count_ptr, 2 * (v // SPLIT_K) + PART,
                                                v % SPLIT_K, M, SPLIT_K)
         # (gated: acc0's rows are the outputs off_o + ROW0..)
@@ -303,7 +278,7 @@ def _group_load(x_desc, w_desc, xs_desc, x_bufs, w8_bufs, s_bufs, ready, empty, 
 
 @gluon.jit
 def _flat_index(acc):
-    """Each accumulator value's place in a row-major [rows, tokens] partial tile (split-K, stream-K)."""
+    """Each accumulator value's place in a row-major [rows, tokens] partial tile (split-K)."""
     T: gl.constexpr = acc.shape[1]
     return (gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, acc.type.layout))[:, None] * T
             + gl.arange(0, T, layout=gl.SliceLayout(0, acc.type.layout))[None, :])
@@ -330,60 +305,6 @@ def _splitk_reduce(acc0, acc1, part_ptr, count_ptr, slot, ks, M, SPLIT_K: gl.con
         acc1 += _part_value(gl.load(base + (2 * s + 1) * BLOCK + idx, mask=mask, other=0.0, cache_modifier=".cg"),
                             acc1)
     gl.atomic_xchg(count_ptr + slot, 0, mask=last)  # ready for the next call
-    return acc0, acc1, gl.where(last, M, 0)
-
-
-@gluon.jit
-def _sk_owner(u, units):
-    """Stream-K: the program whose span (w8a16_ws.sk_work) holds unit u."""
-    return ((u + 1) * gl.num_programs(0) - 1) // units
-
-
-@gluon.jit
-def _sk_fixup(acc0, acc1, part_ptr, count_ptr, first, frag0, part, others, half, M):
-    """Stream-K: a tile's K steps ran in ``others`` + 1 programs (``first``, first + 1, ...), this one part ``part`` of
-    them (0: the first K steps, the program whose span ends in this tile, so it gets here last). Parts > 0 store their
-    partials (int32 sums as their bits) and count in on the tile's counter (release). Part 0 looks first (acquire): if
-    all the others are in, it adds their partials to its own registers and stores y, with no store of its own partial
-    (the usual case: the others ran this tile at the start of their spans). Else it stores its partial and counts in
-    too, and whichever arrives last sums them all. Either way the sum runs in part order from part 0's values, so the
-    bits do not depend on who finished it; no program waits for another. The finisher resets the counter and gets M
-    back (the others 0). A whole tile (``others`` 0) passes straight through, no atomics (a runtime branch around the
-    call instead spilled ~270 bytes of registers in the sm_90 compile).
-    Buffers bounded by the programs, not the tiles: a cut tile's counter is its first program's (no program is the
-    first of two cut tiles), 2 per program (``half``: the COOP consumer); a program's partials are its span's head
-    (fragment 0) and tail (1), so [programs, 2 fragments, 2 halves, 2 accumulators, ROWS x T] (sk_plan sizes it)."""
-    BLOCK: gl.constexpr = acc0.shape[0] * acc0.shape[1]
-    idx = _flat_index(acc0)
-    slot = 2 * first + half
-    # program q's fragment f of this tile, this half: partials at ((2q + f)·2 + half)·2·BLOCK; parts > 0 hold the tile
-    # as their span's head
-    mine = gl.where(part == 0, 2 * first + frag0, 2 * (first + part))
-    base = part_ptr + (2 * half) * BLOCK
-    cut = others > 0  # (a whole tile touches no counter: its program may be the first of a cut tile later on)
-    seen = gl.atomic_add(count_ptr + slot, 0, sem="acquire", mask=(part == 0) & cut)  # (a read, by part 0 only)
-    fast = (part == 0) & ((seen == others) | (others == 0))
-    last = fast
-    if not fast:
-        own = base + mine.to(gl.int64) * (4 * BLOCK)
-        gl.store(own + idx, _part_bits(acc0))
-        gl.store(own + BLOCK + idx, _part_bits(acc1))
-        gl.thread_barrier()  # every thread's partial is issued before the release below
-        last = gl.atomic_add(count_ptr + slot, 1, sem="acq_rel") == others
-        p0 = base + (2 * first + frag0).to(gl.int64) * (4 * BLOCK)
-        acc0 = _part_value(gl.load(p0 + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"), acc0)
-        acc1 = _part_value(gl.load(p0 + BLOCK + idx, mask=(idx < BLOCK) & last, other=0.0, cache_modifier=".cg"),
-                           acc1)
-    mask = (idx < BLOCK) & last
-    # part order from part 0's values, as held or as stored; one accumulator at a time (both at once spilled ~350
-    # bytes for the fp8 gated form: two loaded tiles beside two held ones)
-    for s in range(1, others + 1):
-        acc0 += _part_value(gl.load(base + (2 * (first + s)).to(gl.int64) * (4 * BLOCK) + idx, mask=mask, other=0.0,
-                                    cache_modifier=".cg"), acc0)
-    for s in range(1, others + 1):
-        acc1 += _part_value(gl.load(base + (2 * (first + s)).to(gl.int64) * (4 * BLOCK) + BLOCK + idx, mask=mask,
-                                    other=0.0, cache_modifier=".cg"), acc1)
-    gl.atomic_xchg(count_ptr + slot, 0, mask=last & cut)  # ready for the next call
     return acc0, acc1, gl.where(last, M, 0)
 
 
@@ -535,8 +456,7 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
                     CONSUMER_REGS: gl.constexpr,
                     GATED: gl.constexpr, ACT: gl.constexpr, HAS_BIAS: gl.constexpr, INT8: gl.constexpr,
                     COOP: gl.constexpr, X_GROUPS: gl.constexpr, QUANT_OUT: gl.constexpr, OUT_GROUP: gl.constexpr,
-                    X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr,
-                    STREAM_K: gl.constexpr = False):
+                    X_SPLIT: gl.constexpr, SPLIT_K: gl.constexpr, num_warps: gl.constexpr):
     W_ROWS: gl.constexpr = w_desc.block_type.shape[0]  # one TMA box: the tile's rows (gated: half of them)
     TILE_ROWS: gl.constexpr = 2 * W_ROWS if GATED else W_ROWS
     k_tiles = gl.cdiv(K, x_desc.block_type.shape[1]) // SPLIT_K  # K steps per work item (the launcher: divisible)
@@ -564,12 +484,12 @@ def _w8a8_ws_kernel(x_desc, w_desc, wu_desc, xs_desc, xs_ptr, ws_ptr, su_ptr, b_
         gl.warp_specialize([
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 0,
-                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K, STREAM_K)),
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_coop_consumer, (x_bufs, w8_bufs, ready, empty, xchg, xbar, xs_ptr, ws_ptr, su_ptr, b_ptr, bu_ptr, y_ptr,
                               hs_ptr, x_desc, w_desc, M, N_OUT, stride_ym, up_off, k_tiles, part_ptr, count_ptr, 1,
-                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K, STREAM_K)),
+                              GROUP_N, GATED, ACT, HAS_BIAS, INT8, QUANT_OUT, OUT_GROUP, X_SPLIT, SPLIT_K)),
             (_load_partition, (x_desc, w_desc, wu_desc, x_bufs, w8_bufs, ready, empty, M, N_OUT, off_t, off_o,
-                               up_off, k_tiles, GROUP_N, True, GATED, SPLIT_K, STREAM_K)),
+                               up_off, k_tiles, GROUP_N, True, GATED, SPLIT_K)),
         ], [4, 1], [CONSUMER_REGS, 24])
     else:
         # a stage belongs to one tile, so to one consumer
@@ -625,38 +545,6 @@ def auto_split(tiles: int, k_steps: int, programs: int, min_steps: int = 4) -> i
         if k_steps % s == 0 and tiles * s <= programs:
             best = s
     return best
-
-
-def sk_programs(tiles: int, k_steps: int, programs: int) -> int:
-    """Stream-K's programs: one a unit at most (every span non-empty); the kernel's unit arithmetic stays in int32."""
-    P = min(programs, tiles * k_steps)
-    if tiles * k_steps * P >= 2**31:
-        raise ValueError(f"w8a8_ws: STREAM_K with {tiles * k_steps} units on {P} programs overflows int32")
-    return P
-
-
-def sk_plan(tiles: int, k_steps: int, programs: int) -> dict:
-    """Stream-K on the host, as the kernel walks it (w8a16_ws.sk_work / sk_item, _sk_owner, _sk_fixup), P =
-    min(programs, tiles x k_steps) programs: whole tiles p, p + P, ... below ``dp`` data-parallel, then the U = (tiles -
-    dp) x k_steps (tile, K step) units left (tile-major), program p the span [p·U // P, (p + 1)·U // P). Returns P, dp,
-    U, each program's items (tile, first K step, K steps, stream-K tile index or -1) and, per stream-K tile, (first
-    program, last program, the first program's fragment: 0 its span's head, 1 its tail). The kernel's buffers: 2
-    counters and 8 accumulator tiles of partials a program (_sk_fixup), whatever the tiles."""
-    P = sk_programs(tiles, k_steps, programs)
-    dp = tiles if tiles % P == 0 else max(tiles // P - 1, 0) * P
-    units = (tiles - dp) * k_steps
-    owner = lambda u: ((u + 1) * P - 1) // units  # noqa: E731
-    items = []
-    for p in range(P):
-        start, end = p * units // P, (p + 1) * units // P
-        mine = [(t, 0, k_steps, -1) for t in range(p, dp, P)]
-        for t in range(start // k_steps, -(-end // k_steps)):
-            k0 = max(start - t * k_steps, 0)
-            mine.append((dp + t, k0, min(end - t * k_steps, k_steps) - k0, t))
-        items.append(mine)
-    return dict(programs=P, dp=dp, units=units, items=items,
-                tiles=[(owner(t * k_steps), owner(t * k_steps + k_steps - 1),
-                        0 if owner(t * k_steps) * units // P // k_steps == t else 1) for t in range(tiles - dp)])
 
 
 def _w_rows(gated: bool, coop: bool, x_groups: bool) -> int:
@@ -776,21 +664,12 @@ def _launch(xq, x_scale, qweight, wscale, bias, act, gated, out_dtype, config, o
         slots = tiles * (2 if coop else 1)  # a COOP tile's two consumers reduce their halves apart
         part, count = buffers(xq.device, slots * split * 2 * 64 * bt, slots)  # two 64-row accumulators a slot
     progs = min(tiles * split, cfg.get("PROGRAMS") or sm_count(xq.device))  # persistent: one program per SM
-    stream = bool(cfg.get("STREAM_K"))
-    if stream:  # every program a span of (tile, K step) units; tiles cut between programs reduced as _sk_fixup
-        if not coop or split > 1 or x_groups or quant_out:
-            raise ValueError("w8a8_ws: STREAM_K runs the COOP form with per-token x scales, y in 16 bits, no SPLIT_K")
-        from fused.kernels.splitk import buffers
-
-        progs = sk_programs(tiles, triton.cdiv(K, bk), cfg.get("PROGRAMS") or sm_count(xq.device))
-        # per program: 2 counters (the COOP halves), partials of 2 fragments x 2 halves x 2 accumulators of 64 rows
-        part, count = buffers(xq.device, progs * 8 * 64 * bt, 2 * progs)
     _w8a8_ws_kernel[(progs, )](x_desc, w_desc, wu_desc, xs_desc, x_scale, wscale, su, b, bu, out,
                                x_scale if hs is None else hs, rows, N_OUT, K, out.stride(0), up_off, part, count,
                                GROUP_N=cfg["GROUP_N"], STAGES=cfg["STAGES"], CONSUMER_REGS=cfg["CONSUMER_REGS"],
                                GATED=gated, ACT=act, HAS_BIAS=bias is not None, INT8=qweight.dtype == torch.int8,
                                COOP=coop, X_GROUPS=x_groups, QUANT_OUT=quant_out, OUT_GROUP=group, X_SPLIT=x_split,
-                               SPLIT_K=split, num_warps=4, STREAM_K=stream)
+                               SPLIT_K=split, num_warps=4)
     return (out, hs) if quant_out else out
 
 
