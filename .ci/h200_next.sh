@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: NOTES "Open leads now (next session, after the forty-third)" (plain128 and ncudown128 ran). Done in
 # the forty-third, on an H100: splitk (55 tests passed; split-K ~ Triton), streamk (31 passed; stream-K slower). Done in
 # the
@@ -458,6 +458,18 @@ for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
   deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
             # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after
     retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
+  g4only)  # g4big's first half (the GROUP_N probe, the int8 W8A16 block at M=1024; ~240 s)
+    ROUNDS=2 SHORT=1 timeout 90 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
+    grep -A7 "fastest" "$OUT/g4probe.txt"
+    timeout 150 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16" --no-baselines \
+      --out "$OUT/g4b" > "$OUT/g4b.log" 2>&1
+    picks "$OUT/g4b/bench.json" "ws mid|w8a16" graph | cut -c1-300
+    grep "^|" "$OUT/g4b.log" | grep -v "^|--" | head -6 ;;
+  big8192)  # g4big's second half: int8 W8A16 at M=8192 with the split-plane routes timed there (~220 s)
+    FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192 timeout 220 python3 -m fused bench --blocks llama --m 8192 \
+      --configs "ours int8 W8A16" --no-baselines --out "$OUT/big" > "$OUT/big.log" 2>&1
+    picks "$OUT/big/bench.json" "ws mid|w8a16" graph | cut -c1-300
+    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -6 ;;
   g4big)  # forty-fourth session, g4split cut to one call with W8A16 at M=8192: the probe (GROUP_N 8 / 4 / 2, 2 rounds),
          # the W8A16 blocks at M=1024, then int8 W8A16 at M=8192 with the split-plane routes timed there too
          # (FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192; default 2048), each beside bf16 eager / compile; outputs checked against
