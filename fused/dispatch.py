@@ -716,8 +716,12 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 # work loses (2x the W8A8 block's ~2500 µs against ~4470 widened). Measured (H200, twenty-eighth session, `bash
 # .ci/h200_next.sh sustain`, graph µs at M=1024): split won only the GPT fp8 first layer (233.5 vs 254.3 Triton /
 # 259.2 cuBLAS; GPT fp8 W8A16 block 550.7 -> 501.3); elsewhere the widened copy stays (Llama int8 gate/up: split 475
-# vs 424 cuBLAS). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
-SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "2048"))
+# vs 424 cuBLAS). The split planes on the Gluon GEMM (forty-first session) changed that: on an H100 (forty-fourth
+# session, `bash .ci/h200_next.sh big8192`) the Llama int8 gate/up at M=8192 took 2774.8 µs on "ws split coop"
+# against 3103.3 for cuBLAS on the widened copy, the GPT first layer 1716.6 against 1812.8 (the down layers and fp8
+# kept cuBLAS): int8 W8A16 Llama block 4314.5 against bf16 eager 4425.2 in the same run. Hence up to M=8192 (was
+# 2048). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
+SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "8192"))
 
 
 def _may_time(key, x2) -> bool:
@@ -790,6 +794,9 @@ W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 # 564.6 (bf16 eager 572.2 in that run), fp8 618.1 -> 608.6. Eager calls keep Triton at M=128: a Gluon launch costs
 # ~90 µs of host time there (do_bench of the layer alone: 93-150 µs). FUSED_WS_SPLIT_MIN_M=99999: off.
 WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
+# the 64-row-tile forms (t64) only to this M: made for the M=128 down projection's 64 tiles; from M=1024 they lost
+# every layer by 25-75% on an H100 (forty-fourth session), so timing them there only costs the first call
+WS_SPLIT_T64_MAX_M = int(os.environ.get("FUSED_WS_SPLIT_T64_MAX_M", "256"))
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
@@ -815,6 +822,8 @@ def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -
                                            for w in (qweight,) + ((up[0],) if up else ())):
         return
     for name, path in _WS_SPLIT.items():
+        if "_t64" in path and x2.shape[0] > WS_SPLIT_T64_MAX_M:
+            continue
         if path.endswith("_sk") and not _splits(2 * x2.shape[0], qweight, gated, gated or up is not None,
                                                 _WS_SPLIT_CONFIG[path]):
             continue

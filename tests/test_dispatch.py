@@ -1,4 +1,6 @@
 """fused.dispatch: which path each (op, format, mode, device) takes, and that fallbacks are visible."""
+import os
+
 import pytest
 import torch
 
@@ -399,6 +401,10 @@ def test_w8a16_route_offers_split_up_to_its_bound(fmt, monkeypatch):
     monkeypatch.setattr(dispatch, "_triton_dense", lambda path, *a: torch.zeros(1))  # the offer's trial run
     monkeypatch.setenv("FUSED_TUNE", "1")  # with FUSED_TUNE=0 nothing is timed, and nothing more is offered
     q, s = quantize_weight(torch.randn(48, 40), fmt)  # N, K not multiples of 16
+    # by M bucket (tuning.m_bucket: ..., 4096, then 8192 for every larger M): the default 8192 (forty-fourth session)
+    # offers split at every M; a lower bound cuts at its bucket
+    assert dispatch.SPLIT_ROUTE_MAX_M >= 8192 or os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M")
+    monkeypatch.setattr(dispatch, "SPLIT_ROUTE_MAX_M", 2048)
     for M, dtype, want in ((1024, torch.bfloat16, dispatch.SPLIT_PATH), (2048, torch.bfloat16, dispatch.SPLIT_PATH),
                            (2049, torch.bfloat16, dispatch.CUBLAS_W8A16_PATH),
                            (1024, torch.float32, dispatch.CUBLAS_W8A16_PATH)):
@@ -539,7 +545,8 @@ def test_w8a16_ws_mid_route(monkeypatch):
     monkeypatch.setenv("FUSED_TUNE", "0")  # untimed: split
     assert dispatch._ws_mid_route("linear", x[:300], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
     forms = ["ws split", "ws split coop", "ws split coop t64", "ws split t64"]
-    assert offered == [(512, sorted(["ws"] + forms)), (128, forms)]  # split-K: opt-in (FUSED_WS_SPLITK=1)
+    # t64 forms to WS_SPLIT_T64_MAX_M (256) only; split-K: opt-in (FUSED_WS_SPLITK=1)
+    assert offered == [(512, ["ws", "ws split", "ws split coop"]), (128, forms)]
     monkeypatch.setattr(dispatch, "WS_SPLITK", True)
     monkeypatch.setattr(w8a8_ws, "sm_count", lambda device: 132)
     monkeypatch.setenv("FUSED_TUNE", "1")
