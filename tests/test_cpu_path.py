@@ -491,14 +491,13 @@ onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no oneDNN int8 matmul i
 
 
 @pytest.fixture
-def onednn_on(monkeypatch):
-    monkeypatch.setattr(cpu, "ONEDNN", True)
-    monkeypatch.setattr(cpu, "ONEDNN_MIN_BYTES", 0)  # these small weights too (test_onednn_size_rule: the default)
+def pack_small(monkeypatch):  # oneDNN takes these small weights too (test_onednn_size_rule: the default)
+    monkeypatch.setattr(cpu, "ONEDNN_MIN_BYTES", 0)
 
 
 @pytest.fixture
-def pack_small(monkeypatch):  # fused.pack_for_cpu packs these small weights too (test_onednn_size_rule: the default)
-    monkeypatch.setattr(cpu, "ONEDNN_MIN_BYTES", 0)
+def onednn_on(monkeypatch, pack_small):
+    monkeypatch.setattr(cpu, "ONEDNN", True)
 
 
 @onednn
