@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh first45|g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
 # Next session: NOTES "Open leads now (next session, after the forty-fourth)": g4only, big8192, m128now on an H200
 # (all three ran on an H100 in the forty-fourth, with wscfg / wscfg128; stream-K removed). Earlier: "after the
 # forty-third" (plain128 and ncudown128 ran). Done in
@@ -88,6 +88,22 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
   done
 }
 case "${1:-}" in
+  h200or)  # forty-fifth session: on an H200, issue 3's int8 W8A16 Llama block at M=1024 (with fp8 W8A16 and bf16
+          # compile beside it) and at M=8192 (bf16 eager in each run); on another card, where the int8 W8A16 block's
+          # M=1024 graph time goes beyond its two route timings (.ci/block_parts.py; H100: 540.5 vs 516.5)
+    if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+      timeout 250 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16,ours fp8 W8A16" \
+        --baselines "bf16 compile" --out "$OUT/b1024" > "$OUT/b1024.log" 2>&1
+      picks "$OUT/b1024/bench.json" "ws mid|w8a16" graph | cut -c1-300
+      grep "^|" "$OUT/b1024.log" | grep -v "^|--" | head -12
+      timeout 230 python3 -m fused bench --blocks llama --m 8192 --configs "ours int8 W8A16" --no-baselines \
+        --out "$OUT/b8192" > "$OUT/b8192.log" 2>&1
+      picks "$OUT/b8192/bench.json" "ws mid|w8a16" graph | cut -c1-300
+      grep "^|" "$OUT/b8192.log" | grep -v "^|--" | head -6
+    else
+      nvidia-smi --query-gpu=name --format=csv,noheader
+      timeout 200 python3 .ci/block_parts.py llama 1024 "int8 W8A16" 2>&1 | filt | tee "$OUT/parts.txt" | tail -40
+    fi ;;
   first45)  # forty-fifth session, first call on any Hopper: the split-plane cuda tests (not rerun after the stream-K
            # removal), then issue 3's int8 W8A16 Llama block at M=1024 (GROUP_N 4; H200 prediction 564.6 -> ~548,
            # target 550) and at M=8192 (split route timed there by default now; prediction ~4380 vs bf16 ~4460)
