@@ -90,7 +90,7 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
 case "${1:-}" in
   h200or)  # forty-fifth session: on an H200, issue 3's int8 W8A16 Llama block at M=1024 (with fp8 W8A16 and bf16
           # compile beside it) and at M=8192 (bf16 eager in each run); on another card, where the int8 W8A16 block's
-          # M=1024 graph time goes beyond its two route timings (.ci/block_parts.py; H100: 540.5 vs 516.5)
+          # fp8 W8A8 kernels at M=128 / 1024 (.ci/block_parts.py; the int8 W8A16 one ran first: 486.7 µs of kernels)
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
       timeout 250 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16,ours fp8 W8A16" \
         --baselines "bf16 compile" --out "$OUT/b1024" > "$OUT/b1024.log" 2>&1
@@ -102,7 +102,8 @@ case "${1:-}" in
       grep "^|" "$OUT/b8192.log" | grep -v "^|--" | head -6
     else
       nvidia-smi --query-gpu=name --format=csv,noheader
-      timeout 200 python3 .ci/block_parts.py llama 1024 "int8 W8A16" 2>&1 | filt | tee "$OUT/parts.txt" | tail -40
+      timeout 150 python3 .ci/block_parts.py llama 128,1024 "fp8 W8A8" 2>&1 | filt | grep -v "Profiler\|_warn_once" \
+        | tee "$OUT/parts_fp8.txt" | tail -40
     fi ;;
   first45)  # forty-fifth session, first call on any Hopper: the split-plane cuda tests (not rerun after the stream-K
            # removal), then issue 3's int8 W8A16 Llama block at M=1024 (GROUP_N 4; H200 prediction 564.6 -> ~548,
