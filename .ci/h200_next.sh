@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session: NOTES "Open leads now (next session, after the forty-fourth)": g4only, big8192, m128now on an H200
-# (all three ran on an H100 in the forty-fourth, with wscfg / wscfg128; stream-K removed). Earlier: "after the
+# Next session: NOTES "Open leads now (next session, after the forty-fifth)": h200or (or ws8192) and m128now on an
+# H200 (first45 and block_parts ran on an H100 in the forty-fifth: the split cuda tests pass). Earlier: "after the
+# forty-fourth" (g4only, big8192, m128now ran on an H100 in the forty-fourth, with wscfg / wscfg128). Earlier: "after the
 # forty-third" (plain128 and ncudown128 ran). Done in
 # the forty-third, on an H100: splitk (55 tests passed; split-K ~ Triton), streamk (31 passed; stream-K slower). Done in
 # the
