@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
-# Next session: NOTES "Open leads now (next session, after the forty-fifth)": h200or (or ws8192) and m128now on an
-# H200 (first45 and block_parts ran on an H100 in the forty-fifth: the split cuda tests pass). Earlier: "after the
-# forty-fourth" (g4only, big8192, m128now ran on an H100 in the forty-fourth, with wscfg / wscfg128). Earlier: "after the
+# Next session: NOTES "Open leads now (next session, after the forty-fifth)": first45 and m128now on an
+# H200 (first45, block_parts and ws8192 ran on an H100 in the forty-fifth: the split cuda tests pass). Earlier:
+# "after the forty-fourth" (g4only, big8192, m128now ran on an H100 in the forty-fourth, with wscfg / wscfg128).
+# Earlier: "after the
 # forty-third" (plain128 and ncudown128 ran). Done in
 # the forty-third, on an H100: splitk (55 tests passed; split-K ~ Triton), streamk (31 passed; stream-K slower). Done in
 # the
@@ -88,419 +89,35 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
     echo "$var=$v"; grep "^|" "$OUT/$var$v.log" | grep -v "^|--" | head -"$rows"
   done
 }
+blockbench() {  # blockbench NAME LIMIT BLOCKS M CONFIGS PATTERN ROWS: `fused bench` of CONFIGS (bf16 eager beside them,
+               # no other baseline) at M, the graph route timings whose key holds PATTERN, the table's first ROWS rows
+  timeout "$2" python3 -m fused bench --blocks "$3" --m "$4" --configs "$5" --no-baselines --out "$OUT/$1" \
+    > "$OUT/$1.log" 2>&1
+  picks "$OUT/$1/bench.json" "$6" graph | cut -c1-300
+  grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -"$7"
+}
 case "${1:-}" in
-  ws8192)  # h200or's shortest part (the last ~240 device-s of the forty-fifth session): the Llama W8A16 blocks at
-          # M=8192 with the Gluon W8A16 GEMM offered there too (FUSED_W8A16_WS_MAX_M=8192), bf16 eager beside them
+  ws8192)  # forty-fifth session, run on an H100 (lost: the Gluon W8A16 GEMM ~10-18% behind on every M=8192 layer):
+          # the Llama W8A16 blocks at M=8192 with it offered there too (FUSED_W8A16_WS_MAX_M=8192), bf16 eager beside
     nvidia-smi --query-gpu=name --format=csv,noheader
-    FUSED_W8A16_WS_MAX_M=8192 timeout 110 python3 -m fused bench --blocks llama --m 8192 \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --no-baselines --out "$OUT/ws8192" > "$OUT/ws8192.log" 2>&1
-    picks "$OUT/ws8192/bench.json" "w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/ws8192.log" | grep -v "^|--" | head -12 ;;
-  h200or)  # forty-fifth session: on an H200, issue 3's int8 W8A16 Llama block at M=1024 (bf16 eager beside it); on any card, the W8A16 blocks at M=8192 with the Gluon W8A16 GEMM offered there too
-          # (FUSED_W8A16_WS_MAX_M=8192; default 4096: it lost at 8192 in the thirty-first session, but on the H100 it
-          # now takes the M=1024 down layer at 177.2 against cuBLAS's 219.8 on the widened copy, and at 8192 the down
-          # layers still pay the widening: prediction, down 1422.8 -> ~1320 µs on the H100), then the GPT block
+    FUSED_W8A16_WS_MAX_M=8192 blockbench ws8192 110 llama 8192 "ours int8 W8A16,ours fp8 W8A16" "w8a16" 12 ;;
+  h200or)  # forty-fifth session (not run; its ws8192 part ran alone and lost): on an H200, issue 3's int8 W8A16
+          # Llama block at M=1024; on any card, ws8192, then the GPT block the same way
     if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-      timeout 160 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16" --no-baselines \
-        --out "$OUT/b1024" > "$OUT/b1024.log" 2>&1
-      picks "$OUT/b1024/bench.json" "ws mid|w8a16" graph | cut -c1-300
-      grep "^|" "$OUT/b1024.log" | grep -v "^|--" | head -12
+      blockbench b1024 160 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6
     fi
     nvidia-smi --query-gpu=name --format=csv,noheader
-    FUSED_W8A16_WS_MAX_M=8192 timeout 200 python3 -m fused bench --blocks llama --m 8192 \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --no-baselines --out "$OUT/ws8192" > "$OUT/ws8192.log" 2>&1
-    picks "$OUT/ws8192/bench.json" "w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/ws8192.log" | grep -v "^|--" | head -12
-    FUSED_W8A16_WS_MAX_M=8192 timeout 120 python3 -m fused bench --blocks gpt --m 8192 \
-      --configs "ours int8 W8A16" --no-baselines --out "$OUT/gpt8192" > "$OUT/gpt8192.log" 2>&1
-    picks "$OUT/gpt8192/bench.json" "w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/gpt8192.log" | grep -v "^|--" | head -6 ;;
-  first45)  # forty-fifth session, first call on any Hopper: the split-plane cuda tests (not rerun after the stream-K
-           # removal), then issue 3's int8 W8A16 Llama block at M=1024 (GROUP_N 4; H200 prediction 564.6 -> ~548,
-           # target 550) and at M=8192 (split route timed there by default now; prediction ~4380 vs bf16 ~4460)
+    FUSED_W8A16_WS_MAX_M=8192 blockbench ws8192 200 llama 8192 "ours int8 W8A16,ours fp8 W8A16" "w8a16" 12
+    FUSED_W8A16_WS_MAX_M=8192 blockbench gpt8192 120 gpt 8192 "ours int8 W8A16" "w8a16" 6 ;;
+  first45)  # forty-fifth session, first call on any Hopper (ran on an H100: 72 passed, 540.5 / 4266.7 µs): the
+           # split-plane cuda tests (not rerun after the stream-K removal), then issue 3's int8 W8A16 Llama block at
+           # M=1024 (GROUP_N 4; H200 prediction 564.6 -> ~548, target 550) and at M=8192 (split route timed there by
+           # default now; prediction ~4380 vs bf16 ~4460)
     timeout 130 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k split \
       2>&1 | filt | tail -6 > "$OUT/splittest.txt"
     tail -3 "$OUT/splittest.txt"
-    timeout 150 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16" --no-baselines \
-      --out "$OUT/b1024" > "$OUT/b1024.log" 2>&1
-    picks "$OUT/b1024/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/b1024.log" | grep -v "^|--" | head -6
-    timeout 230 python3 -m fused bench --blocks llama --m 8192 --configs "ours int8 W8A16" --no-baselines \
-      --out "$OUT/b8192" > "$OUT/b8192.log" 2>&1
-    picks "$OUT/b8192/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/b8192.log" | grep -v "^|--" | head -6 ;;
-  groupedtable)  # after `grouped4`, if a grouped form won: the README's rows in one process (the block with the
-                 # grouped hand-off timed, bf16 eager and torchao fp8 rowwise + compile beside it), then joules and
-                 # sustained time (the power cap decides M >= 1024). Issue 4's targets: fp8 <= 300 / <= 2350 µs
-    FUSED_W8A8_GROUPED=${FORMS:-1} timeout 300 python3 -m fused bench --blocks llama --m 1024,8192 \
-        --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "bf16 eager,torchao fp8 rowwise + compile" \
-        --out "$OUT/gt" > "$OUT/gt.log" 2>&1
-    grep "^| " "$OUT/gt.log" | grep -v "^|--" | head -6 | tee "$OUT/groupedtable.txt"
-    picks "$OUT/gt/bench.json" "h grouped" | tee -a "$OUT/groupedtable.txt"
-    FUSED_W8A8_GROUPED=${FORMS:-1} timeout 200 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" \
-      2>&1 | filt | tail -8 | tee -a "$OUT/groupedtable.txt" ;;
-  grouped4)  # thirty-seventh session, after `grouped3` (the TMA-scale form still 1.35x slower: fp8 block M=1024 route
-             # 422.7 against 314.0; each thread read 32 token scales a K step, 16 KB of shared memory per consumer and
-             # step beside the wgmma's 12 KB). Tokens now along wgmma's M (2 scales a thread), one K group a stage
-             # ("grouped") or two ("grouped_k128", two products in flight), or groups of 128 outputs ("grouped_g128":
-             # the gated COOP consumers trade absmaxes; one 128-K product per promotion, DeepSeek-V3's ratio).
-             # Prediction: the down GEMM within +10% of the per-token one, the best grouped block within ±3% of per
-             # token (314 at 1024; act_quant(h) ~7 µs against the promotions' FMAs); g128 <= k128 <= grouped. The
-             # "h grouped" route timings compare all four in one process
-    # (the groups of 128 trade absmaxes between consumers through an mbarrier: should that hang or fail, the bench
-    # times the other forms only, so one bad form does not cost the call)
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
-      -k "group or quant_out" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped4.txt"
-    pkill -9 -f "pytest -q -p no:cacheprovider" 2>/dev/null  # (workers left over by a timeout, holding the GPU)
-    forms=1
-    grep -q "failed" "$OUT/grouped4.txt" || ! grep -q "passed" "$OUT/grouped4.txt" && forms=grouped+grouped_k128
-    echo "FUSED_W8A8_GROUPED=$forms" | tee -a "$OUT/grouped4.txt"
-    FUSED_W8A8_GROUPED=$forms timeout 240 python3 -m fused bench --blocks llama --m 1024,8192 \
-        --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g4" > "$OUT/g4.log" 2>&1
-    grep "ours" "$OUT/g4.log" | grep "M=" | head -4 | tee -a "$OUT/grouped4.txt"
-    picks "$OUT/g4/bench.json" "h grouped" | tee -a "$OUT/grouped4.txt"
-    for f in grouped_k128 grouped_g128; do  # each kernel of the forced form (the gated quant_out one, the down one)
-      FUSED_W8A8_GROUPED=$f timeout 70 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -5
-    done 2>&1 | tee -a "$OUT/grouped4.txt" ;;
-  grouped3)  # thirty-sixth session, after `grouped2` (the block 477 µs at M=1024, 364 W: the down GEMM read each K
-             # step's token scales from global memory after issuing its wgmma, every step waiting out their latency). The
-             # scales now come with the stage (TMA). Prediction: the block's two Gluon kernels 467 -> ~300 µs at
-             # M=1024 (down ~100-120 with its per-step wait, against ~86 unscaled), fp8 block ~305-320. With
-             # FUSED_W8A8_GROUPED=1 the block times grouped against per-token (both layers) and takes the faster:
-             # the "h grouped" route timings below are that comparison, in one process
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 --tb=line tests/test_w8a8_ws.py \
-      -k "group or quant_out or layer_routes" 2>&1 | filt | grep -E "^E |^/|passed|failed" | head -12 | tee "$OUT/grouped3.txt"
-    FUSED_W8A8_GROUPED=1 timeout 200 python3 -m fused bench --blocks llama --m 1024,8192 \
-        --configs "ours fp8 W8A8,ours int8 W8A8" --no-baselines --out "$OUT/g3" > "$OUT/g3.log" 2>&1
-    grep "ours" "$OUT/g3.log" | grep "M=" | head -4 | tee -a "$OUT/grouped3.txt"
-    picks "$OUT/g3/bench.json" "h grouped" | tee -a "$OUT/grouped3.txt" ;;
-  grouped2)  # thirty-sixth session, after `grouped` (5 tests failed, the block 1.5x slower): the failures in full, and
-             # where the grouped block's time goes (kernels per replay) at M=1024, fp8 and int8
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -x -n 0 --tb=short tests/test_w8a8_ws.py \
-      -k "quant_out_matches_reference_cuda and 300 or grouped_block_cuda" 2>&1 | filt | grep -v "^\s*$" \
-      | grep -E "assert|Error|^E |passed|failed" | head -30 | tee "$OUT/grouped2.txt"
-    for c in "fp8 W8A8" "int8 W8A8"; do
-      FUSED_W8A8_GROUPED=1 timeout 90 python3 .ci/block_parts.py llama 1024 "$c" 2>&1 | filt | tail -14
-    done 2>&1 | tee -a "$OUT/grouped2.txt" ;;
-  grouped)  # thirty-sixth session: h handed over per (token, 64 outputs) (w8a8_ws quant_out + X_GROUPS down GEMM), no
-            # act_quant(h) pass. Its cuda tests (and the per-layer COOP route), then the Llama block with
-            # FUSED_W8A8_GROUPED=0 / 1. Prediction: fp8 W8A8 M=1024 307.6 -> ~300, 8192 2399 -> ~2330; int8 285 -> ~278,
-            # 2244 -> ~2180 (if the down GEMM with one product in flight per consumer stays within +5%)
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
-      -k "group or quant_out or layer_routes" 2>&1 | filt | tail -6 | tee "$OUT/grouped.txt"
-    for v in 0 1; do
-      base=$([ "$v" = 1 ] && echo "torchao fp8 rowwise + compile" || echo "bf16 eager")
-      FUSED_W8A8_GROUPED=$v timeout 170 python3 -m fused bench --blocks llama --m 1024,8192 \
-        --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "$base" --out "$OUT/g$v" > "$OUT/g$v.log" 2>&1
-      echo "FUSED_W8A8_GROUPED=$v"; grep "^| " "$OUT/g$v.log" | grep -v "^|--" | head -5
-      grep "ours" "$OUT/g$v.log" | grep "M=" | head -4
-    done 2>&1 | tee -a "$OUT/grouped.txt" ;;
-  coop)  # thirty-fifth session, prepared after its last device call: w8a8_ws's COOP form (256-row tiles shared by the
-         # two consumers; Triton's fp8 down, 7-13% faster than the 128-row Gluon tiles, runs 128 x 256; gated: 128
-         # outputs' gate and up rows, no ping-pong). Its cuda tests (plain and gated shapes with COOP, 3 programs, the
-         # block routes forced onto it), then joules per GEMM, then the block with FUSED_W8A8_WS_COOP=0 / 1.
-         # Prediction: fp8 down with COOP within 2% of Triton's (516-527 mJ at 8192); gated COOP within +-5% of the
-         # ping-pong one (less shared-memory traffic against the epilogue's stall); block fp8 W8A8 8192 2403 -> ~2370
-         # if the down route takes it
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
-      | filt | tail -4 | tee "$OUT/coop.txt"
-    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
-      ENERGY_WS_CFGS='[{}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}]' \
-      ENERGY_WS_DOWN_CFGS='[{}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}, {"COOP": true, "STAGES": 3}]' \
-      timeout 170 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v plain \
-      | tee -a "$OUT/coop.txt"
-    for v in 0 1; do
-      FUSED_W8A8_WS_COOP=$v timeout 130 python3 -m fused bench --blocks llama --m 1024,8192 \
-        --configs "ours fp8 W8A8,ours int8 W8A8" --baselines "torchao fp8 rowwise + compile" --out "$OUT/b$v" \
-        > "$OUT/b$v.log" 2>&1
-      echo "FUSED_W8A8_WS_COOP=$v"; grep "^| " "$OUT/b$v.log" | grep -v "^|--" | head -5
-      picks "$OUT/b$v/bench.json" w8a8_route_graph "h in|h out"
-    done 2>&1 | tee -a "$OUT/coop.txt" ;;
-  perlayer)  # thirty-fifth session, prepared after its last device call: the Gluon W8A8 GEMM offered to the per-layer
-            # W8A8 routes too (linear, gated, and torch.compile's gated_pair through w8a8_ws_pair), not only to a
-            # block's hand-off. Its new cuda tests (the pair, the routes forced onto it), then the Llama block per
-            # Linear + compile against the block conversion, fp8 and int8 W8A8, FUSED_W8A8_WS_LAYER=0 / 1 (opt-in
-            # until this runs; if right and faster, make it the default). Prediction:
-            # per-Linear + compile at M=1024 -5-8% with it (the gated GEMM's joules), 8192 -3-6%
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
-      | filt | tail -4 | tee "$OUT/perlayer.txt"
-    for v in 0 1; do
-      echo "FUSED_W8A8_WS_LAYER=$v"; FUSED_W8A8_WS_LAYER=$v PAIR_CONFIGS="fp8 W8A8,int8 W8A8" PAIR_BLOCK=$v \
-        timeout 190 python3 \
-        .ci/pair_probe.py 1024,8192 2>&1 | filt | grep "^M=" | grep -v "bf16 eager"
-    done 2>&1 | tee -a "$OUT/perlayer.txt" ;;
-  stages2)  # thirty-fifth session, the last ~200 device-s: 6 -> 5 -> 4 stages cut the gated fp8 GEMM's joules at 8192
-            # (1248 / 1232 / 1064 mJ; the deeper rings drew 744-750 W). Below 4, and the L2 grouping (GROUP_N) at 4:
-            # does the tile order's L2 reuse decide it? Prediction: 3 stages within 3% of 4 (or slower: too little
-            # in flight); a GROUP_N that changes the joules by >3% says L2 traffic is the lever
-            # At 1024 too, with 64-token tiles (twice the tiles: 7.6 -> 15 waves of 132 programs). The COOP form
-            # (a default candidate since the thirty-sixth) with the same knobs
-    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 \
-      ENERGY_WS_CFGS='[{}, {"STAGES": 3}, {"GROUP_N": 4}, {"GROUP_N": 16}, {"BLOCK_T": 64}, {"COOP": true},
-        {"COOP": true, "STAGES": 3}, {"COOP": true, "GROUP_N": 4}, {"COOP": true, "GROUP_N": 16}]' \
-      ENERGY_WS_DOWN_CFGS='[{}, {"GROUP_N": 16}, {"STAGES": 8}, {"COOP": true}, {"COOP": true, "GROUP_N": 16}]' \
-      timeout 280 \
-      python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "plain" \
-      | tee "$OUT/stages2.txt"
-    # where the fp8 W8A8 block's M=1024 time goes now (kernels, gaps, clocks): 312.7 µs against routes summing ~302
-    timeout 120 python3 .ci/block_parts.py llama 1024 "fp8 W8A8" 2>&1 | filt | tail -25 | tee -a "$OUT/stages2.txt" ;;
-  thirty5c)  # thirty-fifth session, after thirty5b: route timing sustained from 150 µs (FUSED_LONG_ROUTE_US, was 1000):
-            # fp8 W8A8's gated route at M=1024 timed Gluon within Triton's 3% at boost clocks and kept Triton. The
-            # block at M=1024, our four dense configs beside torchao fp8 rowwise + compile, then joules. Prediction:
-            # fp8 W8A8 ~312-315 µs (Gluon picked), int8 W8A8 ~290, W8A16 rows within 2% of thirty5b's 617
-    timeout 200 python3 -m fused bench --blocks llama --m 1024 \
-      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" \
-      --baselines "torchao fp8 rowwise + compile" \
-      --out "$OUT/bench" > "$OUT/bench.log" 2>&1
-    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -7 | tee "$OUT/thirty5c.txt"
-    picks "$OUT/bench/bench.json" route_graph | tee -a "$OUT/thirty5c.txt"  # (run: its filter printed nothing)
-    timeout 90 python3 .ci/energy.py llama 1024 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
-      | tee -a "$OUT/thirty5c.txt" ;;
-  thirty5b)  # thirty-fifth session, after `stages`: w8a8_ws's gated form on 4 stages. The Llama block at M=128 / 1024 /
-            # 8192, our four dense configs with bf16 compile and torchao's int8 dyn, fp8 rowwise and fp8 wo (+ compile)
-            # in the same process (the README table's columns), then joules. Prediction: fp8 W8A8 8192 2542 ->
-            # ~2460-2480 (the route takes Gluon over cuBLAS), int8 W8A8 8192 2457 -> ~2350-2370; 1024 as in thirty5a
-            # (312 / 290); M=128 W8A8 no slower than the README's 77.6 / 83.2 (the route is timed)
-    timeout 400 python3 -m fused bench --blocks llama --m 128,1024,8192 \
-      --configs "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" \
-      --baselines "bf16 compile,torchao int8 dyn + compile,torchao fp8 rowwise + compile,torchao fp8 wo + compile" \
-      --out "$OUT/bench" > "$OUT/bench.log" 2>&1
-    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -12 | tee "$OUT/thirty5b.txt"
-    picks "$OUT/bench/bench.json" w8a8_route_graph "h out|h in" | tee -a "$OUT/thirty5b.txt"
-    timeout 130 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
-      | tee -a "$OUT/thirty5b.txt" ;;
-  stages)  # thirty-fifth session: w8a8_ws's ring depth by M, in joules (1 s windows): fp8 gated 6 stages 1252 mJ
-           # (739 W, unsettled) vs 4 stages 1087 at 8192 in the thirty-fourth; the fp8 route there took cuBLAS (1704
-           # vs Gluon 1732 µs). Prediction: 4 stages >= 5% under 6 at 8192 for fp8 and int8, even at 1024
-    ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 280 python3 .ci/energy_parts.py \
-      1024,8192 fp8a8cfg,int8a8cfg 2>&1 | filt | grep "cfg M=" | grep -v "triton\|plain" | tee "$OUT/stages.txt" ;;
-  thirty5a)  # thirty-fifth session: w8a8_ws on by default and a timed candidate of both W8A8 block layers (h out, h
-            # in). Its cuda tests (the block route test now forces both layers onto it), then the Llama block at
-            # M=1024 / 8192 with bf16 compile and torchao fp8 rowwise + compile in the same process, then joules.
-            # Prediction: int8 W8A8 M=1024 ~307 µs (~213 mJ), 8192 ~2460 (its Gluon down GEMM -52 mJ); fp8 as in
-            # wsblock1 (314 / 2500-2540: Triton's down GEMM keeps its route)
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py \
-      tests/test_handoff.py tests/test_dispatch.py 2>&1 | filt | tail -4 | tee "$OUT/tests.txt"
-    timeout 270 python3 -m fused bench --blocks llama --m 1024,8192 --configs "ours fp8 W8A8,ours int8 W8A8" \
-      --baselines "bf16 compile,torchao fp8 rowwise + compile" --out "$OUT/bench" > "$OUT/bench.log" 2>&1
-    grep "^| " "$OUT/bench.log" | grep -v "^|--" | head -8 | tee "$OUT/thirty5a.txt"
-    picks "$OUT/bench/bench.json" w8a8_route "h out|h in" | tee -a "$OUT/thirty5a.txt"
-    timeout 140 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt | grep "^llama" \
-      | tee -a "$OUT/thirty5a.txt" ;;
-  wsblock1)  # thirty-fourth session, prepared after its last device call: the ping-pong w8a8_ws (fixed: the consumers
-            # take turns at the stage ring) through its cuda tests (acts, bias, fp16, 64-token tiles, 3 programs, the
-            # block route forced onto it), then the fp8 W8A8 Llama block with the route offered (FUSED_W8A8_WS=1), and
-            # with it timed sustained (FUSED_LONG_ROUTE_US=150: the route timing's 20 ms windows run at boost clocks,
-            # where Triton's tiles were as fast; under the cap the Gluon one spends 10% fewer joules). Prediction:
-            # off 323-344 / 2436-2581 µs (earlier runs); on, sustained: M=1024 ~315, 8192 ~2430 (217.5 / 1678 mJ)
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py 2>&1 \
-      | filt | tail -4 | tee "$OUT/w8a8_ws_tests.txt"
-    for v in "FUSED_W8A8_WS=0" "FUSED_W8A8_WS=1" "FUSED_W8A8_WS=1 FUSED_LONG_ROUTE_US=150"; do
-      env $v timeout 110 python3 -m fused bench --blocks llama --m 1024,8192 --no-baselines --configs "ours fp8 W8A8" \
-        --out "$OUT/${v// /_}" > "$OUT/${v// /_}.log" 2>&1
-      echo "$v"; grep "^| " "$OUT/${v// /_}.log" | grep -v "^|--" | head -4
-      python3 -c "
-import json, sys
-for k, v in json.load(open(sys.argv[1]))['timings'].items():
-    if 'route' in k and 'h out' in k:
-        print('  ', k[:90], sorted(v))" "$OUT/${v// /_}/bench.json"
-    done 2>&1 | tee "$OUT/wsblock1.txt" ;;
-  wsblock2)  # after wsblock1: the same three settings through .ci/energy.py (mJ per block, 2 s sustained windows), int8
-            # W8A8 too (w8a8_ws takes int8 since the end of the thirty-fourth session: compiled, never run; prediction
-            # ~-10% joules as fp8), torchao fp8 rowwise + compile and cuBLAS's fp8 GEMMs alone beside them
-    for v in "FUSED_W8A8_WS=0" "FUSED_W8A8_WS=1" "FUSED_W8A8_WS=1 FUSED_LONG_ROUTE_US=150"; do
-      echo "$v"; env $v timeout 150 python3 .ci/energy.py llama 1024,8192 "ours fp8 W8A8,ours int8 W8A8" 2>&1 | filt \
-        | grep "^llama"
-    done 2>&1 | tee "$OUT/wsblock2.txt"
-    timeout 150 python3 .ci/energy.py llama 1024,8192 "torchao fp8 rowwise + compile,cublas fp8 rowwise GEMMs only" \
-      2>&1 | filt | grep "^llama" | tee -a "$OUT/wsblock2.txt"
-    ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 100 python3 .ci/energy_parts.py 1024,8192 int8a8cfg \
-      2>&1 | filt | grep "^int8a8cfg" | tee -a "$OUT/wsblock2.txt" ;;
-  ws8diag)  # thirty-fourth session: the ping-pong w8a8_ws faulted in its cuda tests at M=17 N=4136 K=528 (first
-            # multi-tile programs there): each case in its own process, then the energy probe if the Llama cases run
-    # (then: the consumers take turns at the stage ring; the cases that hung or faulted first)
-    timeout 100 python3 .ci/ws8_diag.py 2>&1 | filt | tee "$OUT/ws8_diag.txt"
-    if grep -q "(1024, 28672, 4096, True, None) ok" "$OUT/ws8_diag.txt"; then
-      ENERGY_CANDS=0 ENERGY_COOL_S=0.3 ENERGY_WARM_S=0.5 ENERGY_WINDOW_S=1 timeout 120 python3 .ci/energy_parts.py \
-        1024,8192 fp8a8cfg 2>&1 | filt \
-        | grep -v "^W1\|_warn" | tee "$OUT/energy_wsfp8a8.txt" | tail -20
-    fi ;;
-  wsfp8a8)  # thirty-fourth session, after `gcfg` (no Triton tile of the gated fp8 GEMM under 157 mJ at M=1024, 1229 at
-           # 8192; cuBLAS 133 / 1038): the Gluon fp8 W8A8 GEMM (fused/kernels/w8a8_ws.py: TMA partition, two consumer
-           # warpgroups, wgmma from shared memory with a group in flight) - its cuda tests, then its joules beside
-           # cuBLAS and the Triton pick. First form (both consumers on one 256-token tile, gated up values handed
-           # over): gated 160.7 / 1297-1325 mJ, no better than Triton; down even. Second form (now): persistent,
-           # ping-pong (each consumer owns every other tile, its epilogue under the other's K loop; gated gate and
-           # up in one consumer, no hand-over). Prediction: gated M=1024 ~140 mJ (the short K loop's per-tile
-           # epilogue hidden), 8192 ~1080; "plain on gate|up" says whether the gap is the gated form's or K=4096's
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -m cuda -rf -n 4 tests/test_w8a8_ws.py 2>&1 | filt \
-      | tee "$OUT/w8a8_ws_tests.txt" | tail -6
-    ENERGY_CANDS=0 ENERGY_COOL_S=0.5 timeout 330 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt \
-      | grep -v "^W1\|_warn" | tee "$OUT/energy_wsfp8a8.txt" | tail -20 ;;
-  gcfg)  # thirty-fourth session, after `parts` (the Triton gated fp8 GEMM 158.9 / 1228.8 mJ at M=1024 / 8192 against
-        # cuBLAS's 132.2 / 1013.2 for the same product, +20%; the down GEMM even): each tuner candidate's joules,
-        # pointer and TMA tiles. Prediction: the 128x128 gated tiles (an n256 product per x tile) 5-10% under the
-        # 128x64 picks; none within 5% of cuBLAS
-    FUSED_W8_TMA=1 ENERGY_COOL_S=0.5 timeout 560 python3 .ci/energy_parts.py 1024,8192 fp8a8cfg 2>&1 | filt \
-      | grep -v "^W1\|_warn" | tee "$OUT/energy_gcfg.txt" | tail -30 ;;
-  parts)  # thirty-fourth session, after `energy` (fp8 W8A8 237.5 / 1719.4 mJ at M=1024 / 8192 against 199.5 / 1531.5 for
-         # cuBLAS's fp8 GEMMs alone; int8 W8A16 426.5 against 376.6 bf16): mJ per kernel of each block's parts, each its
-         # own graph on the block's operands (.ci/energy_parts.py). Prediction: at M=8192 the bf16 round trip
-         # (scale_epilogue + act_quant(h), ~1.4 GB) ~120-140 mJ of fp8 W8A8's 188 mJ excess; the Gluon W8A16 gated GEMM
-         # ~10% above cuBLAS bf16's joules at M=1024
-         timeout 560 python3 .ci/energy_parts.py 1024,8192 fp8a8,int8a16 2>&1 | filt | grep -v "^W1\|_warn" \
-           | tee "$OUT/energy_parts.txt" | tail -30 ;;
-  energy)  # thirty-third session, prepared after its last device call: mJ per block from NVML's energy counter over 2 s
-          # of back-to-back graph replays after 1 s of warm-up (.ci/energy.py), with the SM clock and the clock-event
-          # reasons. The thirty-third session saw SM 1602-1711 MHz in do_bench at M=1024 and NVML's "SW power cap"
-          # active at M=8192 (693 W mean, 1500 MHz): a capped block's sustained time is ~its energy / 700 W. Prediction: every block
-          # from M=1024 at 680-700 W with the cap reason set; int8 W8A16 M=1024 ~420 mJ against bf16 eager's ~400 (the
-          # widening's ALU work and the x tile reads cost joules cuBLAS does not spend); fp8 W8A8 ~230 mJ at 1024; the
-          # cuBLAS GEMMs alone (bf16, fp8 rowwise): each block's MMA joules, so its excess over them is its passes' cost
-          timeout 400 python3 .ci/energy.py llama 1024,8192 "bf16 eager,ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,\
-ours int8 W8A8,torchao fp8 rowwise + compile,cublas bf16 GEMMs only,cublas fp8 rowwise GEMMs only" 2>&1 | filt | grep -v "^W1\|_warn" | tee "$OUT/energy.txt" | tail -14 ;;
-  wsmid)  # thirty-second session, after wspair (A_HALVES and the pair route now on): the Gluon W8A16 GEMM with
-         # 128-token tiles below M=1024 (w8a16_ws.default_config(M)), timed per shape against split activations from
-         # FUSED_W8A16_WS_MIN_M (off by default). Prediction: Llama int8 W8A16 block M=512 346-365 -> ~300 µs, 768
-         # ~-10%; fp8 W8A16 similar. (1) cuda tests (4 workers: the Gluon variants compile in parallel; wspair's run
-         # was cut at 170 s), (2) the layers at M=512 against widen + cuBLAS, (3) the block with the route on, then
-         # the block conversion with the route on from M=256 (FUSED_W8A16_WS_MIN_M=256; the route timings show split
-         # vs Gluon per layer; bf16 eager beside it). Also PERSIST (prepared this session) in the tests and probes
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a16_ws.py 2>&1 \
-      | filt | tail -3 | tee "$OUT/wsmid_tests.txt"
-    # PERSIST (one program per SM walking the tiles): predicted gated M=1024 ~401 -> ~385 µs, down unchanged
-    WS_CFGS='[{}, {"PERSIST": true}]' timeout 70 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" \
-      | tee "$OUT/wsmid_probe.txt"
-    WS_CFGS='[{"BLOCK_T": 128}, {"BLOCK_T": 128, "A_HALVES": false}, {"BLOCK_T": 128, "PERSIST": true}]' \
-      timeout 70 python3 .ci/ws_probe.py 512 2>&1 | filt | grep "^Llama" | tee -a "$OUT/wsmid_probe.txt"
-    FUSED_W8A16_WS_MIN_M=256 timeout 200 python3 -m fused bench --blocks llama --m 300,512,768 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/on" 2>&1 | filt | grep "^| " | head -14 | tee "$OUT/wsmid.txt"
-    python3 -c "
-import json
-for k, v in json.load(open('$OUT/on/bench.json'))['timings'].items():
-    if 'ws mid' in str(k):
-        print(k[:120], sorted(v))" 2>&1 | tail -16 ;;
-  gapclk)  # thirty-second session: the block's graph time against its kernels' sum (the "gap": 54.5 µs of 619 for int8
-          # W8A16 at M=1024 in wspair, 30 of 329 for fp8 W8A8), with the SM clock and power nvidia-smi saw in each
-          # phase: do_bench (an L2 flush before each replay), 20 and 200 replays back to back, the profiler's 20.
-          # Hypothesis: the power cap (a 300 ms do_bench window at lower clocks than a 20-replay burst), not the flush
-          timeout 150 python3 .ci/block_parts.py llama 1024,8192 2>&1 | filt | tee "$OUT/gap_int8.txt" | grep -v "^    "
-          timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A8" 2>&1 | filt | tee "$OUT/gap_fp8.txt" \
-            | grep -v "^    "
-          timeout 150 python3 .ci/block_parts.py llama 1024,8192 "fp8 W8A16" 2>&1 | filt | tee "$OUT/gap_fp8wo.txt" \
-            | grep -v "^    " ;;
-  wspair)  # thirty-first session, prepared after the last device call (compiled for sm_90; the shipped kernels' SASS
-          # unchanged): (1) cuda tests of the Gluon W8A16 GEMM incl. its new pair form (w8a16_ws_pair: gate and up
-          # in tensors of their own, torch.compile's gated_pair), FP8_BITS (e4m3 widened by bit placement + one HMUL2
-          # by 2^120, no conversion unit) and GATED_STAGES=4; (2) the tile variants on int8 and fp8 weights; (3)
-          # per-Linear + compile with the pair on the Gluon route (FUSED_W8A16_WS_PAIR=1) against the block conversion.
-          # Prediction: fp8 gated 419 -> ~395 µs with bits; per-Linear + compile Llama int8 W8A16 M=1024 ~666 -> ~610;
-          # U_PAD=4 (the gated hand-over buffer's 8-way bank conflicts gone, ~5 µs a tile, 7 waves): gated 386 -> ~360;
-          # A_HALVES (each K step's second half of A widened under the first half's wgmma): a few % if ws_micro's
-          # "reg" mode runs well above "full"
-    timeout 170 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
-      | tail -3
-    WS_CFGS='[{}, {"U_PAD": 4}, {"A_HALVES": true}, {"U_PAD": 4, "A_HALVES": true},
-      {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}]' \
-      timeout 100 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep "^Llama" | tee "$OUT/wspair_probe.txt"
-    WS_FP8=1 WS_CFGS='[{}, {"FP8_BITS": true}]' \
-      timeout 70 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee -a "$OUT/wspair_probe.txt"
-    FUSED_W8A16_WS_PAIR=1 timeout 120 python3 .ci/pair_probe.py 1024 2>&1 | filt | tee "$OUT/wspair_pair.txt" | tail -12
-    # the consumer loop without memory traffic: is wgmma on a register A at full rate, is the load + widen the cost?
-    timeout 40 python3 .ci/ws_micro.py 2>&1 | filt | grep "^ws_micro" | tee "$OUT/ws_micro.txt"
-    # where the block's graph time goes (608 µs against 561 for its two layers' route timings in wsroute)
-    timeout 80 python3 .ci/block_parts.py llama 1024 2>&1 | filt | tee "$OUT/block_parts.txt" | tail -14 ;;
-  wsfp8)  # thirty-first session, after wsroute (int8 W8A16 Llama block M=1024 675-684 -> 608 µs; GPT 1024 -68 µs): e4m3
-         # weights in the Gluon W8A16 GEMM too (widened by F2FP + F2F: the conversion unit, 512 of 1024 tensor clocks a
-         # K step), the tile variants (BLOCK_K 128 / 2 stages ran 663 -> 686 TFLOP/s in ppwait), then the Llama block on
-         # int8 and fp8 W8A16 (route timings decide). Prediction: fp8 layers within ~5% of int8's; fp8 W8A16 block M=1024
-         # ~665 -> ~610
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
-      | tail -3
-    WS_CFGS='[{}, {"BLOCK_K": 128, "STAGES": 2, "GATED_STAGES": 2}, {"STAGES": 3}]' \
-      timeout 100 python3 .ci/ws_probe.py 1024 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/wsfp8_probe.txt"
-    timeout 200 python3 -m fused bench --blocks llama --m 1024,2048 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/bench" 2>&1 | filt | tail -12 | tee "$OUT/wsfp8.txt"
-    python3 -c "
-import json
-for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
-    if 'w8a16_route_graph' in k:
-        print(k[:120], sorted(v))" 2>&1 | tail -8 ;;
-  wsroute)  # thirty-first session: the Gluon W8A16 GEMM (fused/kernels/w8a16_ws.py, now with bias, every activation and
-           # the gated form on the stacked gate | up weight: gate and up rows of the same outputs in one tile, the up
-           # consumer hands its values over through shared memory) as a fourth W8A16 route candidate from M=1024
-           # (dispatch.W8A16_WS). Prediction: Llama int8 W8A16 block M=1024 675-684 -> ~600-615 µs (the ppturn pp
-           # block), 2048 ~1200, 8192 unchanged (the route timing keeps cuBLAS); GPT 1024 a similar ~10% cut
-    timeout 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
-      | tail -3
-    timeout 330 python3 -m fused bench --blocks llama,gpt --m 1024,2048,8192 --no-baselines \
-      --configs "ours int8 W8A16" --out "$OUT/bench" 2>&1 | filt | tail -25 | tee "$OUT/wsroute.txt"
-    python3 -c "
-import json
-for k, v in json.load(open('$OUT/bench/bench.json'))['timings'].items():
-    if 'w8a16_route' in k:
-        print(k[:120], sorted(v))" 2>&1 | tail -20 ;;
-  ppturn)  # thirty-first session, after ncupp (pp: tensor pipe 77.5% busy against cuBLAS's 92%, the consumers' stalls at
-          # their wgmma wait): the two consumers issue in turn (an mbarrier each way), so their groups run one after the
-          # other and one widens while the other's runs (issued together they end together and both widen while the
-          # tensor cores idle). Prediction: tensor ~88%, down M=1024 175-181 -> ~160 µs, gated 375 -> ~340, block
-          # 591-610 -> ~550-565. Then the block at M = 1024..8192 (where pp wins: the dispatch range)
-    timeout 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a16_ws.py 2>&1 | filt \
-      | tail -3
-    WS_CFGS='[{"PP": true}, {"PP": true, "ORDERED": 0}, {"PP": true, "BLOCK_K": 128, "STAGES": 2},
-      {"PP": true, "BLOCK_K": 128, "STAGES": 2, "ORDERED": 0}]' \
-      timeout 200 python3 .ci/ws_probe.py 1024,8192 2>&1 | filt | grep -v "^correct M=1 " | tee "$OUT/ppturn.txt"
-    echo ".ci/ws_block.py was removed in the thirty-first session: the route is in dispatch (mode wsroute)" ;;
-  splitk)  # forty-first / forty-second sessions (prepared, not run: lending paused): SPLIT_K in the Gluon 8-bit GEMM
-          # (K in equal parts, partials summed in a fixed order by the last part to finish, as fused.kernels.splitk;
-          # "auto": as many parts as keep tiles x parts within one wave); its cuda tests (int8 bit-equal to one K
-          # run, the forced sk routes), then the Llama W8A16 and W8A8 blocks at M=128 with the sk forms offered
-          # (FUSED_WS_SPLITK=1). Prediction: the M=128 W8A16 down 46.4 (Triton) -> ~32 µs (ping-pong 2 parts or COOP
-          # 4: 128 items on 132 SMs), int8 W8A16 block 101.7 -> ~88; the fp8 W8A8 "h in" 30.2 (cuBLAS) -> ~22 on COOP
-          # 8 parts, fp8 W8A8 block 76 -> ~70
-    k="split_k or block_route_on_gluon"
-    FUSED_WS_SPLITK=1 testbench splitk "$k or ((layer_route_on_split or layer_routes_on_gluon) and (sk- or t64))" \
-      "ours int8 W8A16,ours fp8 W8A16,ours fp8 W8A8,ours int8 W8A8" "ws mid|h in|h out" 300 240 ;;
-  streamk|streamk1024|streamk8192)  # stream-K (forty-second session) ran as streamk in the forty-third on an H100
-                                   # (31 tests passed, slower everywhere) and lost again in the forty-fourth's wscfg
-                                   # probes; removed in the forty-fourth session (its code: git show 6c4968a)
-    echo "stream-K was removed in the forty-fourth session" ;;
-  wscfg)  # forty-second session (prepared): issue 3 at M=1024 (564.6 against 550): the split-plane Gluon GEMM's
-         # stages / GROUP_N / COOP / stream-K on the two Llama int8 layers at M=1024, graph µs sustained, each output
-         # bit-equal to the default config's (.ci/wscfg_probe.py). Prediction: <= 3% on either layer
-    timeout 560 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/wscfg.txt"
-    grep -v "^gated\|^down" "$OUT/wscfg.txt" | tail -26 ;;
-  wscfg128)  # the M=128 forms (t64, sk) of both Llama int8 layers, side by side
-    timeout 560 python3 .ci/wscfg_probe.py 128 2>&1 | filt > "$OUT/wscfg128.txt"; grep -v "^gated\|^down" \
-      "$OUT/wscfg128.txt" | tail -24 ;;
-  a8t64)  # forty-first session (prepared, not run: lending paused): the Gluon W8A8 forms with 64-token tiles
-         # ("gluon_t64", "gluon_coop_t64", to W8A8_WS_T64_MAX_M=256) in the W8A8 block and layer routes; their cuda
-         # tests, then the Llama W8A8 blocks at M=128. Prediction: the fp8 "h out" route (act_quant, gated GEMM,
-         # act_quant(h)) 51.7 -> ~44 µs on COOP t64 (224 tiles instead of 112; the split-plane route ran twice this
-         # work on such tiles in 60.4), the fp8 W8A8 block 76 -> ~70 (issue 4's target)
-    testbench a8t64 "block_route_on_gluon or layer_routes_on_gluon" "ours fp8 W8A8,ours int8 W8A8" "h out|h in" ;;
-  splitws2)  # forty-first session, after splitws: the 64-row-tile forms ("ws split t64", "ws split coop t64": twice
-            # the tiles; the M=128 down projection had 64 on 132 SMs) among the route candidates; their forced-route
-            # cuda tests, then the Llama W8A16 blocks at M=128.
-            # Prediction: the M=128 down 46.4 -> ~38 µs on t64, int8 block 101.7 -> ~95
-    testbench splitws2 "layer_route_on_split" "ours int8 W8A16,ours fp8 W8A16" "ws mid" ;;
-  splitws)  # forty-first session (NOTES lead 1 after the forty-first): the split-plane Gluon W8A16 GEMM
-           # (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of one 8-bit GEMM, combined per token in
-           # the epilogue). The probe: Llama layers at M=128 against Triton's split picks and cuBLAS's 8-bit GEMM of
-           # 256 rows (SQNR against Triton's); then the W8A16 blocks at M=128 and 1024 with the new route candidates
-           # ("ws split", "ws split coop"); then its cuda tests. Prediction: gated 68.5 -> ~50 µs, block 111.8 -> ~95;
-           # at 1024 the int8 block 601.8 -> ~560 if the route takes it
-    timeout 170 python3 .ci/splitws_probe.py 2>&1 | filt > "$OUT/splitws.txt"
-    timeout 250 python3 -m fused bench --blocks llama --m 128,1024 --no-baselines \
-      --configs "ours int8 W8A16,ours fp8 W8A16" --out "$OUT/splitwsb" > "$OUT/splitwsb.log" 2>&1
-    timeout 150 python3 -m pytest -q -p no:cacheprovider -m cuda -rf --tb=short tests/test_w8a8_ws.py -k split 2>&1 \
-      | filt | tail -15 > "$OUT/splitws_test.txt"
-    picks "$OUT/splitwsb/bench.json" "ws mid|w8a16"
-    grep "^|" "$OUT/splitwsb.log" | grep -v "^|--" | head -6
-    tail -4 "$OUT/splitws_test.txt"; tail -10 "$OUT/splitws.txt" ;;
-  deep128)  # run in the forty-first session at f1fa86c (the stacked cuda test ran past 200 s at fp8 after int8
-            # passed; the retune then ran alone): BLOCK_K 64 x 8 stage tiles lost at M=128; removed after
-    retune128 deep 380 "ours int8 W8A16,ours fp8 W8A16" "'split'" ;;
+    blockbench b1024 150 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6
+    blockbench b8192 230 llama 8192 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
   g4only)  # g4big's first half (the GROUP_N probe, the int8 W8A16 block at M=1024; ~240 s)
     ROUNDS=2 SHORT=1 timeout 90 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
     grep -A7 "fastest" "$OUT/g4probe.txt"
