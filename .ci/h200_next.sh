@@ -96,6 +96,10 @@ blockbench() {  # blockbench NAME LIMIT BLOCKS M CONFIGS PATTERN ROWS: `fused be
   picks "$OUT/$1/bench.json" "$6" graph | cut -c1-300
   grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -"$7"
 }
+g4probe() {  # g4probe ROUNDS LIMIT LINES: .ci/wscfg_probe.py's short list at M=1024 in ROUNDS alternating rounds
+  ROUNDS=$1 SHORT=1 timeout "$2" python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
+  grep -A"$3" "fastest" "$OUT/g4probe.txt"
+}
 case "${1:-}" in
   ws8192)  # forty-fifth session, run on an H100 (lost: the Gluon W8A16 GEMM ~10-18% behind on every M=8192 layer):
           # the Llama W8A16 blocks at M=8192 with it offered there too (FUSED_W8A16_WS_MAX_M=8192), bf16 eager beside
@@ -119,39 +123,24 @@ case "${1:-}" in
     blockbench b1024 150 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6
     blockbench b8192 230 llama 8192 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
   g4only)  # g4big's first half (the GROUP_N probe, the int8 W8A16 block at M=1024; ~240 s)
-    ROUNDS=2 SHORT=1 timeout 90 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
-    grep -A7 "fastest" "$OUT/g4probe.txt"
-    timeout 150 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16" --no-baselines \
-      --out "$OUT/g4b" > "$OUT/g4b.log" 2>&1
-    picks "$OUT/g4b/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/g4b.log" | grep -v "^|--" | head -6 ;;
+    g4probe 2 90 7
+    blockbench g4b 150 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
   big8192)  # g4big's second half: int8 W8A16 at M=8192 with the split-plane routes timed there (~220 s)
-    FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192 timeout 220 python3 -m fused bench --blocks llama --m 8192 \
-      --configs "ours int8 W8A16" --no-baselines --out "$OUT/big" > "$OUT/big.log" 2>&1
-    picks "$OUT/big/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -6 ;;
+    FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192 blockbench big 220 llama 8192 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
   g4big)  # forty-fourth session, g4split cut to one call with W8A16 at M=8192: the probe (GROUP_N 8 / 4 / 2, 2 rounds),
          # the W8A16 blocks at M=1024, then int8 W8A16 at M=8192 with the split-plane routes timed there too
          # (FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192; default 2048), each beside bf16 eager / compile; outputs checked against
          # the reference in each run. Prediction (H200): M=1024 int8 564.6 -> ~548; M=8192 the gated layer on the
          # split-plane COOP form (~2 x the W8A8 int8 gated 1455 = ~2900 against cuBLAS on the widened copy ~3000), the
          # down layer kept on cuBLAS: int8 W8A16 4477 -> ~4380 (bf16 eager 4468, compile 4422: issue 3's "<= bf16")
-    ROUNDS=2 SHORT=1 timeout 90 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
-    grep -A7 "fastest" "$OUT/g4probe.txt"
-    timeout 150 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16" --no-baselines \
-      --out "$OUT/g4b" > "$OUT/g4b.log" 2>&1
-    picks "$OUT/g4b/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/g4b.log" | grep -v "^|--" | head -6
-    FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192 timeout 220 python3 -m fused bench --blocks llama --m 8192 \
-      --configs "ours int8 W8A16" --no-baselines --out "$OUT/big" > "$OUT/big.log" 2>&1
-    picks "$OUT/big/bench.json" "ws mid|w8a16" graph | cut -c1-300
-    grep "^|" "$OUT/big.log" | grep -v "^|--" | head -6 ;;
+    g4probe 2 90 7
+    blockbench g4b 150 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6
+    FUSED_W8A16_SPLIT_ROUTE_MAX_M=8192 blockbench big 220 llama 8192 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
   g4split)  # forty-fourth session: the split-plane forms' GROUP_N 8 -> 4 (H100: ping-pong gated 377.5 -> 357.7 µs,
            # down 189.7 -> 168.8 at M=1024; COOP unchanged). The probe's GROUP_N 8 / 4 / 2 on both forms, 3 rounds in
            # alternating order, then the W8A16 blocks at M=1024 on the new default beside bf16 eager / compile, then
            # the split cuda tests. Prediction (H200): gated pp 355 -> ~337, int8 W8A16 block 564.6 -> ~548 (issue 3)
-    ROUNDS=3 SHORT=1 timeout 200 python3 .ci/wscfg_probe.py 1024 2>&1 | filt > "$OUT/g4probe.txt"
-    grep -A8 "fastest" "$OUT/g4probe.txt"
+    g4probe 3 200 8
     timeout 280 python3 -m fused bench --blocks llama --m 1024 --configs "ours int8 W8A16,ours fp8 W8A16" \
       --baselines "bf16 compile" --out "$OUT/g4b" > "$OUT/g4b.log" 2>&1
     picks "$OUT/g4b/bench.json" "ws mid|w8a16" graph | cut -c1-300
