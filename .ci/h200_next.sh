@@ -109,8 +109,9 @@ case "${1:-}" in
     timeout 540 python3 -m pytest -p no:cacheprovider -m cuda -n 4 -v -rf --tb=short $FILES 2>&1 | filt \
       > "$OUT/$1.txt"
     grep -c " PASSED" "$OUT/$1.txt"; grep "FAILED\|ERROR" "$OUT/$1.txt" | head -20; tail -3 "$OUT/$1.txt" ;;
-  readme46a|readme46b)  # forty-sixth session, on an H200: the README's dense table with the current defaults (thirty5b's
-           # command, split by M: a = the split cuda tests, then M=128,1024; b = M=8192); every row in one process
+  readme46a|readme46b)  # forty-sixth session, on an H200: the README's dense table with the current defaults
+           # (thirty5b's command, split by M: a = the split cuda tests, then M=128,1024; b = M=8192); every row
+           # in one process
     DENSE="ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16"
     BASE="bf16 compile,torchao int8 dyn + compile,torchao fp8 rowwise + compile,torchao fp8 wo + compile"
     nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
@@ -124,8 +125,8 @@ case "${1:-}" in
       --configs "$DENSE" --baselines "$BASE" --out "$OUT/$1" > "$OUT/$1.log" 2>&1
     picks "$OUT/$1/bench.json" "ws mid|w8a16|h in|h out" graph | cut -c1-240
     grep "^|" "$OUT/$1.log" | grep -v "^|--" | head -24 ;;
-  gpt46)  # forty-sixth session, after readme46a/b: the GPT block's dense rows with the current defaults beside bf16 eager
-          # and compile (M=128,1024,8192, one process)
+  gpt46)  # forty-sixth session, after readme46a/b: the GPT block's dense rows with the current defaults beside bf16
+          # eager and compile (M=128,1024,8192, one process)
     nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
     timeout 540 python3 -m fused bench --blocks gpt --m 128,1024,8192 --configs \
       "ours int8 W8A16,ours int8 W8A8,ours fp8 W8A8,ours fp8 W8A16" --baselines "bf16 compile" --out "$OUT/gpt46" \
