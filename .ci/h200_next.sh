@@ -1,6 +1,20 @@
 #!/usr/bin/env bash
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
-# usage: bash .ci/h200_next.sh cudaA|cudaB|readme46a|readme46b|gpt46|ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|ncudown128|splitk|streamk|streamk1024|streamk8192|wscfg|wscfg128|splitws2|a8t64|splitws|ncucoop|deep128|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|groupedtable|grouped4|grouped3|grouped2|grouped|coop|perlayer|stages2|thirty5c|thirty5b|stages|thirty5a|wsblock1|wsblock2|ws8diag|wsfp8a8|gcfg|parts|energy|gapclk|wspair|wsmid|wsfp8|wsroute|ppturn|ncupp|ppwait|wsmore|pair|halves|sustain|wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|ncufine|fineship|fine|twentyfourth1|twentyfourth2|gemvpfd|gemvmma16|l2p24|twentythird|twentythird2|mma24|mma24b|ncumma|quad16|testsx1|testsx2|twentieth2|twentieth1|quad24|l2pf|prmt24|s24wave|nineteenth1|stagedtest|ncu24|retune24|retune16|retune8|eighteenth1|eighteenth2|eighteenth3|testsx|prmt|s24stages|splitrows|w8tma|eagerbig|seventeenth1|seventeenth2|sixteenth1|sixteenth2|sixteenth3|sixteenth4|sixteenth5|sixteenth6|fifteenth1|fifteenth2|fifteenth3|prmt|gptfull|firstlayer|gemvroute|w8a16eager|fourteenth1|fourteenth2|fourteenth3|fourteenth4|tests|testsb|testsx|thirteenth1|thirteenth2|thirteenth3|thirteenth4|smootheager|eagergraph|gemv32|seventh|tests|testsnarrow|tests2|s24cslt|s24graph|s24split|cublas|host|bench|probe|ncu128|s24small|narrow|narrowbug|s24prefill|split512|next|narrowfix|abqx|readtma   (each fits one 600 s device call; logs under $OUT; at most 8 files come back)
+# usage: bash .ci/h200_next.sh MODE, MODE one of (in the file's order; each fits one 600 s device call; logs
+# under $OUT; at most 8 files come back):
+#   cudaA|cudaB|readme46a|readme46b|gpt46|ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|
+#   ncudown128|ncucoop|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|ncupp|ppwait|wsmore|pair|halves|sustain|
+#   wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|mma24|twentythird|
+#   twentyfourth1|twentyfourth2|ncufine|fineship|fine|gemvpfd|gemvmma16|l2p24|twentythird2|mma24b|ncumma|quad16|
+#   twentieth2|twentieth1|prmt24|l2pf|quad24|s24wave|nineteenth1|retune16|retune8|ncu24|retune24|stagedtest|
+#   eighteenth3|eighteenth2|eighteenth1|eagerbig|w8tma|splitrows|s24stages|seventeenth2|seventeenth1|sixteenth1|
+#   fifteenth1|fifteenth2|sixteenth5|sixteenth6|sixteenth4|sixteenth3|sixteenth2|firstlayer|gptfull|prmt|
+#   fifteenth3|gemvroute|w8a16eager|fourteenth3|fourteenth4|fourteenth1|fourteenth2|thirteenth1|thirteenth3|
+#   thirteenth4|thirteenth2|smootheager|eagergraph|gemv32|narrowtmaout|eleventh3|eleventh2|chain|eleventh1|
+#   narrowtma|narrowtma2|narrowncu|tenth3|relu16|tmadown|tenth|w8a16cublas|ninth3|ninth2|ninth|eighth3|eighth2|
+#   eighth|graphprof|tests|testsx1|testsx2|testsx|testsb|tests3|testsnarrow|tests2|s24cslt|s24graph|s24split|
+#   cublas|seventh|host|bench|probe|ncu128|s24small|narrow|next|s24prefill|narrowbug|narrowfix|split512|abqx|
+#   readtma
 # Next session: NOTES "Open leads now (next session, after the forty-sixth)": cudaA, then cudaB (find the one
 # cuda test that failed on the H200). Done in the forty-sixth, on an H200: readme46a, readme46b, gpt46, fullA, the
 # all-cuda-tests call (cut at 53%). Earlier: "after the forty-fifth": first45 and m128now on an
