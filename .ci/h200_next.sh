@@ -2,7 +2,7 @@
 # The H200 checks for the next session (see examples/results/h200/NOTES.md, "Open leads now").
 # usage: bash .ci/h200_next.sh MODE, MODE one of (in the file's order; each fits one 600 s device call; logs
 # under $OUT; at most 8 files come back):
-#   cudaA|cudaB|readme46a|readme46b|gpt46|ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|
+#   cudaA|cudaB|cudaC|readme46a|readme46b|gpt46|ws8192|h200or|first45|g4only|big8192|g4big|g4split|m128now|plain128|
 #   ncudown128|ncucoop|tw|qxdown|occ128|split256|down256|ncusplit|ncuws|ncupp|ppwait|wsmore|pair|halves|sustain|
 #   wovs|spread|routeab|fullA|fullB|fullC|fullfloor|floor|evictfinal|evict3|evict2|evict|mma24|twentythird|
 #   twentyfourth1|twentyfourth2|ncufine|fineship|fine|gemvpfd|gemvmma16|l2p24|twentythird2|mma24b|ncumma|quad16|
@@ -15,7 +15,7 @@
 #   eighth|graphprof|tests|testsx1|testsx2|testsx|testsb|tests3|testsnarrow|tests2|s24cslt|s24graph|s24split|
 #   cublas|seventh|host|bench|probe|ncu128|s24small|narrow|next|s24prefill|narrowbug|narrowfix|split512|abqx|
 #   readtma
-# Next session: NOTES "Open leads now (next session, after the forty-sixth)": cudaA, then cudaB (find the one
+# Next session: NOTES "Open leads now (next session, after the forty-sixth)": cudaA, cudaB, cudaC (find the one
 # cuda test that failed on the H200). Done in the forty-sixth, on an H200: readme46a, readme46b, gpt46, fullA, the
 # all-cuda-tests call (cut at 53%). Earlier: "after the forty-fifth": first45 and m128now on an
 # H200 (first45, block_parts and ws8192 ran on an H100 in the forty-fifth: the split cuda tests pass). Earlier:
@@ -117,9 +117,16 @@ g4probe() {  # g4probe ROUNDS LIMIT LINES: .ci/wscfg_probe.py's short list at M=
   grep -A"$3" "fastest" "$OUT/g4probe.txt"
 }
 case "${1:-}" in
-  cudaA|cudaB)  # forty-sixth session: every cuda test in two calls (one run of all of them, cut by the budget at 53%,
-              # had one failure whose name the cut lost): A = the Gluon GEMM files, B = the rest; names kept per test
-    FILES=$(ls tests/test_*.py | grep $([ "$1" = cudaA ] && echo "" || echo "-v") "_ws\.py")
+  cudaA|cudaB|cudaC)  # forty-sixth session: every cuda test in three calls (one run of all of them, cut by the
+              # budget at 53%, had one failure whose name the cut lost), each test's name and result in the log as it
+              # runs: A = the Gluon GEMM files, B = the other dense 8-bit files, C = the rest (2:4, narrow, decode...)
+    DENSE="test_kernels_w8|test_kernels_w8_mma|test_kernels_int8_linear|test_dispatch|test_handoff|test_split_gemm"
+    DENSE="$DENSE|test_first_layer|test_w8a8_tma|test_compile_passes"
+    case "$1" in
+      cudaA) FILES=$(ls tests/test_*_ws.py) ;;
+      cudaB) FILES=$(ls tests/test_*.py | grep -E "tests/($DENSE)\.py") ;;
+      *) FILES=$(ls tests/test_*.py | grep -v "_ws\.py" | grep -vE "tests/($DENSE)\.py") ;;
+    esac
     timeout 540 python3 -m pytest -p no:cacheprovider -m cuda -n 4 -v -rf --tb=short $FILES 2>&1 | filt \
       > "$OUT/$1.txt"
     grep -c " PASSED" "$OUT/$1.txt"; grep "FAILED\|ERROR" "$OUT/$1.txt" | head -20; tail -3 "$OUT/$1.txt" ;;
