@@ -105,6 +105,10 @@ ab() {  # ab VAR "V1 V2" ROWS TIMEOUT bench-args...: the Llama bench once per va
     echo "$var=$v"; grep "^|" "$OUT/$var$v.log" | grep -v "^|--" | head -"$rows"
   done
 }
+splittests() {  # splittests LIMIT: the split-plane cuda tests of tests/test_w8a8_ws.py, their summary's last lines
+  timeout "$1" python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k split \
+    2>&1 | filt | tail -6 > "$OUT/splittest.txt"
+}
 blockbench() {  # blockbench NAME LIMIT BLOCKS M CONFIGS PATTERN ROWS: `fused bench` of CONFIGS (bf16 eager beside them,
                # no other baseline) at M, the graph route timings whose key holds PATTERN, the table's first ROWS rows
   timeout "$2" python3 -m fused bench --blocks "$3" --m "$4" --configs "$5" --no-baselines --out "$OUT/$1" \
@@ -137,8 +141,7 @@ case "${1:-}" in
     BASE="bf16 compile,torchao int8 dyn + compile,torchao fp8 rowwise + compile,torchao fp8 wo + compile"
     nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader
     if [ "$1" = readme46a ]; then
-      timeout 130 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k split \
-        2>&1 | filt | tail -6 > "$OUT/splittest.txt"
+      splittests 130
       tail -2 "$OUT/splittest.txt"
     fi
     m=$([ "$1" = readme46a ] && echo 128,1024 || echo 8192)
@@ -170,8 +173,7 @@ case "${1:-}" in
            # split-plane cuda tests (not rerun after the stream-K removal), then issue 3's int8 W8A16 Llama block at
            # M=1024 (GROUP_N 4; H200 prediction 564.6 -> ~548, target 550) and at M=8192 (split route timed there by
            # default now; prediction ~4380 vs bf16 ~4460)
-    timeout 130 python3 -m pytest -q -p no:cacheprovider -m cuda -n 4 -rf --tb=short tests/test_w8a8_ws.py -k split \
-      2>&1 | filt | tail -6 > "$OUT/splittest.txt"
+    splittests 130
     tail -3 "$OUT/splittest.txt"
     blockbench b1024 150 llama 1024 "ours int8 W8A16" "ws mid|w8a16" 6
     blockbench b8192 230 llama 8192 "ours int8 W8A16" "ws mid|w8a16" 6 ;;
