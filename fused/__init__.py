@@ -14,6 +14,10 @@
     quantize_(model, fused.FusedFloat8MLP(gptq=h))
     fused.save(model, "model.safetensors"); fused.load("model.safetensors", converted_model)
 """
+from fused._quiet import quiet_torchao_import
+
+quiet_torchao_import()  # torchao's import logs about its CUDA-only extensions: not ours to show on every import
+
 from fused.configs import FusedBF16MLP, FusedFloat8MLP, FusedInt8MLP, is_mlp, mlp_kind, quantize
 from fused.checkpoint import load, save
 from fused.gptq import calibrate_gptq

@@ -20,6 +20,11 @@ def _cmd_demo(args) -> int:
             json.dump(rows, f, indent=2)
         print(f"wrote {args.json}")
     if args.plot:
+        import importlib.util
+
+        if importlib.util.find_spec("matplotlib") is None:
+            print("no plot: matplotlib is not installed (pip install 'fusedmlp[tools]')")
+            return 0
         from fused.sweep import plot_pareto
 
         ref = rows[0]  # the unconverted bf16 model: error 0, drawn as a line

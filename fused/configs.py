@@ -186,6 +186,10 @@ def _caller_fqn() -> str | None:
 
 def _checked_weight(lin: nn.Linear, where: str) -> torch.Tensor:
     w = lin.weight
+    if w.is_meta:
+        raise ValueError(f"{where}: the weight is on the meta device (not loaded yet), so there are no values to "
+                         "quantize; load the weights first (e.g. model.to_empty(device=...) and load_state_dict, or "
+                         "from_pretrained without device_map='meta'), then convert")
     bad = (~torch.isfinite(w)).sum().item()
     if bad:
         raise ValueError(f"{where}: weight has {bad} NaN/Inf value(s); refusing to quantize")
@@ -334,7 +338,15 @@ def quantize(model: nn.Module, config, blocks: bool = True, filter_fn=None) -> n
     if filter_fn is None and blocks and is_mlp(model):
         return convert_block(model, config, where=type(model).__name__, fqn="")
 
-    before = len(converted_modules(model))
+    converted = converted_modules(model)
+    before = len(converted)
+    want = f"{config.fmt} {'weight-only' if getattr(config, 'weight_only', True) else 'W8A8'}"
+    other = sorted({f"{m.fmt} {'W8A8' if m.dynamic else 'weight-only'}" for _, m in converted
+                    if hasattr(m, "dynamic")} - {want})
+    if other:  # Fused* modules are not nn.Linear: the walk below leaves them as they are
+        warnings.warn(f"fused.quantize: {type(model).__name__} is already converted ({', '.join(other)}); those "
+                      f"modules keep their format, not {config}. Convert the original float model instead",
+                      stacklevel=2)
     if filter_fn is None and blocks:
         # blocks first, then the Linears outside any block
         quantize_(model, config, filter_fn=is_mlp)

@@ -61,20 +61,22 @@ from __future__ import annotations
 
 import functools
 import os
-import platform
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch.utils.weak import WeakIdKeyDictionary
 
+from fused import cpu_fbgemm, cpu_isa
 from lowbit import quantize_activation
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 from sparsity.packing import expand_24
 
 DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:split_qlinear", "cpu:int8_dequant_mm", "cpu:int_mm",
-               "cpu:qlinear", "cpu:fp8_dequant_mm", "cpu:bf16_mm")
-PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS if "qlinear" not in p)
+               "cpu:qlinear", "cpu:fp8_dequant_mm", "cpu:bf16_mm") + cpu_fbgemm.PATHS
+# packed-weight paths have no 2:4 form (a 2:4 tile is expanded per call; its packed copy would be remade per call)
+PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS
+                            if "qlinear" not in p and "fbgemm" not in p)
 
 # torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
 # weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
@@ -187,8 +189,16 @@ EXPAND_TILE_WEIGHTS = 2 << 20
 _cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
 # int8 weight -> (version, oneDNN's reordered copy, unit scales, zero points)
 _packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# pack_weight's stand-in -> (oneDNN's copy, unit scales, zero points): the weight's only data (clear_cache keeps it)
+# int8 weight -> (version, fbgemm's packed copy)
+_fbgemm: WeakIdKeyDictionary = WeakIdKeyDictionary()
+# pack_weight's stand-in -> (oneDNN's copy, unit scales, zero points) or FbgemmWeight: the weight's only data
+# (clear_cache keeps it)
 _only: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+class FbgemmWeight(NamedTuple):
+    """fbgemm's packed copy of an int8 weight (cpu_isa.fbgemm_prepack), as a `pack_weight` stand-in's data."""
+    packed: object
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -241,12 +251,29 @@ def cacheable(t: torch.Tensor | None) -> bool:
     return type(t) is torch.Tensor and not t.is_inference()
 
 
-@functools.cache
 def onednn_ok() -> bool:
-    """oneDNN's int8 matmul ops are in this torch build and the CPU is x86 (where they are measured)."""
-    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
-        return False
-    return hasattr(torch.ops.onednn, "qlinear_prepack") and hasattr(torch.ops.onednn, "qlinear_pointwise")
+    """oneDNN's int8 matmul ops are in this torch build, the CPU is x86 (where they are measured), and their u8·s8
+    sums are exact here (not on x86 without VNNI: `cpu_isa.onednn_u8_exact`)."""
+    return cpu_isa.onednn_u8_exact()
+
+
+def fbgemm_here() -> bool:
+    """Whether the int8 CPU paths run on fbgemm here (`cpu_isa.int8_backend`)."""
+    return cpu_isa.int8_backend() == "fbgemm"
+
+
+def fbgemm_cached(w: torch.Tensor):
+    """fbgemm's packed copy of the int8 [N, K] weight, made once per tensor and remade after it is modified in place;
+    a `pack_weight` stand-in's own copy."""
+    only = _only.get(w) if type(w) is torch.Tensor else None
+    if only is not None:
+        if not isinstance(only, FbgemmWeight):
+            raise RuntimeError("this weight is packed for oneDNN, not fbgemm")
+        return only.packed
+    entry = _fbgemm.get(w)
+    if entry is None or entry[0] != w._version:
+        entry = _fbgemm[w] = (w._version, cpu_isa.fbgemm_prepack(w))
+    return entry[1]
 
 
 def onednn_pays(n: int | None, k: int | None, dynamic: bool = True) -> bool:
@@ -266,7 +293,8 @@ def onednn_route(k: int | None, weight_cacheable: bool = True, n: int | None = N
     if not ONEDNN:
         return "off"
     if not onednn_ok():
-        return "no oneDNN int8 matmul here (x86 torch with mkldnn only)"
+        return ("no exact oneDNN int8 matmul here (x86 torch with mkldnn, and VNNI: without it its u8·s8 pair sums "
+                "saturate)")
     if not weight_cacheable:
         return "weight is an inference tensor: no version counter to keep a reordered copy in step"
     if k is not None and k > ONEDNN_MAX_K:
@@ -282,13 +310,18 @@ def pack_weight(w: torch.Tensor) -> torch.Tensor:
     device moves go through the plain weight."""
     if w.dtype != torch.int8 or w.dim() != 2 or w.device.type != "cpu":
         raise ValueError(f"pack_weight takes an int8 [N, K] CPU tensor, got {w.dtype} {tuple(w.shape)} on {w.device}")
-    if not onednn_ok():
-        raise RuntimeError("cannot pack for oneDNN: no oneDNN int8 matmul here (x86 torch with mkldnn only)")
-    if w.shape[1] > ONEDNN_MAX_K:
-        raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could overflow "
-                           "int32)")
+    if fbgemm_here():  # x86 without VNNI: fbgemm's copy, run on 7-bit planes (fused.cpu_fbgemm)
+        data = FbgemmWeight(cpu_isa.fbgemm_prepack(w))
+    else:
+        if not onednn_ok():
+            raise RuntimeError(f"cannot pack int8 weights on this CPU: no exact int8 GEMM with a packed weight here "
+                               f"({cpu_isa.summary()})")
+        if w.shape[1] > ONEDNN_MAX_K:
+            raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could "
+                               "overflow int32)")
+        data = _reorder(w)
     stand_in = torch.full((), -128, dtype=torch.int8).expand(w.shape)  # -128: never a quantized weight value
-    _only[stand_in] = _reorder(w)
+    _only[stand_in] = data
     return stand_in
 
 
@@ -312,13 +345,18 @@ def unpack_weight(w: torch.Tensor) -> torch.Tensor:
     """The plain int8 [N, K] weight of a `pack_weight` stand-in (a new tensor), or ``w`` itself."""
     if not packed_only(w):
         return w
-    return _only[w][0].to_dense().t().contiguous()
+    data = _only[w]
+    if isinstance(data, FbgemmWeight):
+        return cpu_isa.fbgemm_unpack(data.packed)
+    return data[0].to_dense().t().contiguous()
 
 
 def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N]), made once per
     tensor and remade after it is modified in place; a `pack_weight` stand-in's own copy."""
     if packed_only(w):
+        if isinstance(_only[w], FbgemmWeight):
+            raise RuntimeError("this weight is packed for fbgemm, not oneDNN")
         return _only[w]
     entry = _packed.get(w)
     if entry is None or entry[0] != w._version:
@@ -334,15 +372,16 @@ def cached_bytes(*tensors: torch.Tensor | None) -> int:
         entry = _cache.get(t) if t is not None else None
         if entry is not None and entry[0] == t._version:
             total += sum(c.numel() * c.element_size() for c in entry[1].values())
-        entry = _packed.get(t) if t is not None else None
-        if (entry is not None and entry[0] == t._version) or packed_only(t):
-            total += t.numel()  # oneDNN's copy (its unit scales and zero points are shared by all layers of a width)
+        kept = [] if t is None else [d.get(t) for d in (_packed, _fbgemm)]
+        if any(e is not None and e[0] == t._version for e in kept) or packed_only(t):
+            total += t.numel()  # the packed copy (oneDNN's unit scales and zero points are shared by a width's layers)
     return total
 
 
 def clear_cache() -> None:
     _cache.clear()
     _packed.clear()
+    _fbgemm.clear()
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -533,12 +572,20 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
     if not packed and qweight.dtype == torch.int8 and qweight.stride() == (0, 0) and not packed_only(qweight):
         raise RuntimeError("an int8 weight with one byte of storage that is no pack_weight stand-in: a copy of a "
                            "stand-in (fused.pack_for_cpu) lost its oneDNN weight; unpack before copying the tensor")
-    if packed_only(qweight) and not path.endswith("qlinear"):
+    if packed_only(qweight) and not path.endswith(("qlinear", "fbgemm")):
         qweight = unpack_weight(qweight)  # transient: this call's plain weight (dispatch names this in its why)
     M, K = x2.shape
     N = qweight.shape[0]
     small = M * N <= WHOLE_ELEMS
     rows = _tile_rows(qweight, K, 2)
+    if path in cpu_fbgemm.PATHS:
+        if packed or qweight.dtype != torch.int8:
+            raise ValueError(f"CPU path {path!r} takes a dense int8 weight")
+        y, xs, finite = cpu_fbgemm.product(path, x2, fbgemm_cached(qweight), wscale, dynamic)
+        if not finite:
+            idx, fixed = _nonfinite_rows(x2, xs, qweight, wscale)
+            y[idx] = fixed
+        return y, None, N
     if path == "cpu:int8pack":
         # the kernel wants the scales in x's dtype: cast once, cached
         xa, sc = _aligned_rows(x2), cast_cached(wscale, x2.dtype)
@@ -582,7 +629,12 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             rows = max(rows, EPILOGUE_ELEMS // M)
     elif path in ("cpu:bf16_mm", "cpu:int8_dequant_mm", "cpu:fp8_dequant_mm"):
         xs = None
-        if dynamic and path != "cpu:bf16_mm":
+        if dynamic and path == "cpu:int8_dequant_mm":
+            # int8 W8A8 where torch._int_mm is slow: the int8 activations and weights are exact in fp32, so an fp32
+            # GEMM sums the reference's products (exactly below 2^24, else rounded as _int_mm's int32 -> fp32)
+            xq, xs = quantize_activation(x2, "int8")
+            x2 = xq.float()
+        elif dynamic and path != "cpu:bf16_mm":
             # fp8 W8A8: fp8 activations are exact in bf16/fp32, so the GEMM sees the reference's operands
             xq, xs = quantize_activation(x2, "float8_e4m3")
             # by bit arithmetic, as the weight tiles: fp8 -> bf16 by .to() is a scalar loop (608 x 384, 1 thread:

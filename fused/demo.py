@@ -91,19 +91,23 @@ def demo_configs():
     }
 
 
-def time_forward(model, x, iters=10) -> float:
-    """Median ms per forward (CUDA-synchronised on GPU)."""
+def time_forward(model, x, min_iters=15, min_seconds=0.3) -> float:
+    """Median ms per forward (CUDA-synchronised on GPU), after 3 warm-up calls, over at least ``min_iters`` calls and
+    ``min_seconds``: enough that two runs agree within ~10% on an idle machine."""
     sync = torch.cuda.synchronize if x.is_cuda else (lambda: None)
     with torch.no_grad():
-        for _ in range(2):
+        for _ in range(3):
             model(x)
         times = []
-        for _ in range(iters):
+        start = time.perf_counter()
+        while len(times) < min_iters or time.perf_counter() - start < min_seconds:
             sync()
             t = time.perf_counter()
             model(x)
             sync()
             times.append((time.perf_counter() - t) * 1e3)
+            if len(times) >= 1000:
+                break
     times.sort()
     return times[len(times) // 2]
 

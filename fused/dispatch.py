@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import torch
 
-from fused import cpu, reference
+from fused import cpu, cpu_routes, reference
 from fused import kernels as _kernels_pkg
 from fused.kernels import launch
 from fused.kernels.tuning import m_bucket
@@ -263,6 +263,9 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                                         "addmm) + in-place activation, on fp32 layers unpacked once and cached")
         return "reference", f"{device.type}: no kernels, pure-torch reference"
     if device.type == "cpu":
+        if cpu_routes.applies(fmt) and fmt == "int8" and op not in SPARSE_OPS:
+            return cpu_routes.plan(dynamic, torch.bfloat16 if dtype is None else dtype, 1 if M is None else M, k, n,
+                                   weight_aligned, weight_cacheable, weight_packed)
         if weight_packed and fmt == "int8" and op not in SPARSE_OPS:
             return _plan_cpu_packed(dynamic, dtype, M, k)
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS,
@@ -315,7 +318,9 @@ def _plan_cpu(fmt, dynamic, dtype, m, k, weight_aligned, sparse=False, weight_ca
         if fmt == "bfloat16":
             path, why = "cpu:bf16_mm", "bf16 values: per-tile F.linear"
         else:
-            path, why = _plan_cpu(fmt, dynamic, dtype, m, k, True, weight_cacheable=None)  # None: nothing kept
+            path, why = (cpu_routes.plan(dynamic, torch.bfloat16 if dtype is None else dtype, 1 if m is None else m, k,
+                                         n, True, None) if cpu_routes.applies(fmt) else
+                         _plan_cpu(fmt, dynamic, dtype, m, k, True, weight_cacheable=None))  # None: nothing kept
         return "cpu:s24+" + path.removeprefix("cpu:"), (
             "2:4: each tile of rows expanded exactly from values + 2-bit positions (integer shifts; the dense "
             f"weight never exists at once), then {why}. On the CPU 2:4 saves memory, not time: the expansion "

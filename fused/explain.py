@@ -1,12 +1,13 @@
 """`fused.explain(model)`: what was converted, into what format, which path each op takes, bytes saved."""
 from __future__ import annotations
 
+import textwrap
 import warnings
 
 import torch
 from torch import nn
 
-from fused import cpu, dispatch
+from fused import cpu, cpu_isa, dispatch
 from fused.kernels import tuning
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
 from fused.narrow import FusedNarrowMLP
@@ -20,7 +21,7 @@ def converted_modules(model: nn.Module) -> list[tuple[str, nn.Module]]:
     return [(n, m) for n, m in model.named_modules() if isinstance(m, _OPS)]
 
 
-def explain(model: nn.Module, device: torch.device | str | None = None, print_table: bool = True) -> list[dict]:
+def explain(model: nn.Module, device: torch.device | str | None = None, print_table: bool = True) -> "Explanation":
     """One row per fused op: fqn, kind, format, mode, activation, the path it takes on ``device``
     (default: where its weights are), bytes before/after. A layer of a block that can run as one op
     (FusedGatedMLP / FusedMLP with dense 8-bit layers) also carries the block's path: "block_path" /
@@ -73,8 +74,11 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
+    rows = Explanation(rows)
     if print_table:
         print(format_table(rows))
+        if any(r["device"] == "cpu" for r in rows):
+            print(cpu_isa.summary())
         replayed, refused, graphed = dispatch.replay_status(model)
         if replayed or refused or graphed:
             print(f"eager CUDA calls: {replayed} input signature(s) replayed from recorded launches"
@@ -89,19 +93,33 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
     return rows
 
 
-def format_table(rows: list[dict]) -> str:
+class Explanation(list):
+    """`explain`'s rows (one dict per fused op); shown as their table, so a REPL prints it once, readable."""
+
+    def __repr__(self) -> str:
+        return format_table(self)
+
+
+def format_table(rows: list[dict], width: int = 118) -> str:
+    """The rows as a table with one short path per op; each distinct reason once below it, numbered and wrapped."""
     head = ["module", "op", "format", "mode", "act", "path", "KiB before", "KiB after"]
-    lines, shown = [head], set()
+    lines, shown, notes = [head], set(), {}
+
+    def note(text: str) -> str:
+        return f"[{notes.setdefault(text, len(notes) + 1)}]"
     for r in rows:
         if r.get("block_path") is not None and r["block"] not in shown:  # the block's line, above its layers
             shown.add(r["block"])
-            lines.append([r["block"], "mlp_block", "", "", "", f'{r["block_path"]} ({r["block_why"]})', "", ""])
-        routes = f' [routes so far: {r["routes"]}]' if r.get("routes") else ""
+            lines.append([r["block"], "mlp_block", "", "", "", f'{r["block_path"]} {note(r["block_why"])}', "", ""])
+        why = r["why"] + (f'; routes so far: {r["routes"]}' if r.get("routes") else "")
         fmt = r["format"] + (" (tiled meta)" if r.get("meta") == "tiled" else "")
-        lines.append([r["module"], r["op"], fmt, r["mode"], r["act"], f'{r["path"]} ({r["why"]}){routes}',
+        lines.append([r["module"], r["op"], fmt, r["mode"], r["act"], f'{r["path"]} {note(why)}',
                       f'{r["bytes_before"] / 1024:.1f}', f'{r["bytes_after"] / 1024:.1f}'])
     before = sum(r["bytes_before"] for r in rows)
     after = sum(r["bytes_after"] for r in rows)
     lines.append(["TOTAL", "", "", "", "", f"{len(rows)} fused ops", f"{before / 1024:.1f}", f"{after / 1024:.1f}"])
     widths = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
-    return "\n".join("  ".join(str(c).ljust(w) for c, w in zip(l, widths)) for l in lines)
+    table = ["  ".join(str(c).ljust(w) for c, w in zip(l, widths)).rstrip() for l in lines]
+    for text, i in notes.items():
+        table.append(textwrap.fill(text, width, initial_indent=f"[{i}] ", subsequent_indent=" " * (len(str(i)) + 3)))
+    return "\n".join(table)

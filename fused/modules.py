@@ -59,6 +59,12 @@ class _Replayable(nn.Module):
         return dispatch.eager(self, x, self._forward)
 
 
+def _write_mode(module, state_dict, prefix, local_metadata) -> None:
+    """state_dict hook: what the layer is (format, mode, activation), in the state dict's metadata for its prefix, so
+    load_state_dict into a layer converted with another config is refused (`_Fused8bit._load_from_state_dict`)."""
+    local_metadata["fused_mode"] = module.mode_tag()
+
+
 def check_pair_rows(gate_up_weight: torch.Tensor) -> None:
     if gate_up_weight.shape[0] % 2:
         raise ValueError(f"stacked gate/up weight needs an even row count, got {gate_up_weight.shape[0]}")
@@ -73,6 +79,7 @@ class _Fused8bit(_Replayable):
         self.dynamic = dynamic
         self.act = check_activation(act)
         self._init_weight(rows, in_features, fmt, bias, bias_dtype, device)
+        self._register_state_dict_hook(_write_mode)
         self.source_bytes = 0  # bytes of the floating-point weights this replaced (for explain)
 
     @classmethod
@@ -93,6 +100,10 @@ class _Fused8bit(_Replayable):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         # load_state_dict would silently cast an fp8 checkpoint into int8 buffers (or the reverse), or
         # load a tensor of another shape's bytes: refuse, naming the key.
+        saved = local_metadata.get("fused_mode")
+        if saved is not None and saved != self.mode_tag():  # a state dict without it (safetensors): fused.load checks
+            raise ValueError(f"state dict for {prefix.rstrip('.') or 'the root module'!r} was saved from a {saved} "
+                             f"layer; this layer is {self.mode_tag()}: convert the model with the same config")
         key, qkey, smooth_inv = prefix + "smooth_inv", prefix + "qweight", self._buffers.get("smooth_inv")
         if smooth_inv is None and key in state_dict:
             raise ValueError(f"checkpoint key {key!r}: the checkpoint is smoothed (fused.calibrate_smoothing) and "
@@ -184,6 +195,11 @@ class _Fused8bit(_Replayable):
     @property
     def fmt(self) -> str:
         return "int8" if self.qweight.dtype == torch.int8 else "float8_e4m3"
+
+    def mode_tag(self) -> str:
+        """What the layer computes, e.g. "int8 W8A8 act=silu" (a state dict's metadata carries it)."""
+        return f"{self.fmt}{' 2:4' if getattr(self, 'sparsity', None) else ''} " \
+               f"{'W8A8' if self.dynamic else 'weight-only'} act={self.act}"
 
     def _smooth(self, x: torch.Tensor) -> torch.Tensor:
         # x / s in fp32, rounded once to x's dtype (a bf16 1/s would add its own rounding)

@@ -1,7 +1,6 @@
-"""Triton kernels, one per file with its launcher. Importing this package imports triton."""
+"""Triton kernels, one per file with its launcher. Importing this package does not import triton (a CPU-only install
+may leave it out); importing a kernel's file does."""
 import os
-
-import triton.language as tl
 
 # Under TRITON_INTERPRET=1 (CPU tests), bf16 tl.dot operands come out wrong (numpy has no bf16), so the
 # kernels take an fp32-operand dot there. Everything else (loads, masks, epilogues) runs as on the GPU.
@@ -24,7 +23,15 @@ GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
 # the 117 MB gate/up weight took 37.5 µs normal, 34.0 evict_first (29.9 after a clean flush); int8 W8A16 block M=1
 # 61.1-61.4 -> 59.5-59.9 (shipped picks, three runs each); with the GEMV retuned under it int8 58.8, fp8 W8A8 57.6
 # (`evictfinal`). Loads through cp.async (STAGES) drop the hint. FUSED_W_EVICT=0: off.
-W_EVICT = tl.constexpr("evict_first" if os.environ.get("FUSED_W_EVICT", "1") == "1" else "")
+_W_EVICT = "evict_first" if os.environ.get("FUSED_W_EVICT", "1") == "1" else ""
+
+
+def __getattr__(name: str):
+    if name == "W_EVICT":  # a triton constexpr: made when a kernel file asks for it, so triton loads only then
+        import triton.language as tl
+
+        return tl.constexpr(_W_EVICT)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Strict mode (FUSED_STRICT=1 at start, or fused.dispatch.set_strict): a CUDA call that would take a slower
 # fallback raises instead. One flag, here, so the dispatch and the kernels' launchers read the same one.

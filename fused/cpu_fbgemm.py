@@ -1,0 +1,84 @@
+"""The int8 CPU paths on fbgemm, for x86 CPUs whose u8·s8 GEMMs saturate (no VNNI: see `fused.cpu_isa`).
+
+fbgemm multiplies u8·s8 pairs with ``vpmaddubsw`` there, exact only while both u8 values of a pair are at most 127.
+So every operand goes in as 7-bit planes: an integer-valued activation v is written v = 128·hi + lo with hi and lo in
+[-64, 63], both planes are rows of one fbgemm call (the packed weight is read once), and
+
+    Σ v·w = 128·Σ hi·w + Σ lo·w        (each sum exact in int32, rounded once to fp32; 128· is exact)
+
+- ``cpu:fbgemm`` (int8 W8A8): v is the reference's per-token int8 activation q (|q| <= 127, so hi is -1, 0 or 1):
+  the same int32 sums as ``torch._int_mm``, so the same numbers as the reference.
+- ``cpu:split_fbgemm`` (int8 weight-only): v = round(x / s) with s = max|x| / 8127 per token, 14 bits per token
+  (~84 dB against exact math, far finer than the int8 weight's ~40 dB).
+
+fbgemm quantizes its float input with one (scale, zero point) per call; `cpu_isa.fbgemm_linear` pins them to 1 and
+64 so the planes pass through exactly. The weight is fbgemm's packed copy (`cpu_isa.fbgemm_prepack`): the only copy
+after ``fused.pack_for_cpu``, else kept beside the plain weight (1 B/weight more), made once per weight.
+"""
+from __future__ import annotations
+
+import torch
+
+from fused.cpu_isa import fbgemm_linear
+from lowbit import quantize_activation
+from lowbit.quant import MIN_SCALE
+
+PATHS = ("cpu:fbgemm", "cpu:split_fbgemm")
+# |v| <= SPLIT_QMAX gives hi = floor((v + 64) / 128) in [-63, 63] and lo = v - 128·hi in [-64, 63]
+SPLIT_QMAX = 8127
+# tokens per fbgemm call: bounds the planes' and the int32 sums' temporaries at long prefills
+CHUNK_ROWS = 256
+
+
+def _planes(v: torch.Tensor) -> torch.Tensor:
+    """[2R, K] fp32 for integer-valued fp32 ``v`` [R, K] (|v| <= SPLIT_QMAX): the hi rows, then the lo rows."""
+    hi = torch.floor((v + 64) * (1 / 128))  # exact: a power-of-two scale of an integer below 2^24
+    lo = v.sub_(hi, alpha=128)
+    return torch.cat([hi, lo])
+
+
+def _sums(v: torch.Tensor, packed) -> torch.Tensor:
+    """fp32 [R, N] = Σ v·w per row of integer-valued ``v`` [R, K] (consumed), each rounded to fp32."""
+    R = v.shape[0]
+    out = fbgemm_linear(_planes(v), packed)
+    return out[R:].add_(out[:R], alpha=128)
+
+
+def split_values(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, bool]:
+    """(v, s, finite): v [M, K] fp32 integer values with x ≈ s·v, s [M, 1] = max|x| / SPLIT_QMAX per token (NaN for
+    a token with NaN/Inf, whose v is 0), and whether every token is finite."""
+    x = x2.float()
+    amax = x.abs().amax(-1, keepdim=True)
+    finite = bool(amax.isfinite().all())
+    s = (amax / SPLIT_QMAX).clamp_min_(MIN_SCALE)
+    v = (x / s).round_()
+    if not finite:
+        bad = ~amax.isfinite()
+        s.masked_fill_(bad, float("nan"))
+        v.masked_fill_(bad, 0.0)
+    return v, s, finite
+
+
+def product(path: str, x2: torch.Tensor, packed, wscale: torch.Tensor, dynamic: bool):
+    """(y, s_x, finite): y fp32 [M, N] = the integer sums times the token scales times ``wscale`` (in the reference's
+    order, (Σ · s_x) · s_w); ``finite`` False where a weight-only token had NaN/Inf (its row is NaN: the caller
+    recomputes it)."""
+    if path not in PATHS:
+        raise ValueError(f"unknown fbgemm path {path!r}; expected one of {PATHS}")
+    if dynamic != (path == "cpu:fbgemm"):
+        raise ValueError(f"{path!r} is for {'W8A8' if path == 'cpu:fbgemm' else 'weight-only'} layers")
+    M = x2.shape[0]
+    if dynamic:
+        q, s = quantize_activation(x2, "int8")
+        v, finite = q.float(), True
+    else:
+        v, s, finite = split_values(x2)
+    N = wscale.shape[0]
+    y = torch.empty(M, N) if M > CHUNK_ROWS else None
+    for i in range(0, M, CHUNK_ROWS):
+        j = min(i + CHUNK_ROWS, M)
+        part = _sums(v[i:j] if y is not None else v, packed).mul_(s[i:j]).mul_(wscale)
+        if y is None:
+            return part, s, finite
+        y[i:j] = part
+    return y, s, finite

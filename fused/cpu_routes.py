@@ -1,0 +1,49 @@
+"""CPU routes for int8 weights on CPUs whose int8 GEMMs are not the VNNI ones (`cpu_isa.int8_backend` is not
+"onednn"): what `fused.dispatch.plan` returns there instead of the oneDNN / ``torch._int_mm`` paths.
+
+TinyLlama-sized gated block (d 2048, h 5632) on an AVX2-only AMD EPYC (Zen 3), 2 threads, raw ops, median ms for
+gate/up [11264, 2048] at M = 1 / 8 / 64: fp32 F.linear 5.5 / 21.0 / 41.9, bf16 2.7 / 18.1 / 143.6,
+_weight_int8pack_mm (bf16 x) 1.7 / 5.9 / 53.3, torch._int_mm 336 / 398 / 764 (a fallback loop), fbgemm on two 7-bit
+planes 1.2 / 3.1 / 24.6 (`cpu_fbgemm`); oneDNN's u8 matmul: wrong (19 dB: saturated pair sums).
+"""
+from __future__ import annotations
+
+import torch
+
+from fused import cpu, cpu_isa
+
+_WHY_FBGEMM = ("this CPU's int8 GEMMs saturate u8·s8 pair sums (no VNNI), so fbgemm runs on 7-bit planes "
+               "(v = 128·hi + lo, both in [-64, 63]: exact) on its packed copy of the weight")
+
+
+def applies(fmt: str) -> bool:
+    """Whether these routes decide for a weight of format ``fmt`` here."""
+    return fmt == "int8" and cpu_isa.int8_backend() != "onednn"
+
+
+def _copy(weight_packed: bool) -> str:
+    return ("the layer's only weight (fused.pack_for_cpu: 1 B/weight)" if weight_packed else
+            "a copy kept beside the plain weight (+1 B/weight; fused.pack_for_cpu keeps it alone: 1 B/weight)")
+
+
+def plan(dynamic: bool, dtype: torch.dtype, m: int, k: int | None, n: int | None, weight_aligned: bool,
+         weight_cacheable: bool | None, weight_packed: bool = False) -> tuple[str, str]:
+    """(path, why) for a dense (``weight_cacheable`` True/False) or 2:4 tile (None) int8 weight."""
+    backend = cpu_isa.int8_backend()
+    if backend == "fbgemm" and (weight_cacheable or weight_packed):
+        if dynamic:
+            return "cpu:fbgemm", (f"W8A8: per-token int8 activations; {_WHY_FBGEMM}, {_copy(weight_packed)}; "
+                                  "the same int32 sums as the reference")
+        return "cpu:split_fbgemm", (f"{str(dtype).removeprefix('torch.')} x as 14 bits per token; {_WHY_FBGEMM}, "
+                                    f"{_copy(weight_packed)}")
+    no_copy = ("2:4 tile, expanded per call" if weight_cacheable is None else
+               "inference tensor: no version counter to keep a packed copy in step" if backend == "fbgemm" else
+               cpu_isa.summary())
+    fp32 = "fp32 GEMM on int8 activations and weight tiles (exact integers)"
+    if dynamic:
+        return "cpu:int8_dequant_mm", f"W8A8: per-token int8 activations, {fp32} ({no_copy}; torch._int_mm is slow here)"
+    pack_max = cpu.int8pack_max_m(n, k)
+    if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
+        return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {pack_max}; {no_copy})"
+    cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
+    return "cpu:int8_dequant_mm", f"per-tile dequant + {cdt} GEMM ({no_copy})"
