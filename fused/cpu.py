@@ -206,6 +206,21 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
 
 
+# From this M a dequantized bf16 GEMM runs in fp32 where bf16 GEMMs are slow (`cpu_isa.bf16_gemm_fast`): below it the
+# weight read dominates and bf16 reads half the bytes (TinyLlama gate/up on AVX2, ms, bf16 / fp32: M=1 2.7 / 5.5,
+# 8 18.1 / 21.0, 64 143.6 / 41.9)
+FP32_DEQUANT_MIN_M = 16
+
+
+def dequant_dtype(dtype: torch.dtype, m: int) -> torch.dtype:
+    """The dtype the dequantized-weight GEMMs (cpu:int8_dequant_mm, cpu:fp8_dequant_mm) compute in for activations of
+    ``dtype`` at M=m: the compute dtype, but fp32 for bf16 at M >= FP32_DEQUANT_MIN_M where bf16 GEMMs are slow."""
+    cdt = compute_dtype(dtype)
+    if cdt == torch.bfloat16 and m >= FP32_DEQUANT_MIN_M and not cpu_isa.bf16_gemm_fast():
+        return torch.float32
+    return cdt
+
+
 def aligned(t: torch.Tensor) -> bool:
     return t.is_contiguous() and t.data_ptr() % _ALIGN == 0
 
@@ -643,6 +658,8 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             xb = _fp8_tile_to_bf16(xq)
             xs = xs.masked_fill(~torch.isfinite(xs), float("nan"))
             x2 = xb if x2.dtype == torch.bfloat16 else xb.to(x2.dtype)
+        if x2.dtype == torch.bfloat16 and dequant_dtype(x2.dtype, M) == torch.float32:
+            x2 = x2.float()  # bf16 GEMMs are slow here at this M; the epilogue casts back
         scale = None if path == "cpu:bf16_mm" else wscale
         fp8 = qweight.dtype == torch.float8_e4m3fn
         same = qweight.dtype == x2.dtype  # bf16 weights, bf16 x: no conversion

@@ -30,20 +30,21 @@ def plan(dynamic: bool, dtype: torch.dtype, m: int, k: int | None, n: int | None
          weight_cacheable: bool | None, weight_packed: bool = False) -> tuple[str, str]:
     """(path, why) for a dense (``weight_cacheable`` True/False) or 2:4 tile (None) int8 weight."""
     backend = cpu_isa.int8_backend()
-    if backend == "fbgemm" and (weight_cacheable or weight_packed):
+    if backend == "fbgemm" and (weight_packed or (weight_cacheable and cpu.ONEDNN)):
         if dynamic:
             return "cpu:fbgemm", (f"W8A8: per-token int8 activations; {_WHY_FBGEMM}, {_copy(weight_packed)}; "
                                   "the same int32 sums as the reference")
         return "cpu:split_fbgemm", (f"{str(dtype).removeprefix('torch.')} x as 14 bits per token; {_WHY_FBGEMM}, "
                                     f"{_copy(weight_packed)}")
     no_copy = ("2:4 tile, expanded per call" if weight_cacheable is None else
-               "inference tensor: no version counter to keep a packed copy in step" if backend == "fbgemm" else
-               cpu_isa.summary())
+               "inference tensor: no version counter to keep a packed copy in step" if cpu.ONEDNN else
+               "faster: fused.pack_for_cpu(model), fbgemm on the packed weight at 1 B/weight, or FUSED_CPU_ONEDNN=1, "
+               "a packed copy kept beside it" if backend == "fbgemm" else cpu_isa.summary())
     fp32 = "fp32 GEMM on int8 activations and weight tiles (exact integers)"
     if dynamic:
         return "cpu:int8_dequant_mm", f"W8A8: per-token int8 activations, {fp32} ({no_copy}; torch._int_mm is slow here)"
     pack_max = cpu.int8pack_max_m(n, k)
     if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {pack_max}; {no_copy})"
-    cdt = str(cpu.compute_dtype(dtype)).removeprefix("torch.")
+    cdt = str(cpu.dequant_dtype(dtype, m)).removeprefix("torch.")
     return "cpu:int8_dequant_mm", f"per-tile dequant + {cdt} GEMM ({no_copy})"

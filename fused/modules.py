@@ -350,7 +350,8 @@ def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = No
         w = m._buffers.get("qweight") if isinstance(m, _Fused8bit) else None
         if w is None or w.dtype != torch.int8 or w.device.type != "cpu" or cpu.packed_only(w) == pack:
             continue
-        if pack and (not cpu.onednn_pays(*w.shape, m.dynamic) if min_bytes is None else w.numel() < min_bytes):
+        small = not cpu.fbgemm_here() and not cpu.onednn_pays(*w.shape, m.dynamic)  # fbgemm: every weight gains
+        if pack and (small if min_bytes is None else w.numel() < min_bytes):
             continue
         m._buffers["qweight"] = cpu.pack_weight(w) if pack else cpu.unpack_weight(w)
         n += 1

@@ -62,11 +62,14 @@ def test_fbgemm_sums_are_exact(K):
     assert torch.equal(cpu_isa.fbgemm_unpack(packed), w)
 
 
+@pytest.mark.parametrize("kept", [False, True])
 @pytest.mark.parametrize("dynamic", [True, False])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("op", ["linear", "gated"])
 @pytest.mark.parametrize("m,n,k", [(1, 96, 64), (3, 70, 48), (17, 130, 37), (300, 64, 1000)])
-def test_matches_reference(backend, dynamic, dtype, op, m, n, k):
+def test_matches_reference(backend, kept, dynamic, dtype, op, m, n, k, monkeypatch):
+    """``kept``: FUSED_CPU_ONEDNN=1, a packed copy kept beside each int8 weight (else the plain weight only)."""
+    monkeypatch.setattr(cpu, "ONEDNN", kept)
     q, s = quantize_weight(torch.randn(n, k), "int8")
     b = torch.randn(n)
     x = torch.randn(m, k, dtype=dtype)
@@ -75,8 +78,10 @@ def test_matches_reference(backend, dynamic, dtype, op, m, n, k):
     assert y.shape == yr.shape and y.dtype == yr.dtype
     assert sqnr(yr, y) >= MIN_SQNR[(dynamic, dtype)], sqnr(yr, y)
     (_, path), = dispatch.stats
-    if backend == "fbgemm":
+    if backend == "fbgemm" and kept:
         assert path == ("cpu:fbgemm" if dynamic else "cpu:split_fbgemm")
+    if backend != "onednn" and not kept:  # no copy: nothing packed, nothing on a slow or saturating int8 GEMM
+        assert path in ("cpu:int8pack", "cpu:int8_dequant_mm")
     elif backend == "none":
         assert "int_mm" not in path and "qlinear" not in path and "fbgemm" not in path
 
@@ -140,6 +145,8 @@ def test_tinyllama_shaped_block_packed_matches_unpacked(backend):
 
 def test_explain_names_the_probed_backend(backend, capsys):
     m = fused.quantize(LlamaMLP(64, 128).eval(), fused.FusedInt8MLP(weight_only=False))
+    if backend == "fbgemm":
+        assert fused.pack_for_cpu(m) == 2  # every int8 weight: fbgemm gains at any size
     rows = fused.explain(m)
     out = capsys.readouterr().out
     assert "int8 GEMMs on" in out and len(rows) == 2

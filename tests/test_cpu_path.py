@@ -1,13 +1,22 @@
-"""The CPU path (fused/cpu.py) against the pure-torch reference, and dispatch's choice of CPU kernel."""
+"""The CPU path (fused/cpu.py) against the pure-torch reference, and dispatch's choice of CPU kernel.
+
+These are the routes of a CPU whose int8 GEMMs are exact and fast (`cpu_isa.int8_backend` "onednn": VNNI / AMX x86),
+forced here on any CPU (they stay correct where they are slow); the tests that run oneDNN's u8 matmul itself skip
+where it is not exact. tests/test_cpu_isa.py covers the other backends' routes."""
 import pytest
 import torch
 from torch import nn
 
 import fused
-from fused import cpu, dispatch, reference
+from fused import cpu, cpu_isa, dispatch, reference
 from fused.demo import LlamaMLP
 from lowbit import quantize_weight, sqnr
 from lowbit.quant import split_activation
+
+@pytest.fixture(autouse=True)
+def _vnni_routes(monkeypatch):
+    monkeypatch.setattr(cpu_isa, "int8_backend", lambda: "onednn")
+
 
 # Our kernels vs the reference (fp32 math, one rounding to the output dtype). bf16: the GEMMs round
 # their output to bf16 and the epilogue rounds once per op, measured 44-52 dB (one bf16 rounding alone
@@ -487,7 +496,8 @@ def test_sparse24_module_on_cpu_keeps_its_memory_and_names_the_path():
 
 
 
-onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no oneDNN int8 matmul in this torch build / CPU")
+onednn = pytest.mark.skipif(not cpu.onednn_ok(), reason="no exact oneDNN int8 matmul here (x86 torch with mkldnn; "
+                            "without VNNI its u8 pair sums saturate: refused)")
 
 
 @pytest.fixture
