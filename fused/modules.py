@@ -100,10 +100,6 @@ class _Fused8bit(_Replayable):
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
         # load_state_dict would silently cast an fp8 checkpoint into int8 buffers (or the reverse), or
         # load a tensor of another shape's bytes: refuse, naming the key.
-        saved = local_metadata.get("fused_mode")
-        if saved is not None and saved != self.mode_tag():  # a state dict without it (safetensors): fused.load checks
-            raise ValueError(f"state dict for {prefix.rstrip('.') or 'the root module'!r} was saved from a {saved} "
-                             f"layer; this layer is {self.mode_tag()}: convert the model with the same config")
         key, qkey, smooth_inv = prefix + "smooth_inv", prefix + "qweight", self._buffers.get("smooth_inv")
         if smooth_inv is None and key in state_dict:
             raise ValueError(f"checkpoint key {key!r}: the checkpoint is smoothed (fused.calibrate_smoothing) and "
@@ -119,6 +115,10 @@ class _Fused8bit(_Replayable):
                     raise ValueError(
                         f"checkpoint key {key!r}: expected {buf.dtype} {tuple(buf.shape)}, got {src.dtype} "
                         f"{tuple(src.shape)} (checkpoint made with another config or model?)")
+        saved = local_metadata.get("fused_mode")
+        if saved is not None and saved != self.mode_tag():  # a state dict without it (safetensors): fused.load checks
+            raise ValueError(f"state dict for {prefix.rstrip('.') or 'the root module'!r} was saved from a {saved} "
+                             f"layer; this layer is {self.mode_tag()}: convert the model with the same config")
         packed = cpu.packed_only(self._buffers.get("qweight"))
         if packed:  # load into the plain weight, then pack it again
             self._buffers["qweight"] = cpu.unpack_weight(self._buffers["qweight"])
