@@ -116,7 +116,9 @@ class _Fused8bit(_Replayable):
                         f"checkpoint key {key!r}: expected {buf.dtype} {tuple(buf.shape)}, got {src.dtype} "
                         f"{tuple(src.shape)} (checkpoint made with another config or model?)")
         saved = local_metadata.get("fused_mode")
-        if saved is not None and saved != self.mode_tag():  # a state dict without it (safetensors): fused.load checks
+        mine = [prefix + n for n, b in self._buffers.items() if b is not None]
+        # without it (safetensors: fused.load checks) or without this layer's keys (load_state_dict names them): skip
+        if saved is not None and saved != self.mode_tag() and all(k in state_dict for k in mine):
             raise ValueError(f"state dict for {prefix.rstrip('.') or 'the root module'!r} was saved from a {saved} "
                              f"layer; this layer is {self.mode_tag()}: convert the model with the same config")
         packed = cpu.packed_only(self._buffers.get("qweight"))
