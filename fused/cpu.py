@@ -206,10 +206,10 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
 
 
-# From this M a dequantized bf16 GEMM runs in fp32 where bf16 GEMMs are slow (`cpu_isa.bf16_gemm_fast`): below it the
-# weight read dominates and bf16 reads half the bytes (TinyLlama gate/up on AVX2, ms, bf16 / fp32: M=1 2.7 / 5.5,
-# 8 18.1 / 21.0, 64 143.6 / 41.9)
-FP32_DEQUANT_MIN_M = 16
+# From this M a dequantized bf16 GEMM runs in fp32 where bf16 GEMMs are slow (`cpu_isa.bf16_gemm_fast`): at M=1 the
+# weight read dominates and bf16 reads half the bytes. TinyLlama block on AVX2, dequant + GEMM, ms, bf16 / fp32:
+# M=1 2.9 / 7.1, 8 34.8 / 16.0, 64 60.2 (fp32 from 16) / 59.2
+FP32_DEQUANT_MIN_M = 2
 
 
 def dequant_dtype(dtype: torch.dtype, m: int) -> torch.dtype:

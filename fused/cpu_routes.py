@@ -43,7 +43,10 @@ def plan(dynamic: bool, dtype: torch.dtype, m: int, k: int | None, n: int | None
     fp32 = "fp32 GEMM on int8 activations and weight tiles (exact integers)"
     if dynamic:
         return "cpu:int8_dequant_mm", f"W8A8: per-token int8 activations, {fp32} ({no_copy}; torch._int_mm is slow here)"
-    pack_max = cpu.int8pack_max_m(n, k)
+    # int8pack's 4-row passes cost less than a dequantized float GEMM here up to M=8 on any weight (the VNNI routes
+    # stop at 4 on large weights because two int8 planes on _int_mm win there; TinyLlama block on AVX2 at M=8, ms:
+    # int8pack ~9, dequant + fp32 GEMM 16.0, + bf16 GEMM 34.8)
+    pack_max = max(cpu.int8pack_max_m(n, k), cpu.INT8PACK_MAX_M)
     if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
         return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {pack_max}; {no_copy})"
     cdt = str(cpu.dequant_dtype(dtype, m)).removeprefix("torch.")
