@@ -351,6 +351,12 @@ def _unit_params(N: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.ones(N), torch.zeros(N, dtype=torch.int64)
 
 
+@functools.lru_cache(maxsize=64)
+def _unit_bf16(N: int) -> torch.Tensor:
+    """Unit bf16 scales [N] for _weight_int8pack_mm (read only)."""
+    return torch.ones(N, dtype=torch.bfloat16)
+
+
 def packed_only(w) -> bool:
     """Whether ``w`` is a stand-in from `pack_weight` (its data lives only in oneDNN's copy)."""
     return type(w) is torch.Tensor and w in _only
@@ -601,6 +607,14 @@ def _columns(path: str, x2, qweight, wscale, dynamic):
             idx, fixed = _nonfinite_rows(x2, xs, qweight, wscale)
             y[idx] = fixed
         return y, None, N
+    if path == "cpu:int8pack" and dynamic:
+        # int8 W8A8: the reference's int8 codes are exact in bf16, so the kernel sums the reference's products (fp32
+        # accumulation, exact below 2^24), rounded once to bf16 (~54 dB, far under W8A8's ~31); scales in fp32 after
+        if packed:
+            raise ValueError("cpu:int8pack takes W8A8 on a dense weight only")
+        xq, xs = quantize_activation(x2, "int8")
+        acc = torch._weight_int8pack_mm(_aligned_rows(xq.to(torch.bfloat16)), qweight, _unit_bf16(N))
+        return acc.float().mul_(xs).mul_(wscale), None, rows
     if path == "cpu:int8pack":
         # the kernel wants the scales in x's dtype: cast once, cached
         xa, sc = _aligned_rows(x2), cast_cached(wscale, x2.dtype)

@@ -41,13 +41,17 @@ def plan(dynamic: bool, dtype: torch.dtype, m: int, k: int | None, n: int | None
                "faster: fused.pack_for_cpu(model), fbgemm on the packed weight at 1 B/weight, or FUSED_CPU_ONEDNN=1, "
                "a packed copy kept beside it" if backend == "fbgemm" else cpu_isa.summary())
     fp32 = "fp32 GEMM on int8 activations and weight tiles (exact integers)"
-    if dynamic:
-        return "cpu:int8_dequant_mm", f"W8A8: per-token int8 activations, {fp32} ({no_copy}; torch._int_mm is slow here)"
     # int8pack's 4-row passes cost less than a dequantized float GEMM here up to M=8 on any weight (the VNNI routes
     # stop at 4 on large weights because two int8 planes on _int_mm win there; TinyLlama block on AVX2 at M=8, ms:
     # int8pack ~9, dequant + fp32 GEMM 16.0, + bf16 GEMM 34.8)
     pack_max = max(cpu.int8pack_max_m(n, k), cpu.INT8PACK_MAX_M)
-    if dtype == torch.bfloat16 and m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k)):
+    int8pack = m <= pack_max and weight_aligned and (k is None or cpu.int8pack_ok(k))
+    if dynamic and int8pack and weight_cacheable is not None:
+        return "cpu:int8pack", (f"W8A8: per-token int8 codes (exact in bf16) through torch._weight_int8pack_mm, sums "
+                                f"rounded to bf16 (~54 dB), M <= {pack_max} ({no_copy})")
+    if dynamic:
+        return "cpu:int8_dequant_mm", f"W8A8: per-token int8 activations, {fp32} ({no_copy}; torch._int_mm is slow here)"
+    if dtype == torch.bfloat16 and int8pack:
         return "cpu:int8pack", f"torch._weight_int8pack_mm (bf16, M <= {pack_max}; {no_copy})"
     cdt = str(cpu.dequant_dtype(dtype, m)).removeprefix("torch.")
     return "cpu:int8_dequant_mm", f"per-tile dequant + {cdt} GEMM ({no_copy})"
