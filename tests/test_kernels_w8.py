@@ -490,7 +490,7 @@ def test_gemv_fine_candidates_cuda(fmt):
 
 
 def _sm90_last_line(code: str) -> str:
-    """The last line printed by ``code`` run in a process without TRITON_INTERPRET (the sm_90 compiles of .ci/
+    """The last line printed by ``code`` run in a process without TRITON_INTERPRET (the sm_90 compiles of tests/
     gemv_sass.py and sparse_sass.py need Triton's real compiler; ptxas comes with the wheel)."""
     import os
     import pathlib
@@ -500,7 +500,7 @@ def _sm90_last_line(code: str) -> str:
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
-    code = "import sys; sys.path[:0] = ['.ci', 'tests']\n" + code
+    code = "import sys; sys.path[:0] = ['tests']\n" + code
     run = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=600)
     if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
         pytest.skip("no ptxas in this Triton")
@@ -556,11 +556,11 @@ def test_sparse_decode_tiles_compile_for_sm90():
 
 
 def test_reduce_audit_flags_lanes_that_are_not_adjacent():
-    """.ci/reduce_audit.py's check on a TTGIR reduce (the twentieth session's wrong 16-row quad tile: a sum over
+    """tests/reduce_audit.py's check on a TTGIR reduce (the twentieth session's wrong 16-row quad tile: a sum over
     axis 1 whose lanes are bits 0 and 4, which Triton 3.6 shuffled as bits 0 and 1) and on a right one."""
     import sys
 
-    sys.path.insert(0, ".ci")
+    sys.path.insert(0, "tests")
     from reduce_audit import bad_reduces
     ir = ('#linear = #ttg.linear<{register = [[8, 0]], lane = [[0, 2], [1, 0], [2, 0], [4, 0], [0, 8]], warp = [], '
           'block = []}>\n#linear1 = #ttg.linear<{register = [], lane = [[0, 1], [0, 2], [1, 0], [2, 0], [4, 0]], '
@@ -574,7 +574,7 @@ def test_reduce_audit_flags_lanes_that_are_not_adjacent():
 
 def test_quad_tiles_reduce_on_adjacent_lanes_for_sm90():
     """Every M=1 "quad" tile on tiled meta read as contiguous runs (16 and 32 rows) compiles for sm_90 with no reduce
-    over non-adjacent lanes (Triton 3.6 gets those wrong: .ci/reduce_audit.py)."""
+    over non-adjacent lanes (Triton 3.6 gets those wrong: tests/reduce_audit.py)."""
     code = ("from sparse_sass import compile_sparse; from reduce_audit import bad_reduces\n"
             "from fused.kernels import sparse24_gemv as sg\nbad = []\n"
             "for bn in (16, 32):\n"

@@ -181,7 +181,7 @@ def test_split_gemm_compiles_for_sm90():
     root = pathlib.Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(root)
-    run = subprocess.run([sys.executable, ".ci/w8_gemm_sass.py", "split_gemm"], cwd=root, env=env,
+    run = subprocess.run([sys.executable, "tests/w8_gemm_sass.py", "split_gemm"], cwd=root, env=env,
                          capture_output=True, text=True, timeout=600)
     if run.returncode != 0 and "ptxas" in run.stderr and "not found" in run.stderr:
         pytest.skip("no ptxas in this Triton")

@@ -28,7 +28,7 @@ POS = torch.tensor([[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]])
 
 
 def coded(n, k, e):
-    """The probe matrix of .ci/cslt_layout.py: kept value j of row n = base-126 digit e of its index + 1
+    """The cuSPARSELt layout probe matrix: kept value j of row n = base-126 digit e of its index + 1
     (e < 3), group g's positions = base-6 digit e of its index."""
     vid = torch.arange(n * k // 2).reshape(n, k // 2)
     gid = torch.arange(n * k // 4).reshape(n, k // 4)

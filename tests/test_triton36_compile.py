@@ -1,6 +1,6 @@
 """The GPU kernels also compile for sm_90 under Triton 3.6, the version torch 2.11 ships (the H200 runs it; CI's
 torch 2.13 has 3.9), and none of them reduces over non-adjacent lanes (Triton 3.6 sums those wrong:
-.ci/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
+tests/reduce_audit.py). The interpreter cannot see either: in the nineteenth session a str default for a constexpr
 argument, which 3.9 accepts, left every M=16 2:4 decode tile failing to compile on the H200, and a 16-row "quad"
 tile summed rows into each other. sparse24_mma (2:4 decode on mma.sp) must compile with no layout conversion.
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not (T36 and pathlib.Path(T36, "triton").is_dir(
 
 CODE = """
 import sys
-sys.path[:0] = ['.ci', 'tests']
+sys.path[:0] = ['tests']
 import triton
 assert triton.__version__.startswith('3.6'), triton.__version__
 from reduce_audit import bad_reduces

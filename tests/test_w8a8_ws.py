@@ -399,12 +399,12 @@ def test_grouped_operands_get_clear_errors():
 
 
 def test_barrier_protocols_in_a_random_interleaving_model():
-    """The COOP stage ring and the groups-of-128 absmax trade (.ci/ring_model.py: one loader and two consumers, or two
+    """The COOP stage ring and the groups-of-128 absmax trade (tests/ring_model.py: one loader and two consumers, or two
     consumers trading per tile, their mbarrier steps interleaved at random) never deadlock and read only their own
     stage's / tile's values; one trade slot per consumer instead of two, or the wrong wait parity, would fail it."""
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[1] / ".ci" / "ring_model.py"
+    path = pathlib.Path(__file__).resolve().parents[1] / "tests" / "ring_model.py"
     src = path.read_text()
     exec(compile(src, str(path), "exec"), {})  # runs every check (about a second)
     with pytest.raises(AssertionError, match="read the value of tile"):  # one slot per consumer (no tile parity)
