@@ -1,73 +1,52 @@
-"""CPU kernels: pure torch / aten, no Triton. `fused.dispatch` decides which path runs; this file runs it.
+"""CPU kernels: pure torch / aten / fbgemm / oneDNN, no Triton. `fused.dispatch` decides which path runs (with
+`fused.cpu_routes` where `fused.cpu_isa` finds no VNNI); this file runs it.
 
 Paths (names as `dispatch.plan` and `explain` print them):
 
-  cpu:int8pack        int8 weight-only, bf16 activations, small M: ``torch._weight_int8pack_mm`` reads the
-                      int8 weight directly (AVX512/AVX2 kernel, dequantizes in registers), per-row scales
-                      in bf16.
-  cpu:int8_dequant_mm int8 weight-only otherwise: the weight is dequantized one N-tile (4 MiB) at a time
-                      into the compute dtype (one reused buffer) and multiplied with ``F.linear``; the
-                      scale goes on the output. The full-precision weight never exists at once.
-  cpu:split_int_mm    int8 weight-only, bf16 activations, M up to SPLIT_MAX_M where int8pack does not run: each
-                      token as two int8 planes (`lowbit.split_activation`, x ≈ s·(256·hi + lo), 15 bits per token),
-                      both planes stacked as rows of one ``torch._int_mm`` (the weight read once), combined in fp32
-                      (the GPU's W8A16 path at 17 <= M <= 1023 computes the same way).
-  cpu:int_mm          int8 W8A8: per-token int8 activations (`lowbit.quantize_activation`, as the
-                      reference), ``torch._int_mm`` (exact int32 accumulation), scales/bias/activation in fp32.
-  cpu:qlinear         int8 W8A8 as cpu:int_mm, on oneDNN's int8 matmul (``torch.ops.onednn.qlinear_pointwise``)
-                      with the weight reordered once into oneDNN's blocked layout (`packed_cached`: a copy kept
-                      beside the weight, opt-in; or `pack_weight`'s, the weight's only data: fused.pack_for_cpu);
-                      the activations go in as uint8 q + 128 with zero point 128, so the int32 sums are _int_mm's.
-  cpu:split_qlinear   int8 weight-only: cpu:split_int_mm's two planes on the reordered weight (both planes as rows
-                      of one call); bf16 activations, and on a packed weight any.
-  cpu:fp8_dequant_mm  float8 e4m3 (weight-only and W8A8): no CPU fp8 GEMM is fast (``torch._scaled_mm``
-                      on the CPU is ~100x slower than int8), so N-tiles of the fp8 weight are converted
-                      exactly to bf16 by integer bit arithmetic (3x faster than ``.to(bfloat16)``) and
-                      multiplied with ``F.linear``. Computed from the fp8 data on every call: no cached
-                      dequantized copy, so memory stays 1 byte/weight, at the cost of speed.
-  cpu:bf16_mm         bf16 weights (2:4 bf16 values, FusedBF16MLP): ``F.linear`` per N-tile.
-  cpu:s24+<path>      a 2:4 weight (values + 2-bit positions, sparsity.pack_24): each N-tile of rows is
-                      expanded exactly to its dense 8-/16-bit rows (sparsity.expand_24: integer shifts),
-                      then runs <path> above. The dense weight never exists at once (one tile, ~2M
-                      weights, plus its expansion temporaries), so a 2:4 layer keeps its 0.625 B/weight;
-                      the expansion costs ~0.2-0.3 ns per weight per call on a 2-core AVX512 x86 (7-10 ms
-                      for a TinyLlama MLP block): on the CPU 2:4 saves memory, not time.
+  cpu:int8pack        int8 weight-only with bf16 activations at small M (and int8 W8A8 at small M where _int_mm is
+                      slow: the int8 codes in bf16): ``torch._weight_int8pack_mm`` reads the int8 weight directly.
+  cpu:int8_dequant_mm int8 otherwise: the weight dequantized one N-tile (4 MiB) at a time into the compute dtype (one
+                      reused buffer) and multiplied with ``F.linear``; the scale goes on the output.
+  cpu:split_int_mm    int8 weight-only, bf16 activations: each token as two int8 planes (`lowbit.split_activation`,
+                      x ≈ s·(256·hi + lo), 15 bits), both as rows of one ``torch._int_mm``, combined in fp32.
+  cpu:int_mm          int8 W8A8: per-token int8 activations (as the reference), ``torch._int_mm`` (exact int32).
+  cpu:qlinear         int8 W8A8 as cpu:int_mm on oneDNN's int8 matmul with the weight reordered once
+                      (`cpu_weights.packed_cached` or `pack_weight`); activations as uint8 q + 128, zero point 128.
+                      Only where oneDNN's u8 sums are exact (VNNI / AMX).
+  cpu:split_qlinear   int8 weight-only: cpu:split_int_mm's two planes on the reordered weight.
+  cpu:fbgemm          int8 W8A8 / weight-only on fbgemm's packed weight, 7-bit planes (`fused.cpu_fbgemm`): x86
+  cpu:split_fbgemm    without VNNI, where oneDNN's u8 sums saturate.
+  cpu:fp8_dequant_mm  float8 e4m3: N-tiles converted exactly to bf16 by integer bit arithmetic, then ``F.linear``
+                      (no fast CPU fp8 GEMM exists); 1 byte/weight kept, speed paid on every call.
+  cpu:bf16_mm         bf16 weights (2:4 bf16 values): ``F.linear`` per N-tile.
+  cpu:s24+<path>      a 2:4 weight: each N-tile expanded exactly to dense 8-/16-bit rows (`sparsity.expand_24`), then
+                      <path>. The dense weight never exists at once, so 2:4 keeps its 0.625 B/weight; the expansion
+                      runs on every call: on the CPU 2:4 saves memory, not time.
 
-Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs); fp32 in fp32;
-fp16 is upcast to fp32 (exact) because the CPU has no fast fp16 GEMM here, and the output cast back. The fp32
-GEMMs (``F.linear`` above) run on oneDNN, not MKL (`_linear`). The split paths build their planes with
-`_split_planes` (the same numbers as `lowbit.split_activation`, cheaper).
+Compute dtype: bf16 activations compute in bf16 (fp32 accumulation inside the GEMMs; fp32 for the dequantized GEMMs
+where bf16 GEMMs are slow: `dequant_dtype`); fp32 in fp32; fp16 is upcast to fp32 (exact), the output cast back.
 
 Every path ends with the same epilogue, in place on one tile of output columns at a time while it is in cache
-(`_epilogue`): scales, + bias, activation, and for the gated op act(gate) * up (the gate and up tiles side by
-side). At large M the GEMMs run per tile of weight rows too (TILE_MIN_M). TinyLlama block at M=1024 on a 2-core
-AVX512 x86, whole-tensor epilogue -> tiles (one process, alternating, best ms): int8 W8A16 106.7 -> 92.9, int8
-W8A8 73.3 -> 55.2; M <= 256 within +-3% (small products stay whole: WHOLE_ELEMS).
+(`_epilogue`): scales, + bias, activation, and for the gated op act(gate) * up. At large M the GEMMs run per tile of
+weight rows too (TILE_MIN_M); small products stay whole (WHOLE_ELEMS).
 
-Pre-packing: ``_weight_int8pack_mm`` and ``_int_mm`` take the [N, K] int8 buffer as stored (no repack, no copy), but
-``_int_mm`` reorders it (and sums its columns for the zero-point compensation) inside every call. The qlinear paths
-reorder it once (`packed_cached`, ~2 ns per weight) and keep that copy: 1 byte per weight more, so an int8 layer on
-the CPU holds 2 B/weight (as bf16) for 1.5-7x the speed of _int_mm at 2 <= M <= 64. Opt-in (ONEDNN,
-FUSED_CPU_ONEDNN=1): by default int8 keeps 1 B/weight on the plain-weight kernels. Or, at 1 B/weight, the reordered
-weight instead of the plain one: `pack_weight` (fused.pack_for_cpu on a model). Derived data (that copy,
-int8pack's scales in bf16) is made once per tensor and invalidated when the buffer is modified in place
-(``load_state_dict``); its bytes are reported by `cached_bytes` and counted in `fused.explain`. Inference tensors
-(no version counter) and 2:4 tiles (expanded per call) get no oneDNN copy.
+Derived data (packed copies, int8pack's scales in bf16) lives in `fused.cpu_weights`, made once per tensor and remade
+when the buffer is modified in place; `cached_bytes` reports it and `fused.explain` counts it.
 
-Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.get_num_threads()
-(torch.set_num_threads) applies; nothing here starts threads of its own.
+Threads: every kernel here is an aten op parallelised with at::parallel_for, so torch.set_num_threads applies.
 """
 from __future__ import annotations
 
-import functools
 import os
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch.utils.weak import WeakIdKeyDictionary
 
 from fused import cpu_fbgemm, cpu_isa
+from fused.cpu_weights import (  # noqa: F401  (the CPU's weight store, used through fused.cpu)
+    ONEDNN_MAX_K, FbgemmWeight, _unit_bf16, cacheable, cached_bytes, cast_cached, clear_cache, fbgemm_cached,
+    fbgemm_here, onednn_ok, pack_weight, packed_cached, packed_only, unpack_weight)
 from lowbit import quantize_activation
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 from sparsity.packing import expand_24
@@ -78,127 +57,58 @@ DENSE_PATHS = ("cpu:int8pack", "cpu:split_int_mm", "cpu:split_qlinear", "cpu:int
 PATHS = DENSE_PATHS + tuple("cpu:s24+" + p.removeprefix("cpu:") for p in DENSE_PATHS
                             if "qlinear" not in p and "fbgemm" not in p)
 
-# torch._weight_int8pack_mm's vectorised kernel works on blocks of 4 rows of x and re-dequantizes the
-# weight block for each, so its cost grows by a pass over the weight per 4 rows; the tiled dequantize +
-# GEMM path costs one conversion of the weight plus a GEMM. TinyLlama block (d 2048, h 5632), 2-core
-# AVX512 x86, 2 threads, ms (int8pack / tiled): M=4 2.5/4.9, M=8 5.0/6.9, M=12 7.0/7.6, M=16 9.5/8.4;
-# examples/cpu_edge_bench.py times the whole block. Thirty-ninth session, the split planes through int16
-# (`_split_planes`): the block, one process, int8pack / cpu:split_int_mm, ms: M=8 4.73-4.85 / 4.97-5.09, 9 6.66 / 5.08,
-# 10 6.57 / 5.36, 12 6.75-6.81 / 5.79-5.80, so int8pack now stops at 8 (its third 4-row pass starts at 9).
+# Thresholds of the VNNI routes (`dispatch._plan_cpu`), measured on a 2-core AVX512-VNNI x86, 2 threads, TinyLlama
+# block (d 2048, h 5632) unless named; docs/design.md says why each exists.
+#
+# torch._weight_int8pack_mm re-dequantizes the weight per block of 4 rows of x, so its cost grows by a weight pass
+# per 4 rows: up to M=8 it beats two int8 planes on _int_mm (ms, int8pack / planes: M=8 4.8 / 5.0, 9 6.7 / 5.1).
 INT8PACK_MAX_M = 8
-# ... unless the weight stays in this host's L2 (2 x 1 MiB): then the extra passes are cheap and int8pack wins up to
-# INT8PACK_CACHED_MAX_M. The demo model's blocks (d 512, h 1408: 1.4 / 0.7 MB per layer), one process, ms,
-# cpu:split_int_mm / int8pack: M=8 3.86 / 2.14, 16 4.48 / 3.40, 24 5.30 / 4.66, 32 7.37 / 6.32, 48 10.07 / 8.74; at
-# d 1024 (5.8 / 2.9 MB) int8pack loses from M=16 (9.99 / 12.35), as on TinyLlama's 23 / 11.5 MB.
+# ... a weight that stays in this host's L2 (2 x 1 MiB) makes the extra passes cheap: int8pack to M=16 (d 512 block,
+# M=16 3.40 / 4.48 ms); past it such a weight takes one bf16 GEMM on its dequantized copy
 INT8PACK_CACHED_BYTES = 2 << 20
-# ... and past it such a weight takes cpu:int8_dequant_mm, not two int8 planes (fortieth session, the same machine,
-# one layer alone, median ms, int8pack / dequant + bf16 GEMM / split planes: [2816, 512] gated M=16 0.368 / 0.366 /
-# 0.373, 24 0.523 / 0.401 / 0.454, 48 1.021 / 0.621 / 0.704; [512, 1408] M=24 0.238 / 0.217 / 0.310, 48 0.457 /
-# 0.296 / 0.422; [1024, 2048] M=16 0.441 / 0.426 / 0.555, 48 1.306 / 0.735 / 0.904; a whole d 512 block:
-# examples/results/cpu/int8pack_rule_2026-12-05.md): int8pack's time grows with M as a compute loop, and the planes'
-# two int8 products cost more than one bf16 GEMM on a weight in cache. From 4 MB ([4096, 1024] gated: 12 <= M <= 32
-# 0.655-1.177 against 0.718-1.249 for the next best) the planes win again, as on TinyLlama.
 INT8PACK_CACHED_MAX_M = 16
-# ... and a weight of at least INT8PACK_LARGE_BYTES stops at INT8PACK_LARGE_MAX_M, int8pack's first 4-row pass: since
-# the planes' _int_mm takes such a weight as its first operand (INT_MM_SWAP), or even without that on wide K, the
-# planes win from M=5 (forty-third session, blocks, one process, ms, int8pack to 8 / to 1 (the planes) / bf16 eager:
-# TinyLlama (23 / 11.5 MB) M=4 2.54 / 3.59 / 3.21, 5 4.17 / 3.91 / 3.45, 6 4.20 / 3.89 / 3.51, 8 4.77 / 3.94 / 3.72;
-# d 1536 h 8960 (27.5 / 13.8 MB, no K a multiple of 1024) M=4 3.09 / 3.62, 5 5.36 / 3.87, 8 6.39 / 4.56 / 4.60; but
-# d 1024 h 2816 (5.8 / 2.9 MB) M=5 1.03 / 1.11, 8 1.04 / 1.17: int8pack to 8 there).
+# ... a weight of 8 MiB or more stops at int8pack's first 4-row pass: the planes win from M=5 (M=5 3.91 / 4.17 ms)
 INT8PACK_LARGE_BYTES = 8 << 20
 INT8PACK_LARGE_MAX_M = 4
-# Weight-only int8 with bf16 activations above INT8PACK_MAX_M (or where int8pack cannot run) up to SPLIT_MAX_M:
-# split activations on the int8 GEMM (cpu:split_int_mm) instead of the per-tile dequantize + bf16 GEMM. TinyLlama
-# block (FusedInt8MLP), 2-core AVX512 x86, 2 threads, one process, the two paths alternated 4 times, best ms
-# (twenty-sixth session), dequant -> split (bf16 eager): M=16 5.56 -> 3.87 (3.68), 24 6.55 -> 4.88 (4.43), 32 7.28
-# -> 5.61 (5.06), 48 8.89 -> 7.77 (6.19), 64 8.55 -> 9.60 (6.74). Two planes double the int8 GEMM's work, so past
-# M≈56 the dequantized bf16 GEMM wins. `FUSED_CPU_SPLIT_MAX_M=0`: off.
+# bf16 weight-only above int8pack's M and up to here: two int8 planes on _int_mm (cpu:split_int_mm); past M≈56 their
+# doubled int8 work loses to one bf16 GEMM on the dequantized tile (M=32 5.61 / 7.28 ms, 64 9.60 / 8.55)
 SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
-# oneDNN's int8 matmul on the weight reordered once (cpu:qlinear, cpu:split_qlinear) instead of torch._int_mm, which
-# reorders the plain weight on every call. TinyLlama gate/up (11264 x 2048), 2-core AVX512-VNNI x86, 2 threads, ms,
-# _int_mm / kept oneDNN copy, int32 sums bit-equal: M=1 0.28 / 0.26, 4 2.25 / 0.31, 16 2.88 / 0.96, 32 3.66 / 1.76,
-# 64 5.27 / 3.46, 128 8.54 / 6.84; bf16 F.linear 2.49 / 2.10 / 3.38 / 5.11 / 8.36 / 15.03 (M=1 / 4 / 16 / 32 / 64 /
-# 128; int8pack 0.60 at M=1, 5.94 at 16; one layer alone, so its weight partly in the 32 MiB L3). x86 only (the one
-# kind of CPU it is measured on).
-# Opt-in (FUSED_CPU_ONEDNN=1, or fused.cpu.ONEDNN = True at run time) because of the memory: the kept copy makes an
-# int8 layer 2 B/weight on the CPU, as much as bf16, and the default keeps int8's 1 B/weight.
+# oneDNN's int8 matmul on a weight reordered once (cpu:qlinear, cpu:split_qlinear) instead of _int_mm, which reorders
+# the plain weight on every call (gate/up at M=16: 2.88 ms _int_mm, 0.96 oneDNN). Opt-in (FUSED_CPU_ONEDNN=1 or
+# fused.cpu.ONEDNN = True) because the kept copy makes an int8 layer 2 B/weight; fused.pack_for_cpu keeps 1 B/weight.
+# On CPUs without VNNI the same switch keeps fbgemm's packed copy (`fused.cpu_routes`).
 ONEDNN = os.environ.get("FUSED_CPU_ONEDNN", "0") == "1"
-# ... from this M: at M=1 the plain-weight kernels are as fast (TinyLlama block, same process, ms, int8pack / split
-# on the kept copy 1.72 / 1.64, _int_mm / qlinear 1.34 / 1.37; at M=2 W8A8 3.33 / 1.41), so decode alone makes no copy
+# ... from M=2: at M=1 the plain-weight kernels are as fast, so decode alone makes no copy
 ONEDNN_MIN_M = 2
-# ... and only for a weight of at least this many bytes (fused.pack_for_cpu leaves smaller ones plain too): oneDNN's
-# int8 matmul costs ~20 µs per call before any work here (a 64 x 64 weight at M=1: 20.4 µs, _int_mm 2.5), and a weight
-# that stays in L2 makes _int_mm's per-call reorder cheap. One gated layer, 2 threads, µs, plain / oneDNN copy (W8A8
-# _int_mm / qlinear; W8A16 its default path / split_qlinear), forty-third session: [2816, 512] (1.4 MiB) M=1 87 / 155,
-# 2 122 / 160, 16 203 / 229, 64 537 / 534, 256 1938 / 1886; W8A16 64 / 218 at M=1, 366 / 354 at 16, 801 / 849 at 64;
-# [512, 1408] linear M=24 199 / 248, 256 950 / 1130; [4096, 512] (2 MiB) M=24 406 / 356, 256 3204 / 2060, W8A16 M=24
-# 668 / 559; [5632, 1024] M=1 126 / 199, 2 333 / 206, 16 553 / 415. Blocks of the demo's size (d 512) were slower
-# packed at every M (W8A8 M=1 / 16 / 64 0.348 / 0.459 / 0.790 ms against 0.216 / 0.412 / 0.736).
+# ... for weights of 2 MiB or more: oneDNN's int8 matmul costs ~20 µs per call before any work, and _int_mm's
+# per-call reorder of a weight in L2 is cheap (d 512 blocks were slower packed at every M)
 ONEDNN_MIN_BYTES = 2 << 20
-# ... except for W8A8 where K is a multiple of this (and at least twice it): _int_mm's per-call reorder reads such a
-# weight in power-of-two strides, which collide in the caches. Raw ops at M = 2 / 16, µs, _int_mm / qlinear: [768,
-# 2048] 158 / 41, 203 / 91; [512, 4096] 404 / 47; [512, 3072] 79 / 41; against [768, 2304] 42 / 40, [640, 2560] 45 / 42,
-# [2816, 512] 115 / 152 (forty-third session). W8A16 keeps the size rule: its small-M path (int8pack) does no reorder.
+# ... and for W8A8 weights whose K is a multiple of this (at least twice it) at any size: _int_mm's reorder reads such
+# a weight in power-of-two strides, which collide in the caches ([512, 4096] at M=2: 404 µs _int_mm, 47 oneDNN)
 ONEDNN_POW2_K = 1024
-# Up to this M, W8A16 with bf16 activations runs cpu:split_qlinear (2M rows of 8-bit work); above, as before.
+# up to this M, W8A16 with bf16 activations on a reordered weight runs cpu:split_qlinear
 SPLIT_QLINEAR_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_QLINEAR_MAX_M", "128"))
-# oneDNN sums u8 * s8 products (u = q + 128 <= 255) in int32 before subtracting the zero point's share: exact while
-# 255 * 127 * K < 2^31
-ONEDNN_MAX_K = (2**31 - 1) // (255 * 127)
-# torch._int_mm reorders its second operand into oneDNN's layout on every call. Given the plain [N, K] weight there, a K
-# that is a multiple of ONEDNN_POW2_K (at least twice it) makes that reorder read in power-of-two strides, which collide
-# in the caches; as the first operand the weight is read as stored and the few token rows are reordered instead:
-# y = (W · qᵀ)ᵀ, the same int32 sums. Its kernel runs row counts that are multiples of 8 fastest (12 rows as slow as
-# 32), so the token rows are padded with zero rows to one. Raw op, TinyLlama gate/up [11264, 2048], 2 threads, µs, rows:
-# plain / swapped (unpadded): 2 2188 / 1455, 4 2356 / 1343, 8 2616 / 1301, 12 2658 / 2147, 16 2854 / 1275, 32 3677 /
-# 2226, 64 5344 / 4073, 128 8541 / 7526, 256 25198 / 14524; [768, 2048] 16 204 / 91; but [2048, 5632] 4 319 / 585, 16
-# 642 / 604 and [5632, 1024] 4 270 / 303: other K keep the plain order (forty-third session). Off:
-# FUSED_CPU_INT_MM_SWAP=0. Up to INT_MM_SWAP_MAX_ROWS token rows: the TinyLlama W8A8 block, plain / swapped, ms, M=256
-# 35.3 / 31.1, 300 30.5 / 31.2, 1024 (per weight tile) 118.1 / 126.3.
+# _int_mm with the weight as its first operand where K is a power-of-two multiple (`pow2_k`): the weight is read as
+# stored and the few token rows reordered instead, y = (W · qᵀ)ᵀ with the same int32 sums, rows padded to a multiple
+# of 8 (gate/up at 16 rows: 2854 µs plain, 1275 swapped); up to INT_MM_SWAP_MAX_ROWS rows
 INT_MM_SWAP = os.environ.get("FUSED_CPU_INT_MM_SWAP", "1") != "0"
 INT_MM_SWAP_MAX_ROWS = 256
-# From this many rows the int8 GEMMs (cpu:int_mm, cpu:split_int_mm) run per tile of weight rows, each tile's scales,
-# bias and activation applied while it is in cache; below, one GEMM over every column (see `_columns`).
+# from this many rows the int8 GEMMs run per tile of weight rows, each tile's epilogue applied while in cache
 TILE_MIN_M = 512
-# Output elements per epilogue tile where the product exists whole (few rows): a few large tiles, since each torch
-# op costs ~5 µs of host time here (M=1, 1024-column tiles: int8 W8A8 block 0.73 -> 1.1 ms).
+# output elements per epilogue tile where the product exists whole: few large tiles (each torch op costs ~5 µs here)
 EPILOGUE_ELEMS = 1 << 18
-# Products of at most this many elements are computed whole and finished in place (as before the tiles): below
-# it the tiles' extra torch ops cost more host time than the cache saves (M=1 int8 W8A8 block 0.38 -> 0.42 ms).
+# products of at most this many elements are computed whole and finished in place
 WHOLE_ELEMS = 1 << 20
-# The bf16 AVX512 kernel loads 16 bf16 values of x (and 16 int8 weights) per step with aligned loads and
-# no tail handling: K % 16 != 0 reads past the row (garbage or segfault, torch 2.13), as does an x or
-# weight whose data pointer is not 32-byte aligned.
+# int8pack's bf16 kernel loads 16 values per step with aligned loads and no tail: K % 16 != 0, or an x or weight not
+# 32-byte aligned, reads past the row (garbage or a segfault, torch 2.13)
 INT8PACK_K_MULTIPLE = 16
 _ALIGN = 64
-# Bytes of one dequantized weight tile: the temporary memory of the tiled paths. Larger tiles make
-# fewer, larger GEMMs: TinyLlama block at M=64, 2 threads: 1 MiB 17.5 ms, 4 MiB 14.4 ms, 16 MiB 14.8 ms.
+# bytes of one dequantized weight tile, the tiled paths' temporary (M=64: 1 MiB 17.5 ms, 4 MiB 14.4, 16 MiB 14.8)
 TILE_BYTES = 4 << 20
-
-# Elements of x per pass of `_split_planes` (its fp32 temporary, 1 MiB, stays in this host's 1 MiB L2 per core). bf16
-# x, uint8 planes, 2 threads, best of 18+ calls, ms, lowbit.split_activation + torch.cat + xor / chunks of 128K / 256K
-# / 512K / the whole x: 608 x 1536 6.86 / 0.76 / 0.57 / 2.08 / 3.64; 128 x 5632 5.17 / 0.59 / 0.44 / 0.40 / 2.83;
-# 1024 x 5632 50.9 / 4.8 / 3.7 / 3.1 / 24.1 (one chunk up to 16 x 2048: 0.18 / 0.10)
+# elements of x per pass of `_split_planes`: its fp32 temporary (1 MiB) stays in L2
 PLANE_CHUNK = 1 << 18
-
-# Weights per tile of the 2:4 expansion, whatever the compute dtype: TinyLlama gate/up (11264 x 2048), int8,
-# 2 threads, ms per expanded weight: 128 rows 11.4, 512 5.3, 1024 4.2, 2048 6.3 (temporaries past L2/L3).
+# weights per tile of the 2:4 expansion (gate/up, ns per weight: 128 rows 11.4, 1024 rows 4.2, 2048 rows 6.3)
 EXPAND_TILE_WEIGHTS = 2 << 20
-
-# tensor -> (version, {dtype: cast copy})
-_cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# int8 weight -> (version, oneDNN's reordered copy, unit scales, zero points)
-_packed: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# int8 weight -> (version, fbgemm's packed copy)
-_fbgemm: WeakIdKeyDictionary = WeakIdKeyDictionary()
-# pack_weight's stand-in -> (oneDNN's copy, unit scales, zero points) or FbgemmWeight: the weight's only data
-# (clear_cache keeps it)
-_only: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-class FbgemmWeight(NamedTuple):
-    """fbgemm's packed copy of an int8 weight (cpu_isa.fbgemm_prepack), as a `pack_weight` stand-in's data."""
-    packed: object
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -243,54 +153,6 @@ def int8pack_ok(k: int, qweight: torch.Tensor | None = None) -> bool:
     return k % INT8PACK_K_MULTIPLE == 0 and (qweight is None or aligned(qweight))
 
 
-def cast_cached(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
-    """``t.to(dtype)``, computed once per (tensor, dtype) and reused until ``t`` is modified in place."""
-    if t is None or t.dtype == dtype:
-        return t
-    if type(t) is not torch.Tensor or t.is_inference():
-        # fake/functional tensors while tracing, or inference tensors (no version counter): no cache
-        return t.to(dtype)
-    entry = _cache.get(t)
-    if entry is None or entry[0] != t._version:
-        entry = (t._version, {})
-        _cache[t] = entry
-    out = entry[1].get(dtype)
-    if out is None:
-        out = entry[1][dtype] = t.to(dtype).contiguous()
-    return out
-
-
-def cacheable(t: torch.Tensor | None) -> bool:
-    """Whether a copy derived from ``t`` can be kept and invalidated with it: a plain tensor with a version counter
-    (not an inference tensor, not a fake or functional one while tracing)."""
-    return type(t) is torch.Tensor and not t.is_inference()
-
-
-def onednn_ok() -> bool:
-    """oneDNN's int8 matmul ops are in this torch build, the CPU is x86 (where they are measured), and their u8·s8
-    sums are exact here (not on x86 without VNNI: `cpu_isa.onednn_u8_exact`)."""
-    return cpu_isa.onednn_u8_exact()
-
-
-def fbgemm_here() -> bool:
-    """Whether the int8 CPU paths run on fbgemm here (`cpu_isa.int8_backend`)."""
-    return cpu_isa.int8_backend() == "fbgemm"
-
-
-def fbgemm_cached(w: torch.Tensor):
-    """fbgemm's packed copy of the int8 [N, K] weight, made once per tensor and remade after it is modified in place;
-    a `pack_weight` stand-in's own copy."""
-    only = _only.get(w) if type(w) is torch.Tensor else None
-    if only is not None:
-        if not isinstance(only, FbgemmWeight):
-            raise RuntimeError("this weight is packed for oneDNN, not fbgemm")
-        return only.packed
-    entry = _fbgemm.get(w)
-    if entry is None or entry[0] != w._version:
-        entry = _fbgemm[w] = (w._version, cpu_isa.fbgemm_prepack(w))
-    return entry[1]
-
-
 def onednn_pays(n: int | None, k: int | None, dynamic: bool = True) -> bool:
     """Whether oneDNN's int8 matmul on a reordered [n, k] int8 weight pays here, for W8A8 (``dynamic``) or W8A16
     (ONEDNN_MIN_BYTES, ONEDNN_POW2_K; size unknown: yes)."""
@@ -315,94 +177,6 @@ def onednn_route(k: int | None, weight_cacheable: bool = True, n: int | None = N
     if k is not None and k > ONEDNN_MAX_K:
         return f"K={k} > {ONEDNN_MAX_K}: oneDNN's uint8 sums could overflow int32"
     return None
-
-
-def pack_weight(w: torch.Tensor) -> torch.Tensor:
-    """oneDNN's reordered copy of the int8 [N, K] CPU weight ``w``, kept, and a stand-in for ``w`` in its place: an
-    [N, K] int8 tensor with one byte of storage (expanded), so the layer holds 1 B/weight (the copy) instead of 2.
-    The qlinear paths run on the copy at every M; other paths get the plain weight rebuilt for the call
-    (`unpack_weight`). `fused.pack_for_cpu` swaps it into a model's layers; their state_dict, load_state_dict and
-    device moves go through the plain weight."""
-    if w.dtype != torch.int8 or w.dim() != 2 or w.device.type != "cpu":
-        raise ValueError(f"pack_weight takes an int8 [N, K] CPU tensor, got {w.dtype} {tuple(w.shape)} on {w.device}")
-    if fbgemm_here():  # x86 without VNNI: fbgemm's copy, run on 7-bit planes (fused.cpu_fbgemm)
-        data = FbgemmWeight(cpu_isa.fbgemm_prepack(w))
-    else:
-        if not onednn_ok():
-            raise RuntimeError(f"cannot pack int8 weights on this CPU: no exact int8 GEMM with a packed weight here "
-                               f"({cpu_isa.summary()})")
-        if w.shape[1] > ONEDNN_MAX_K:
-            raise RuntimeError(f"cannot pack for oneDNN: K={w.shape[1]} > {ONEDNN_MAX_K} (its uint8 sums could "
-                               "overflow int32)")
-        data = _reorder(w)
-    stand_in = torch.full((), -128, dtype=torch.int8).expand(w.shape)  # -128: never a quantized weight value
-    _only[stand_in] = data
-    return stand_in
-
-
-def _reorder(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N])."""
-    return (torch.ops.onednn.qlinear_prepack(w.contiguous(), None), *_unit_params(w.shape[0]))
-
-
-@functools.lru_cache(maxsize=64)
-def _unit_params(N: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Unit weight scales and zero points [N] for qlinear_pointwise (read only), shared by the layers of one width."""
-    return torch.ones(N), torch.zeros(N, dtype=torch.int64)
-
-
-@functools.lru_cache(maxsize=64)
-def _unit_bf16(N: int) -> torch.Tensor:
-    """Unit bf16 scales [N] for _weight_int8pack_mm (read only)."""
-    return torch.ones(N, dtype=torch.bfloat16)
-
-
-def packed_only(w) -> bool:
-    """Whether ``w`` is a stand-in from `pack_weight` (its data lives only in oneDNN's copy)."""
-    return type(w) is torch.Tensor and w in _only
-
-
-def unpack_weight(w: torch.Tensor) -> torch.Tensor:
-    """The plain int8 [N, K] weight of a `pack_weight` stand-in (a new tensor), or ``w`` itself."""
-    if not packed_only(w):
-        return w
-    data = _only[w]
-    if isinstance(data, FbgemmWeight):
-        return cpu_isa.fbgemm_unpack(data.packed)
-    return data[0].to_dense().t().contiguous()
-
-
-def packed_cached(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(oneDNN's reordered copy of the int8 [N, K] weight, unit weight scales [N], zero points [N]), made once per
-    tensor and remade after it is modified in place; a `pack_weight` stand-in's own copy."""
-    if packed_only(w):
-        if isinstance(_only[w], FbgemmWeight):
-            raise RuntimeError("this weight is packed for fbgemm, not oneDNN")
-        return _only[w]
-    entry = _packed.get(w)
-    if entry is None or entry[0] != w._version:
-        entry = _packed[w] = (w._version, *_reorder(w))
-    return entry[1:]
-
-
-def cached_bytes(*tensors: torch.Tensor | None) -> int:
-    """Bytes held in the CPU caches for these tensors (what `explain` adds to a module's bytes): cast copies, and
-    oneDNN's reordered weights, kept beside a weight or a `pack_weight` stand-in's (1 byte per weight)."""
-    total = 0
-    for t in tensors:
-        entry = _cache.get(t) if t is not None else None
-        if entry is not None and entry[0] == t._version:
-            total += sum(c.numel() * c.element_size() for c in entry[1].values())
-        kept = [] if t is None else [d.get(t) for d in (_packed, _fbgemm)]
-        if any(e is not None and e[0] == t._version for e in kept) or packed_only(t):
-            total += t.numel()  # the packed copy (oneDNN's unit scales and zero points are shared by a width's layers)
-    return total
-
-
-def clear_cache() -> None:
-    _cache.clear()
-    _packed.clear()
-    _fbgemm.clear()
 
 
 # ----------------------------------------------------------------------------------------------- kernels
@@ -791,43 +565,3 @@ def run_pair(path: str, x: torch.Tensor, wg, sg, bg, wu, su, bu, act: str, dynam
             return gcols(i, j) if i < H else ucols(i - H, j - H)
         y = _epilogue((None, cols, rows), H, True, bg, bu, act, x.dtype)
     return y.reshape(*x.shape[:-1], H)
-
-
-# ------------------------------------------------------------------------------------ narrow MLP (fused.narrow)
-
-# packed weights -> (weights version, params, params version, dims, [(W fp32 [N, K], b fp32 [N])])
-_narrow_cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
-
-
-def _narrow_layers(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """The dequantized fp32 layers of a packed narrow MLP, unpacked once and reused until either buffer is
-    modified in place (at most 8 x 128 x 128 x 4 B = 512 KiB; `narrow_cached_bytes`)."""
-    from fused.narrow import unpack_narrow  # (fused.narrow imports fused.dispatch, which imports this module)
-
-    if type(weights) is not torch.Tensor or weights.is_inference() or params.is_inference():
-        return unpack_narrow(weights, params, dims)
-    stamp = (weights._version, params._version, tuple(dims))
-    entry = _narrow_cache.get(weights)
-    if entry is None or entry[0] is not params or entry[1] != stamp:
-        layers = [(w.contiguous(), b.contiguous()) for w, b in unpack_narrow(weights, params, dims)]
-        entry = _narrow_cache[weights] = (params, stamp, layers)
-    return entry[2]
-
-
-def narrow_cached_bytes(weights: torch.Tensor) -> int:
-    """Bytes of the fp32 layers cached for these packed narrow weights (what `explain` adds)."""
-    entry = _narrow_cache.get(weights)
-    return 0 if entry is None else sum(w.numel() * 4 + b.numel() * 4 for w, b in entry[2])
-
-
-def narrow_mlp(x: torch.Tensor, weights, params, dims, acts) -> torch.Tensor:
-    """A whole narrow MLP ("cpu:narrow_addmm"): per layer one fp32 GEMM with the bias added inside (`_linear`: oneDNN
-    with the activation as a post-op, or F.linear and the activation in place), in fp32 like the reference
-    (fused.reference.narrow_mlp_ref), on the cached fp32 layers; the output in x's dtype."""
-    if torch.is_autocast_enabled("cpu"):
-        with torch.autocast("cpu", enabled=False):  # fp32 whatever the caller's autocast, as the reference
-            return narrow_mlp(x, weights, params, dims, acts)
-    h = x.reshape(-1, dims[0]).float()
-    for (w, b), act in zip(_narrow_layers(weights, params, dims), acts):
-        h = _linear(h, w, b, act)
-    return h.to(x.dtype).reshape(*x.shape[:-1], dims[-1])

@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 import torch
 
-from fused import cpu, cpu_routes, reference
+from fused import cpu, cpu_narrow, cpu_routes, reference
 from fused import kernels as _kernels_pkg
 from fused.kernels import launch
 from fused.kernels.tuning import m_bucket
@@ -2044,7 +2044,7 @@ def narrow_mlp(x, weights, params, dims, acts):
     path, why = plan(op, fmt, False, x.device)
     stats[(op, path)] += 1
     if path == "cpu:narrow_addmm":
-        return cpu.narrow_mlp(x, weights, params, dims, acts)
+        return cpu_narrow.narrow_mlp(x, weights, params, dims, acts)
     if path == "reference":
         if _kernels_pkg.strict() and x.device.type == "cuda":
             raise RuntimeError(f"fused strict mode: {why}")

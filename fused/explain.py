@@ -7,7 +7,7 @@ import warnings
 import torch
 from torch import nn
 
-from fused import cpu, cpu_isa, dispatch
+from fused import cpu, cpu_isa, cpu_narrow, dispatch
 from fused.kernels import tuning
 from fused.modules import FusedGatedLinear, FusedLinear, FusedGatedMLP, FusedMLP
 from fused.narrow import FusedNarrowMLP
@@ -70,7 +70,7 @@ def explain(model: nn.Module, device: torch.device | str | None = None, print_ta
             # the 2:4 cuSPARSELt route's compressed weight, the CPU path's fp32 layers of a narrow MLP
             "bytes_after": mod.weight_bytes() + (cpu.cached_bytes(mod.qweight, mod.scale, mod.bias) if dense
                                                  else dispatch.cslt_cached_bytes(mod.values) if hasattr(mod, "values")
-                                                 else cpu.narrow_cached_bytes(mod.weights)),
+                                                 else cpu_narrow.narrow_cached_bytes(mod.weights)),
         })
     if not rows:
         warnings.warn(f"fused.explain: {type(model).__name__} holds no converted module", stacklevel=2)
