@@ -25,7 +25,7 @@ def _cmd_demo(args) -> int:
         if importlib.util.find_spec("matplotlib") is None:
             print("no plot: matplotlib is not installed (pip install 'fusedmlp[tools]')")
             return 0
-        from fused.sweep import plot_pareto
+        from fused.plots import plot_pareto
 
         ref = rows[0]  # the unconverted bf16 model: error 0, drawn as a line
         points = [{"label": r["config"], "ms": r["ms"], "error": 10 ** (-r["sqnr_db"] / 20), "mib": r["weight_MiB"]}

@@ -72,7 +72,7 @@ INT8PACK_LARGE_BYTES = 8 << 20
 INT8PACK_LARGE_MAX_M = 4
 # bf16 weight-only above int8pack's M and up to here: two int8 planes on _int_mm (cpu:split_int_mm); past M≈56 their
 # doubled int8 work loses to one bf16 GEMM on the dequantized tile (M=32 5.61 / 7.28 ms, 64 9.60 / 8.55)
-SPLIT_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_MAX_M", "48"))
+SPLIT_MAX_M = 48
 # oneDNN's int8 matmul on a weight reordered once (cpu:qlinear, cpu:split_qlinear) instead of _int_mm, which reorders
 # the plain weight on every call (gate/up at M=16: 2.88 ms _int_mm, 0.96 oneDNN). Opt-in (FUSED_CPU_ONEDNN=1 or
 # fused.cpu.ONEDNN = True) because the kept copy makes an int8 layer 2 B/weight; fused.pack_for_cpu keeps 1 B/weight.
@@ -87,11 +87,11 @@ ONEDNN_MIN_BYTES = 2 << 20
 # a weight in power-of-two strides, which collide in the caches ([512, 4096] at M=2: 404 µs _int_mm, 47 oneDNN)
 ONEDNN_POW2_K = 1024
 # up to this M, W8A16 with bf16 activations on a reordered weight runs cpu:split_qlinear
-SPLIT_QLINEAR_MAX_M = int(os.environ.get("FUSED_CPU_SPLIT_QLINEAR_MAX_M", "128"))
+SPLIT_QLINEAR_MAX_M = 128
 # _int_mm with the weight as its first operand where K is a power-of-two multiple (`pow2_k`): the weight is read as
 # stored and the few token rows reordered instead, y = (W · qᵀ)ᵀ with the same int32 sums, rows padded to a multiple
 # of 8 (gate/up at 16 rows: 2854 µs plain, 1275 swapped); up to INT_MM_SWAP_MAX_ROWS rows
-INT_MM_SWAP = os.environ.get("FUSED_CPU_INT_MM_SWAP", "1") != "0"
+INT_MM_SWAP = True
 INT_MM_SWAP_MAX_ROWS = 256
 # from this many rows the int8 GEMMs run per tile of weight rows, each tile's epilogue applied while in cache
 TILE_MIN_M = 512

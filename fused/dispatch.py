@@ -17,7 +17,7 @@ the packed kernels, by M like the dense ops
   * M <= 16 -> split-K sparse GEMV (sparse24_gemv), weight-only (also for W8A8 configs)
   * M > 16  -> tiled sparse kernel (sparse24_linear), weight-only or dynamic W8A8 for 8-bit values
 or unpack24 to a transient dense copy + the dense path above, or cuSPARSELt's 2:4 tensor cores on a kept
-compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (M <= 16, int8; FUSED_S24_MMA=0:
+compressed copy (_cslt: 8-bit operands, W8A16 as split planes) + scale_epilogue, or (M <= 16, int8; sparse24_mma.MMA = False:
 off) sparse24_mma on the same buffer (mma.sp; W8A16 after act_split, W8A8 after act_quant), whichever is faster.
 "narrow_mlp" (a whole narrow MLP, fused.narrow) runs every layer in one Triton launch on CUDA at any M.
 "sparse24_mlp_block" / "mlp_block" with both layers W8A8, above M=16: the first layer hands h to the second
@@ -74,8 +74,8 @@ def force_path(path: str | None):
 # At M <= GEMV_MAX_M the weight-only split-K GEMV runs (dense: w8a16_gemv, 2:4: sparse24_gemv), also for
 # W8A8 configs: decode is bound by the weight bytes, and skipping the activation quantization is faster
 # and no less accurate.
-GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 64)
-# FUSED_GEMV_MAX_M=32 or 64 (opt-in, measured and slower): the dense GEMV up to that M, with 32- / 64-row tiles (split
+GEMV_MAX_M = 16
+# dispatch.GEMV_MAX_M = 32 or 64 (opt-in, measured and slower): the dense GEMV up to that M, with 32- / 64-row tiles (split
 # activations then start above it), meant for the step at M=17, where the tiled GEMM takes over (+16% for +6% of
 # the rows). Predicted 67-72 µs at M=17..32 (the weight is still read once); measured on the H200 (2026-12-01,
 # twelfth session, `bash .ci/h200_next.sh gemv32`, Llama block, graph µs, bound 16 -> 64): int8 W8A16 M=17 77.5 ->
@@ -83,10 +83,10 @@ GEMV_MAX_M = min(int(os.environ.get("FUSED_GEMV_MAX_M", "16")), 64)
 # 69.5 -> 87.6. The GEMV's FMA work grows with the rows (gate/up 61 µs and down 31 at 32 rows, against ~41 and 25
 # at 16): past 16 rows it is no longer bound by the weight stream. The 2:4 decode kernel stays at M <= 16.
 SPARSE_GEMV_MAX_M = 16
-# The same bound for dense W8A8 configs (FUSED_A8_GEMV_MAX_M=0: act_quant + the tiled W8A8 GEMM from M=1,
+# The same bound for dense W8A8 configs (dispatch.A8_GEMV_MAX_M = 0: act_quant + the tiled W8A8 GEMM from M=1,
 # whose weights go through cp.async into int8/fp8 MMAs, ~0.8 SASS instructions per weight byte vs the
 # GEMV's ~6; to be measured on the H200).
-A8_GEMV_MAX_M = int(os.environ.get("FUSED_A8_GEMV_MAX_M", GEMV_MAX_M))
+A8_GEMV_MAX_M = GEMV_MAX_M
 # W8A8 tiled GEMM at M <= QX_MAX_M (reached when A8_GEMV_MAX_M is lowered): the per-token quantization runs
 # inside the GEMM (w8_gemm quantize_x, bit-identical to act_quant + GEMM): one launch per layer.
 QX_MAX_M = 16
@@ -106,37 +106,37 @@ SPARSE_OPS = ("sparse24_linear", "sparse24_gated")
 # 178 vs 66 µs at M=1, every program re-reading its rows over the whole K for the token's scale). From M=17 since
 # the thirteenth session (`bash .ci/h200_next.sh thirteenth1`, same day, graph µs, split from 33 -> from 17): int8
 # W8A16 M=17 77.7 -> 74.3, M=32 76.0 -> 74.3; fp8 W8A16 91.9 -> 80.2, 90.5 -> 81.0 (bf16 eager 109-110).
-# FUSED_SPLIT_MAX_M=0 turns it off.
-SPLIT_MIN_M = int(os.environ.get("FUSED_SPLIT_MIN_M", str(GEMV_MAX_M + 1)))
-SPLIT_MAX_M = int(os.environ.get("FUSED_SPLIT_MAX_M", str(WIDEN_MIN_M - 1)))
+# dispatch.SPLIT_MAX_M = 0 turns it off.
+SPLIT_MIN_M = GEMV_MAX_M + 1
+SPLIT_MAX_M = WIDEN_MIN_M - 1
 # Split activations made inside the GEMM (w8_gemm quantize_x + x_split, one launch per layer: every program
 # re-reads its rows over the whole K for the token's scale) for SPLIT_MIN_M <= M <= SPLIT_QX_MAX_M; above it
 # act_split runs first (two launches per layer). 0 (default): act_split everywhere. To be measured on the H200
-# (FUSED_SPLIT_QX_MAX_M=1023 A/B).
-SPLIT_QX_MAX_M = int(os.environ.get("FUSED_SPLIT_QX_MAX_M", "0"))
+# (dispatch.SPLIT_QX_MAX_M = 1023 A/B).
+SPLIT_QX_MAX_M = 0
 # The same for fp8 weights with bf16 activations: two e4m3 planes per token (act_split fp8=True:
 # x ≈ s·(hi + lo/16), ~8 significant bits, bf16's precision; 64 dB against x vs 60 for bf16 rounding) and two
 # fp8 tensor-core dots per weight tile, where the mixed-input GEMM converts every weight. fp16 activations
 # (11 bits) keep the mixed-input GEMM. H200, 2026-12-01, Llama-3-8B block, tuned, CUDA-graph µs, mixed-input
-# -> split (FUSED_FP8_SPLIT=0/1, `.ci/h200_next.sh abqx`): M=64 122.6 -> 81.2, 128 156.8 -> 112.8,
-# 256 284.4 -> 187.5, 512 498.8 -> 335.2. FUSED_FP8_SPLIT=0 turns it off.
-FP8_SPLIT = os.environ.get("FUSED_FP8_SPLIT", "1") == "1"
+# -> split (dispatch.FP8_SPLIT = 0/1, `.ci/h200_next.sh abqx`): M=64 122.6 -> 81.2, 128 156.8 -> 112.8,
+# 256 284.4 -> 187.5, 512 498.8 -> 335.2. dispatch.FP8_SPLIT = False turns it off.
+FP8_SPLIT = True
 # act_split and the split GEMM in ONE launch (fused.kernels.split_gemm: a ticketed kernel whose first programs split
 # x's rows and whose GEMM items wait for them, then run w8_gemm's own tile with its own config: bit-identical to the
 # two launches). Why: 4 launches per W8A16 block at 17 <= M <= 1023 where issue 3 asks 2 (2 per block with it, under
 # torch.compile too), and two kernel gaps fewer. Predicted W8A16 M=128 114.1 -> ~110 µs; measured on the H200
 # (2026-12-02, seventeenth session, `bash .ci/h200_next.sh sixteenth5`, Llama block, graph µs, off -> on): int8
 # M = 17 / 128 / 512 75.2 / 113.8 / 345.9 -> 77.8 / 127.0 / 391.0, fp8 76.4 / 107.3 / 345.4 -> 79.4 / 121.5 / 380.0.
-# It loses everywhere, so it stays off (FUSED_SPLIT_ONE_LAUNCH=1: on). Likely cause, not yet measured: its row phase
+# It loses everywhere, so it stays off (dispatch.SPLIT_ONE_LAUNCH = True: on). Likely cause, not yet measured: its row phase
 # runs on the GEMM's heavy CTAs, one per SM (NOTES, seventeenth); split_gemm.ROW_STAGES is the prepared remedy.
-SPLIT_ONE_LAUNCH = os.environ.get("FUSED_SPLIT_ONE_LAUNCH", "0") == "1"
+SPLIT_ONE_LAUNCH = False
 _SPLIT_KERNEL = {False: "act_split+w8_gemm_split", True: "split_gemm"}
 # The same for W8A8 layers above the GEMV range: act_quant and the W8A8 GEMM in one launch (split_gemm.quant_gemm),
 # bit-identical; 4 -> 2 launches per block under torch.compile with per-Linear layers, and a first layer whose h is
 # handed on quantized then takes 2 launches instead of 3. Prepared in the sixteenth session, not yet timed
-# (FUSED_QUANT_ONE_LAUNCH=1, `bash .ci/h200_next.sh sixteenth6`); its twin above lost 3-45 µs on the H200, and so did
+# (dispatch.QUANT_ONE_LAUNCH = True, `bash .ci/h200_next.sh sixteenth6`); its twin above lost 3-45 µs on the H200, and so did
 # first_layer below, so it stays off.
-QUANT_ONE_LAUNCH = os.environ.get("FUSED_QUANT_ONE_LAUNCH", "0") == "1"
+QUANT_ONE_LAUNCH = False
 
 
 def _is_split(kernel: str) -> bool:
@@ -151,9 +151,9 @@ def _is_split(kernel: str) -> bool:
 # The eleventh session added a second design to the same tuner, the deterministic decode chain (both layers' GEMV
 # tiles as one chain of work items): slower too, e.g. int8 M=1 73.1 vs 66.9 µs for the two launches in one bench
 # run, best candidates 63.6-77.2 against 61.5-66.7 (fused.kernels.decode_chain gives the pairs and says why).
-# Set it to 16 (or FUSED_DECODE_BLOCK_MAX_M=16) to let the measurement decide; int8 blocks then also try
+# Set it to 16 (or dispatch.DECODE_BLOCK_MAX_M = 16) to let the measurement decide; int8 blocks then also try
 # the int8-MMA (split activations) configs.
-DECODE_BLOCK_MAX_M = int(os.environ.get("FUSED_DECODE_BLOCK_MAX_M", "0"))
+DECODE_BLOCK_MAX_M = 0
 
 
 def _fmt(qweight: torch.Tensor) -> str:
@@ -230,7 +230,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                             "into two int8 planes, two int8 tensor-core dots per weight tile")
                 if fmt in ("float8_e4m3", "any") and FP8_SPLIT and SPLIT_MIN_M <= SPLIT_MAX_M:
                     why += (f"; fp8 with bf16 activations at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: activations split into "
-                            "two e4m3 planes, two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
+                            "two e4m3 planes, two fp8 tensor-core dots per weight tile (off: dispatch.FP8_SPLIT = False)")
                 why += f"; from M={WIDEN_MIN_M} the weight is widened to bf16/fp16 once per call (transient copy)"
                 if CUBLAS_W8A16:
                     why += (" and, with bf16 activations, each shape's first call also times cuBLAS's bf16 GEMM on it "
@@ -246,7 +246,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
                                     "shape (WS_SPLIT_MIN_M)")
         elif _is_split(kernel) and fmt == "float8_e4m3":
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16 activations split into two e4m3 planes per token "
-                   "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: FUSED_FP8_SPLIT=0)")
+                   "(~8 significant bits), two fp8 tensor-core dots per weight tile (off: dispatch.FP8_SPLIT = False)")
         elif _is_split(kernel):
             why = (f"W8A16 at {SPLIT_MIN_M}<=M<={SPLIT_MAX_M}: bf16/fp16 activations split into two int8 planes per token "
                    "(15 bits), two int8 tensor-core dots per weight tile")
@@ -544,8 +544,8 @@ def _triton_dense(path, x2, qweight, wscale, bias, act, gated, dynamic):
 # takes the down projection), even at 32, 1024 and 8192; int8's cuBLAS GEMM (int32 out) lost every shape.
 # Only CUDA graphs take it below CUBLAS_EAGER_MIN_M: an eager call on it cannot be replayed (the product is no
 # kernel's output), and the per-candidate eager timing cannot see that: with eager picks, plain calls at M=32 went
-# 78 -> 390 µs. FUSED_CUBLAS_W8A8=0: off.
-CUBLAS_W8A8 = os.environ.get("FUSED_CUBLAS_W8A8", "1") == "1"
+# 78 -> 390 µs. dispatch.CUBLAS_W8A8 = False: off.
+CUBLAS_W8A8 = True
 CUBLAS_PATH = "cublas+triton:scale_epilogue"
 # How the fp8 product runs on cuBLAS(Lt): "unit" (tensorwise unit scales, bf16 out; the token and channel scales
 # in our epilogue), "rowwise" (the scales inside the GEMM: torch._scaled_mm with [rows, 1] x [1, N] scales, the
@@ -559,18 +559,18 @@ CUBLAS_PATH = "cublas+triton:scale_epilogue"
 # (torchao fp8 rowwise + compile 333.3 and 2603.5 in the same run; SQNR 23.6 dB for all). Raw GEMMs at M <= 128 lose
 # with rowwise scales (down at M=128: 22.5 unit, 37.8 rowwise_fast), where cuBLAS takes the down layer today, so the
 # rowwise form runs from CUBLAS_FP8_MIN_M (1025: the M buckets 2048 and up; 2048 / 4096 not measured, 1024 is even).
-CUBLAS_FP8 = os.environ.get("FUSED_CUBLAS_FP8", "rowwise_fast")
+CUBLAS_FP8 = "rowwise_fast"
 if CUBLAS_FP8 not in ("unit", "rowwise", "rowwise_fast"):
-    raise ValueError(f"FUSED_CUBLAS_FP8 must be unit, rowwise or rowwise_fast, got {CUBLAS_FP8!r}")
-CUBLAS_FP8_MIN_M = int(os.environ.get("FUSED_CUBLAS_FP8_MIN_M", "1025"))
+    raise ValueError(f"dispatch.CUBLAS_FP8 must be unit, rowwise or rowwise_fast, got {CUBLAS_FP8!r}")
+CUBLAS_FP8_MIN_M = 1025
 # W8A8 eager (plain) calls take the eager route pick, cuBLAS included, from this M bucket (M >= 1025), as W8A16 does
 # from WIDEN_MIN_M: such a call is not replayed from a recording (cuBLAS's product is no kernel's output), which at
 # these M costs only host time that runs ahead of a GPU busy for 0.3-2.5 ms. Why: plain fp8 W8A8 calls at M=8192
 # ran the Triton route (2813 µs in the README's run) where CUDA graphs take cuBLAS (2434, seventeenth session).
 # Predicted: plain fp8 W8A8 M=8192 within ~2% of its graph time; measured (H200, 2026-12-02, eighteenth session,
 # `bash .ci/h200_next.sh eagerbig` / `eighteenth3`): plain 2813 -> 2452.7 / 2391.8 µs (graph 2533.5 / 2466.3 in the
-# same runs). FUSED_CUBLAS_EAGER_MIN_M=0 would take eager picks everywhere (loses replays).
-CUBLAS_EAGER_MIN_M = int(os.environ.get("FUSED_CUBLAS_EAGER_MIN_M", "2048"))
+# same runs). dispatch.CUBLAS_EAGER_MIN_M = 0 would take eager picks everywhere (loses replays).
+CUBLAS_EAGER_MIN_M = 2048
 _dense_routes: dict = {}
 _unit_scales: dict = {}
 
@@ -698,8 +698,8 @@ def _graph_pick(key, triton, cublas, op, w8a16=False, others=None) -> str:
 # timing but one (fp8 down at M=1024, eager: 215.6 vs 214.4). Parts at M=8192: widen 92 + 48 µs, stacked gate|up
 # GEMM 2791, down 1397, epilogues 178 + 39. Widening on a side stream beside the GEMM lost (the widen kernel takes
 # the GEMM's SMs: 2906 / 3201 µs in 2 / 4 chunks against 2838 serial). fp16 x keeps Triton (a raw 16-bit product
-# of 8-bit weights could overflow fp16). FUSED_CUBLAS_W8A16=0: off.
-CUBLAS_W8A16 = os.environ.get("FUSED_CUBLAS_W8A16", "1") == "1"
+# of 8-bit weights could overflow fp16). dispatch.CUBLAS_W8A16 = False: off.
+CUBLAS_W8A16 = True
 CUBLAS_W8A16_PATH = "triton:widen+cublas+triton:scale_epilogue"
 
 
@@ -725,8 +725,8 @@ def _cublas_w8a16(x2, qweight, wscale, bias, act, gated):
 # session, `bash .ci/h200_next.sh big8192`) the Llama int8 gate/up at M=8192 took 2774.8 µs on "ws split coop"
 # against 3103.3 for cuBLAS on the widened copy, the GPT first layer 1716.6 against 1812.8 (the down layers and fp8
 # kept cuBLAS): int8 W8A16 Llama block 4314.5 against bf16 eager 4425.2 in the same run. Hence up to M=8192 (was
-# 2048). FUSED_W8A16_SPLIT_ROUTE_MAX_M=0: off.
-SPLIT_ROUTE_MAX_M = int(os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M", "8192"))
+# 2048). dispatch.SPLIT_ROUTE_MAX_M = 0: off.
+SPLIT_ROUTE_MAX_M = 8192
 
 
 def _may_time(key, x2) -> bool:
@@ -769,13 +769,13 @@ def _cublas_w8a16_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # no widened copy. H200, thirty-first session (`bash .ci/h200_next.sh ppturn`, Llama block, graph µs, gated + down
 # forced on it against the shipped route): M=1024 603-619 vs 675-684 (bf16 eager 553-571), 2048 1199-1209 vs
 # 1229-1236, 4096 2447-2470 vs 2360-2417, 8192 4858-4947 vs 4473-4478: timed per shape, it wins to ~2048.
-# FUSED_W8A16_WS=0: off.
-W8A16_WS = os.environ.get("FUSED_W8A16_WS", "1") == "1"
+# dispatch.W8A16_WS = False: off.
+W8A16_WS = True
 WS_PATH = "gluon:w8a16_ws"
 # Offered up to this M bucket: at 8192 it lost every layer by 5-10% (wsroute), and a route timing there costs seconds
 # (sustained windows, LONG_ROUTE_US). Again on an H100 (forty-fifth session, `bash .ci/h200_next.sh ws8192`, µs): int8
 # down 1550.6 against cuBLAS on the widened copy 1408.0, gated 3217.1 against the split planes' 2716.6; fp8 alike.
-W8A16_WS_MAX_M = int(os.environ.get("FUSED_W8A16_WS_MAX_M", "4096"))
+W8A16_WS_MAX_M = 4096
 
 
 # The Gluon GEMM below WIDEN_MIN_M too, with 128-token tiles (w8a16_ws.default_config(M)), timed per shape against
@@ -783,9 +783,9 @@ W8A16_WS_MAX_M = int(os.environ.get("FUSED_W8A16_WS_MAX_M", "4096"))
 # eager; 128-token Gluon tiles at the 256-token form's rate (~660 TFLOP/s) would take it to ~300. Measured (H200,
 # thirty-third session, `bash .ci/h200_next.sh wsmid`, route timings µs split / Gluon): M=512 gated 169.0 / 227.8, down
 # 112.6 / 123.3; M=768 361.3 / 415.8, 192.3 / 244.2 (fp8 weights alike): the 128-token tiles run at 430-480 TFLOP/s,
-# not 660, and split wins every shape, so the block is unchanged (M=512 346.2, 768 554.9). Off (FUSED_W8A16_WS_MIN_M
+# not 660, and split wins every shape, so the block is unchanged (M=512 346.2, 768 554.9). Off (dispatch.W8A16_WS_MIN_M
 # =512 turns it on from M=512).
-W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
+W8A16_WS_MIN_M = WIDEN_MIN_M
 
 
 # The split planes through the Gluon W8A8 GEMM (w8a8_ws.w8a16_ws_split: act_split's planes interleaved as 2M rows of
@@ -798,11 +798,11 @@ W8A16_WS_MIN_M = int(os.environ.get("FUSED_W8A16_WS_MIN_M", str(WIDEN_MIN_M)))
 # gated int8 355.0 ping-pong against 408.3 for the Gluon W8A16 GEMM and 442.9 cuBLAS on the widened weight, down 178.4
 # COOP against 181.6. Block, graph µs: int8 W8A16 M=128 111.8 -> 101.7, fp8 106.7 -> 100.1; M=1024 int8 601.8 ->
 # 564.6 (bf16 eager 572.2 in that run), fp8 618.1 -> 608.6. Eager calls keep Triton at M=128: a Gluon launch costs
-# ~90 µs of host time there (do_bench of the layer alone: 93-150 µs). FUSED_WS_SPLIT_MIN_M=99999: off.
-WS_SPLIT_MIN_M = int(os.environ.get("FUSED_WS_SPLIT_MIN_M", "65"))
+# ~90 µs of host time there (do_bench of the layer alone: 93-150 µs). dispatch.WS_SPLIT_MIN_M = 99999: off.
+WS_SPLIT_MIN_M = 65
 # the 64-row-tile forms (t64) only to this M: made for the M=128 down projection's 64 tiles; from M=1024 they lost
 # every layer by 25-75% on an H100 (forty-fourth session), so timing them there only costs the first call
-WS_SPLIT_T64_MAX_M = int(os.environ.get("FUSED_WS_SPLIT_T64_MAX_M", "256"))
+WS_SPLIT_T64_MAX_M = 256
 WS_SPLIT_PATH = "triton:act_split+gluon:w8a16_ws_split"
 WS_SPLIT_COOP_PATH = "triton:act_split+gluon:w8a16_ws_split_coop"  # 256-row weight tiles (w8a8_ws's COOP)
 _WS_SPLIT = {"ws split": WS_SPLIT_PATH, "ws split coop": WS_SPLIT_COOP_PATH,
@@ -812,12 +812,12 @@ _WS_SPLIT_CONFIG = {WS_SPLIT_PATH: None, WS_SPLIT_COOP_PATH: dict(COOP=True), WS
 # each path's w8a8_ws config: t64, tiles of 64 plane rows (32 tokens), twice the tiles where M=128 leaves the down
 # projection 64 of them on 132 SMs; sk, K in as many equal parts as keep tiles x parts within one wave (SPLIT_K
 # "auto": the M=128 down 2 parts ping-pong, 4 COOP) for the same reason (forty-first / forty-second sessions; to be
-# measured; split-K offered only with FUSED_WS_SPLITK=1: on an H100 (forty-third / forty-fourth sessions) within 1-3%
+# measured; split-K offered only with dispatch.WS_SPLITK = True: on an H100 (forty-third / forty-fourth sessions) within 1-3%
 # of the forms without it, both ways). A stream-K COOP form was removed in the forty-fourth session: it lost
 # everywhere on an H100 (M=128 gated 117.6 vs 69.9 µs, down 69.2 vs 48.3; M=1024 349.5 vs 337.0, 252.3 vs 157.3).
 _WS_SPLIT.update({name + " sk": path + "_sk" for name, path in list(_WS_SPLIT.items())})
 _WS_SPLIT_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg in list(_WS_SPLIT_CONFIG.items())})
-WS_SPLITK = os.environ.get("FUSED_WS_SPLITK", "0") == "1"
+WS_SPLITK = False
 
 
 def _offer_ws_split(others: dict, op, x2, qweight, wscale, bias, act, up=None) -> None:
@@ -884,7 +884,7 @@ def _ws_supports(x2, w, gated=False, kernel: str = "w8a16_ws") -> str | None:
 
 def _splits(rows: int, w, stacked: bool, gated: bool, config: dict) -> bool:
     """Whether the Gluon W8A8 GEMM's SPLIT_K "auto" ``config`` cuts K for x of ``rows`` rows on the weight ``w``
-    (``stacked``: gate | up, half its rows are outputs); split-K forms are offered with FUSED_WS_SPLITK=1, where it
+    (``stacked``: gate | up, half its rows are outputs); split-K forms are offered with dispatch.WS_SPLITK = True, where it
     does."""
     if not WS_SPLITK:
         return False
@@ -924,8 +924,8 @@ def _w8a16_ws(x2, qweight, wscale, bias, act, gated):
 # 35.5 fp8) and kept split for gate/up (46.3 vs 60.9); block int8 W8A16 M=17 74.0 -> 74.1, M=32 74.9 -> 74.0, fp8
 # 75.8 -> 75.0, 76.4 -> 75.2 (bf16 eager 106.0 / 109.9). Predicted ~3 µs, got 0-1.2 (a guess, not checked: in the
 # block act_split(h) reads h from L2, where the route timing flushed it); one launch fewer per block (3) where the
-# route takes the GEMV, under torch.compile too. FUSED_GEMV_ROUTE_MAX_M=0: off (split activations as before).
-GEMV_ROUTE_MAX_M = min(int(os.environ.get("FUSED_GEMV_ROUTE_MAX_M", "32")), 64)
+# route takes the GEMV, under torch.compile too. dispatch.GEMV_ROUTE_MAX_M = 0: off (split activations as before).
+GEMV_ROUTE_MAX_M = 32
 SPLIT_PATH = "triton:act_split+w8_gemm_split"
 SPLIT_ONE_PATH = "triton:split_gemm"
 QUANT_ONE_PATH = "triton:quant_gemm_w8a8"
@@ -964,8 +964,8 @@ def _cublas_route(op, x2, qweight, wscale, bias, act, path) -> str:
 # and the second takes it as is. Bit-identical to the two layers called one after the other. After a library
 # GEMM (cuBLAS, cuSPARSELt) the first layer ends in epilogue_quant, whose tuner picks the fused pass or
 # scale_epilogue + act_quant (the latter won at M >= 1024 on the H200, eighth session); after a Triton GEMM,
-# act_quant. Each layer's route is timed in that form. FUSED_HANDOFF=0: off.
-HANDOFF = os.environ.get("FUSED_HANDOFF", "1") == "1"
+# act_quant. Each layer's route is timed in that form. dispatch.HANDOFF = False: off.
+HANDOFF = True
 HANDOFF_MIN_M = max(GEMV_MAX_M, A8_GEMV_MAX_M) + 1
 
 
@@ -993,8 +993,8 @@ def _quantized(h2: torch.Tensor, fp8: bool) -> QuantizedAct:
 # block runs 5 kernels in 75.7 µs on the H200 (target 70), three of them this layer's. Predicted -4-6 µs at M=128
 # (two kernel gaps); measured (H200, 2026-12-02, `bash .ci/h200_next.sh sixteenth2`, the route's graph µs, three
 # launches / cuBLAS / first_layer): fp8 M=128 52.3 / 52.8 / 58.7, int8 54.0 / 71.3 / 58.8; M=1024 fp8 220.3 / 229.5 /
-# 325.8, int8 252.6 / 334.6 / 320.0. It never wins, so it stays off (FUSED_FIRST_LAYER=1: a route candidate).
-FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
+# 325.8, int8 252.6 / 334.6 / 320.0. It never wins, so it stays off (dispatch.FIRST_LAYER = True: a route candidate).
+FIRST_LAYER = False
 # The first layer on the Gluon W8A8 GEMM (fused.kernels.w8a8_ws: persistent, ping-pong consumers, wgmma from shared
 # memory; e4m3 or int8), a fourth candidate of the "h out" route: act_quant(x), the GEMM with its epilogue,
 # act_quant(h). Why: from M=1024 the fp8 blocks run at the 700 W cap, where time is joules / ~690 W. Joules per Llama
@@ -1006,17 +1006,17 @@ FIRST_LAYER = os.environ.get("FUSED_FIRST_LAYER", "0") == "1"
 # `bash .ci/h200_next.sh wsblock1` / `wsblock2`, off -> on): fp8 W8A8 Llama M=1024 325.0 -> 314.5 graph µs (bench),
 # 239.5 -> 223.3 mJ (344.9 -> 323.1 µs sustained), M=8192 2498.5 -> 2543.7 µs, 1800 -> 1786 mJ (route timings within 1%
 # of cuBLAS's there); int8 W8A8 M=1024 236.6 -> 216.7 mJ (342.7 -> 312.7 µs), M=8192 1858 -> 1717-1801 mJ (2728 ->
-# 2530 µs). Sustained route timing (FUSED_LONG_ROUTE_US=150) picked the same. The second layer (h in) takes it as a
+# 2530 µs). Sustained route timing (dispatch.LONG_ROUTE_US = 150) picked the same. The second layer (h in) takes it as a
 # candidate too: int8 down 66.0 vs Triton 69.6 mJ at M=1024, 504 vs 556 at 8192 (fp8: 70.6 vs 66.1, 541 vs 511,
-# thirty-fourth). Offered on sm_90 where this triton has Gluon; FUSED_W8A8_WS=0: off.
-W8A8_WS = os.environ.get("FUSED_W8A8_WS", "1") == "1"
+# thirty-fourth). Offered on sm_90 where this triton has Gluon; dispatch.W8A8_WS = False: off.
+W8A8_WS = True
 # Offered to the per-layer W8A8 routes too (a layer outside a block, torch.compile's per-Linear ops and gated_pair
 # through w8a8_ws_pair): act_quant(x), then the GEMM with its epilogue, bf16 / fp16 out; timed, so it runs only where
 # it wins. Predicted: Llama per-Linear + compile -5-8% at M=1024, -3-6% at 8192. Measured (H200, thirty-sixth
 # session, `bash .ci/h200_next.sh perlayer`, .ci/pair_probe.py graph µs, off -> on; 62 cuda tests passed): fp8 W8A8
 # M=1024 332.0 -> 310.3, 8192 2512.3 -> 2394.5; int8 321.6 -> 293.7, 2672.4 -> 2259.3 (the block conversion in the
-# same run: fp8 311.2 / 2395.3, int8 289.4 / 2271.2). FUSED_W8A8_WS_LAYER=0: off.
-W8A8_WS_LAYER = os.environ.get("FUSED_W8A8_WS_LAYER", "1") == "1"
+# same run: fp8 311.2 / 2395.3, int8 289.4 / 2271.2). dispatch.W8A8_WS_LAYER = False: off.
+W8A8_WS_LAYER = True
 W8A8_WS_PATH = "triton:act_quant+gluon:w8a8_ws"
 W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 # Tiles of 64 tokens (t64) too, up to W8A8_WS_T64_MAX_M: twice the tiles where 128-token tiles leave SMs idle (the
@@ -1024,10 +1024,10 @@ W8A8_WS_COOP_PATH = "triton:act_quant+gluon:w8a8_ws_coop"
 # M=128 gated product at 60.4 µs on COOP tiles of 64 tokens' planes, twice the work of the fp8 W8A8 gated GEMM that
 # takes ~44 (its "h out" route 51.7 with both act_quants, thirty-ninth) in the block that misses issue 4's 70 µs by 6.
 # Timed candidates, not yet measured on the H200 (`bash .ci/h200_next.sh a8t64`).
-W8A8_WS_T64_MAX_M = int(os.environ.get("FUSED_W8A8_WS_T64_MAX_M", "256"))
+W8A8_WS_T64_MAX_M = 256
 _WS_CONFIG = {W8A8_WS_PATH: None, W8A8_WS_COOP_PATH: dict(COOP=True), W8A8_WS_PATH + "_t64": dict(BLOCK_T=64),
               W8A8_WS_COOP_PATH + "_t64": dict(COOP=True, BLOCK_T=64)}
-# Split-K forms too (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with FUSED_WS_SPLITK=1
+# Split-K forms too (sk: SPLIT_K "auto", K in as many equal parts as keep one wave), offered with dispatch.WS_SPLITK = True
 # where they cut K. Why: at M=128 the W8A8 down GEMM has 16 (COOP) or 32 tiles for 132 SMs; cuBLAS takes it in ~22
 # µs of the fp8 block's 76 (eighth session: a bare split-K fp8 kernel streamed its 58.7 MB in ~27 µs under do_bench,
 # with the launch). Prediction: the "h in" route 30.2 -> ~22 µs graph, the fp8 W8A8 block 76 -> ~72. Not measured.
@@ -1041,9 +1041,9 @@ _WS_CONFIG.update({path + "_sk": dict(cfg or {}, SPLIT_K="auto") for path, cfg i
 # / 68.8); route timings (graph µs, COOP / ping-pong / Triton / cuBLAS) fp8 gated 1024 205.9 / 213.4 / 229.4 / 232.9,
 # 8192 1640.8 / 1681.0 / 1873.7 / 1705.0; fp8 down 8192 731.6 / 742.5 / 721.5 (Triton keeps it) / 737.5; int8 gated
 # 8192 1545.5 / 1598.1, down 648.0 / 701.2 / 778.4: COOP wins every route but fp8 down at 8192. Block (bench, COOP off /
-# on): fp8 W8A8 M=1024 309.0 / 307.6, 8192 2397.4 / 2399.5; int8 290.2 / 285.4, 2249.7 / 2243.7. FUSED_W8A8_WS_COOP=0:
+# on): fp8 W8A8 M=1024 309.0 / 307.6, 8192 2397.4 / 2399.5; int8 290.2 / 285.4, 2249.7 / 2243.7. dispatch.W8A8_WS_COOP = False:
 # off.
-W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
+W8A8_WS_COOP = True
 
 
 # A dense W8A8 block with h handed over per (token, 64 outputs) group (fused.kernels.w8a8_ws, quant_out / X_GROUPS):
@@ -1061,10 +1061,10 @@ W8A8_WS_COOP = os.environ.get("FUSED_W8A8_WS_COOP", "1") == "1"
 # in one process): tokens along wgmma's N gave each thread 32 token scales to read a K step, 16 KB of shared-memory
 # reads per consumer and step beside the wgmma's 12 KB. The down GEMM now puts tokens along wgmma's M (2 scales a
 # thread), with one K group a stage or two, or groups of 128 (GROUPED_FORMS): compiled for sm_90, not yet run.
-# Opt-in: FUSED_W8A8_GROUPED=1 times every form against the per-token hand-off, both layers together, once per shape;
+# Opt-in: dispatch._GROUPED_ENV = 1 times every form against the per-token hand-off, both layers together, once per shape;
 # =grouped+grouped_k128 times those forms only; =grouped_k128 (one name) runs that form untimed (probes:
 # .ci/block_parts.py).
-_GROUPED_ENV = os.environ.get("FUSED_W8A8_GROUPED", "0")
+_GROUPED_ENV = "0"
 W8A8_GROUPED = _GROUPED_ENV != "0"
 W8A8_GROUPED_FORM = _GROUPED_ENV if "+" not in _GROUPED_ENV else None
 GROUPED_PATHS = ("triton:act_quant+gluon:w8a8_ws_coop+group_quant (h out)", "gluon:w8a8_ws_grouped (h in)")
@@ -1125,11 +1125,11 @@ GROUPED_FORMS = {"grouped": (64, dict(BLOCK_K=64)), "grouped_k128": (64, dict(BL
 
 
 def _timed_forms() -> list:
-    """The grouped forms a block's hand-off times: FUSED_W8A8_GROUPED's "+"-joined names, or all of them."""
+    """The grouped forms a block's hand-off times: dispatch._GROUPED_ENV's "+"-joined names, or all of them."""
     names = _GROUPED_ENV.split("+") if "+" in _GROUPED_ENV else list(GROUPED_FORMS)
     unknown = [n for n in names if n not in GROUPED_FORMS]
     if unknown:
-        raise ValueError(f"FUSED_W8A8_GROUPED: unknown forms {unknown}; known: {list(GROUPED_FORMS)}")
+        raise ValueError(f"dispatch._GROUPED_ENV: unknown forms {unknown}; known: {list(GROUPED_FORMS)}")
     return names
 
 
@@ -1148,7 +1148,7 @@ def _grouped_block(x2, w1, s1, b1, act, gated, w2, s2, b2, form: str = "grouped"
 
 def _ws_forms(M: int | None = None, coop: bool = True) -> list:
     """The Gluon W8A8 GEMM's route forms at M, (name, path): ping-pong, COOP (``coop``), each also with 64-token
-    tiles to W8A8_WS_T64_MAX_M and split-K (FUSED_WS_SPLITK=1); M None: every form (to name a pick)."""
+    tiles to W8A8_WS_T64_MAX_M and split-K (dispatch.WS_SPLITK = True); M None: every form (to name a pick)."""
     base = [("gluon", W8A8_WS_PATH)] + [("gluon_coop", W8A8_WS_COOP_PATH)] * coop
     forms = list(base)
     if M is None or M <= W8A8_WS_T64_MAX_M:
@@ -1279,7 +1279,7 @@ _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout 
 # EAGER_GRAPH_GAIN_US of GPU time over the eager picks, for M <= EAGER_GRAPH_MAX_M. The graphs of one device and
 # stream share one memory pool (calls on a stream run one after the other, and each copies in and clones out
 # around its replay, so one graph's temporaries may reuse another's); the static inputs and outputs they keep
-# count against EAGER_GRAPH_MB, past which signatures are recorded as before. FUSED_EAGER_GRAPH_MAX_M=0: off.
+# count against EAGER_GRAPH_MB, past which signatures are recorded as before. dispatch.EAGER_GRAPH_MAX_M = 0: off.
 # H200, 2026-12-01 (twelfth session, `bash .ci/h200_next.sh eagergraph`), Llama block, plain calls, off -> on, M =
 # 1 / 16 / 128: int8 2:4 W8A8 80.8 / 135.7 / 169.0 -> 68.0 / 69.9 / 72.6 µs, fp8 2:4 W8A8 77.3 / 122.0 / 166.9 ->
 # 68.0 / 69.0 / 73.3, int8 2:4 W8A16 80.8 / 135.7 / 206.9 -> 68.7 / 70.3 / 93.8 (graph times 61-66 / 86: a graphed
@@ -1287,15 +1287,15 @@ _REPLAY_CAP = 64  # recorded signatures per module (one per M, dtype and layout 
 # 81.9: no better than the recording, hence the 8 µs bound. Up to M=1024 since the thirteenth session (`bash
 # .ci/h200_next.sh thirteenth2`, plain µs at M=1024, bound 128 -> 1024): int8 2:4 W8A8 438.2 -> 242.8, int8 2:4
 # W8A16 763.7 -> 449.7 (graph 228 / 433-436; bf16 eager plain 557-564).
-EAGER_GRAPH_MAX_M = int(os.environ.get("FUSED_EAGER_GRAPH_MAX_M", "1024"))
-EAGER_GRAPH_GAIN_US = float(os.environ.get("FUSED_EAGER_GRAPH_GAIN_US", "8"))
-EAGER_GRAPH_MB = float(os.environ.get("FUSED_EAGER_GRAPH_MB", "512"))
+EAGER_GRAPH_MAX_M = 1024
+EAGER_GRAPH_GAIN_US = 8.0
+EAGER_GRAPH_MB = 512.0
 # Signatures whose recording is refused (a torch op between the kernels, e.g. SmoothQuant's x·s⁻¹) are graphed too
 # (EAGER_GRAPH_REFUSED), else they run the Python path on every call. H200, thirteenth session (`bash
 # .ci/h200_next.sh thirteenth2`, `.ci/diag.py smootheager`), smoothed int8 W8A8 Llama block, plain µs off -> on
 # (graph): M=1 303.9 -> 85.8 (79.8), M=16 258.7 -> 87.5 (82.0), M=128 255.0 -> 113.8 (107.8).
-# FUSED_EAGER_GRAPH_REFUSED=0: off.
-EAGER_GRAPH_REFUSED = os.environ.get("FUSED_EAGER_GRAPH_REFUSED", "1") == "1"
+# dispatch.EAGER_GRAPH_REFUSED = False: off.
+EAGER_GRAPH_REFUSED = True
 _graph_gain = None  # during a recording: µs of GPU time the graph picks save over the eager picks taken
 _graph_pools: dict = {}  # (device index, stream) -> pool handle
 _graph_bytes = Counter()  # device index -> bytes of static inputs and outputs held by eager graphs
@@ -1455,7 +1455,7 @@ def eager(owner, x: torch.Tensor, fn):
         # the graph picks save `gain` µs of GPU time per call (or the call cannot be replayed otherwise): replay
         # this signature from a CUDA graph instead
         if _graph_bytes[x.get_device()] + 2 * x.numel() * x.element_size() > EAGER_GRAPH_MB * 2**20:
-            stats[("eager graph", f"not captured: FUSED_EAGER_GRAPH_MB={EAGER_GRAPH_MB:g} reached")] += 1
+            stats[("eager graph", f"not captured: dispatch.EAGER_GRAPH_MB = {EAGER_GRAPH_MB:g} reached")] += 1
         else:
             c = _capture_call(owner, x, fn)
             if c.__class__ is GraphedCall:
@@ -1626,8 +1626,8 @@ def _pair_ws_mid_route(x2, wg, sg, bg, wu, su, bu, act, path) -> str:
 # The Gluon W8A16 GEMM for gated_pair too (w8a16_ws_pair: the up rows from the up weight's own tensor), as a third
 # candidate of the route above. H200 (thirty-second session, `bash .ci/h200_next.sh wspair`): the per-Linear Llama
 # int8 W8A16 block under torch.compile at M=1024 in 2 kernels, 614.8 µs (666 on the widened pair's routes); fp8
-# W8A16 601.2 (the block conversion 608.1 in the same run). FUSED_W8A16_WS_PAIR=0: off.
-W8A16_WS_PAIR = os.environ.get("FUSED_W8A16_WS_PAIR", "1") == "1"
+# W8A16 601.2 (the block conversion 608.1 in the same run). dispatch.W8A16_WS_PAIR = False: off.
+W8A16_WS_PAIR = True
 
 
 def _w8a16_ws_pair(x2, wg, sg, bg, wu, su, bu, act):
@@ -1666,11 +1666,11 @@ def _triton_pair(path, x2, wg, sg, bg, wu, su, bu, act, dynamic):
 
 # 2:4 ops with 8-bit values on CUDA: "packed" (the 2:4 kernels read the packed weight), "unpacked" (unpack24
 # to a transient dense copy, then the dense path), "cslt" (2:4 sparse tensor cores through cuSPARSELt, see
-# _cslt), "mma" (int8 at M <= 16 unless FUSED_S24_MMA=0: act_split / act_quant + sparse24_mma, 2:4 on mma.sp,
+# _cslt), "mma" (int8 at M <= 16 unless sparse24_mma.MMA = False: act_split / act_quant + sparse24_mma, 2:4 on mma.sp,
 # see _mma_ok),
 # or None: the first call of each shape times them and keeps the fastest
-# (packed unless another wins by 3%). Env FUSED_SPARSE_ROUTE sets it.
-SPARSE_ROUTE: str | None = os.environ.get("FUSED_SPARSE_ROUTE") or None
+# (packed unless another wins by 3%). Env dispatch.SPARSE_ROUTE sets it.
+SPARSE_ROUTE: str | None = None
 _sparse_routes: dict = {}
 # why the cslt route was left out of a shape's route (the error cuSPARSELt / torch raised), by shape key
 cslt_errors: dict = {}
@@ -1686,9 +1686,9 @@ def _cslt_shape_ok(N: int, K: int) -> bool:
 # call and kept while its packed ``values`` tensor lives: compressing costs ~1.5 ms per Llama gate/up weight,
 # more than the GEMM it serves. Memory: 0.625 B per weight (8-bit values, W8A8 and W8A16 alike), on top of
 # the packed weight (see cslt_cached_bytes; explain and the bench count it). A copy made only to time the
-# route is dropped when cslt loses. FUSED_CSLT_CACHE=0: no copies kept, each call compresses again (the route
+# route is dropped when cslt loses. dispatch.CSLT_CACHE = False: no copies kept, each call compresses again (the route
 # is then timed that way, and at these costs cslt does not win).
-CSLT_CACHE = os.environ.get("FUSED_CSLT_CACHE", "1") != "0"
+CSLT_CACHE = True
 _cslt_weights = None  # WeakIdKeyDictionary: values -> ((values, meta) versions, compressed)
 _cslt_algs: dict = {}  # (compressed shape, dtypes, m bucket) -> cuSPARSELt algorithm id found by its search
 
@@ -1714,8 +1714,8 @@ def cslt_cached_bytes(values: torch.Tensor | None = None) -> int:
 # makes; cuSPARSELt runs on the buffer and our kernels read the same values and tiled meta. 0.625 bytes per
 # weight for every route instead of 1.25 with a separate compressed copy. The layout was read off cuSPARSELt 0.8
 # on sm_90; tiled_meta_wanted checks it once per device and dtype against torch._cslt_compress and keeps
-# row-major meta (and the separate copy) where it differs. FUSED_TILED_META=0: row-major meta always.
-TILED_META = os.environ.get("FUSED_TILED_META", "1") != "0"
+# row-major meta (and the separate copy) where it differs. dispatch.TILED_META = False: row-major meta always.
+TILED_META = True
 _tiled_checked: dict = {}  # (device, dtype) -> whether cuSPARSELt's layout there is tile_meta's
 
 
@@ -1856,7 +1856,7 @@ def sparse_route_picks(op: str, values: torch.Tensor, dynamic: bool) -> dict:
 
 def _mma_ok(x2, values, meta, M: int, handoff: str, gated: bool) -> bool:
     """Whether the "mma" route (sparse24_mma, 2:4 decode on the sparse tensor cores) is a candidate: on unless
-    FUSED_S24_MMA=0; int8 values with tiled meta, M <= 16, 16-bit x."""
+    sparse24_mma.MMA = False; int8 values with tiled meta, M <= 16, 16-bit x."""
     from fused.kernels import sparse24_mma as sm
 
     if not sm.MMA or handoff or x2 is None or not x2.is_cuda or not 1 <= M <= 16 or meta.dim() != 3:
@@ -1941,7 +1941,7 @@ def _run_sparse(op: str, x, values, meta, wscale, bias, act, dynamic, q_out=Fals
                      q_rows=_handoff_rows(M) if q_out else None)
 
     def mma():  # decode on mma.sp: W8A16 on act_split's two 8-bit planes of x, W8A8 on act_quant's one; the mma
-        # kernel a programmatic dependent of the small one (FUSED_S24_MMA_PDL). sparse24_mma_x, which splits x in its
+        # kernel a programmatic dependent of the small one (sparse24_mma.PDL). sparse24_mma_x, which splits x in its
         # own programs, was slower on the H200 (twenty-second session: its prologue cost what the launch did)
         from fused.kernels import sparse24_mma as sm
         from fused.kernels.act_quant import act_quant
@@ -2099,7 +2099,7 @@ def _graph_replay(fn, pool=None):
 # spends 10% fewer joules than Triton's tiles, yet 20 ms windows at boost clocks timed them within the incumbent's 3%
 # (fp8 gated graph µs: Triton 214.2, Gluon 208.1, so Triton kept it and the block ran 321.1 µs, 236.3 mJ, against 312.4
 # / 220.8 with Gluon; `bash .ci/h200_next.sh thirty5a` / `thirty5b`); sustained windows: 236.6 / 216.3 (wsblock1).
-LONG_ROUTE_US = int(os.environ.get("FUSED_LONG_ROUTE_US", "150"))
+LONG_ROUTE_US = 150
 SUSTAIN_WARM_MS, ROUTE_REP_MS = 1000, 250
 
 
@@ -2130,8 +2130,8 @@ def _sustained(graphs: dict) -> bool:
 # it), so a form that is wrong on some GPU or shape is never picked for being fast. The candidates compute the same
 # quantized function up to rounding and accumulation order (>= 30 dB apart; the opt-in grouped W8A8 hand-offs quantize
 # h differently, ~27 dB from the per-token one for fp8); a wrong kernel's output is noise (<= 0 dB), one that drops one
-# of 8 split-K parts ~18 dB. FUSED_ROUTE_CHECK_DB=-inf: off.
-ROUTE_CHECK_DB = float(os.environ.get("FUSED_ROUTE_CHECK_DB", "20"))
+# of 8 split-K parts ~18 dB. dispatch.ROUTE_CHECK_DB = -inf: off.
+ROUTE_CHECK_DB = 20.0
 route_refusals: dict = {}  # (route kind,) + key -> [(candidate, why)] left out by the check (fused.explain prints them)
 
 
@@ -2273,7 +2273,7 @@ def _route(key, one_launch, per_layer) -> str:
 # processes that int8 shows as well (2601 / 2682, Triton in both runs). What it buys is that a near tie of the layer
 # timings (as in the twenty-sixth session) no longer decides: the block timing kept cuBLAS by 2437 vs 2568; int8 kept
 # Triton (2399 vs 3613). On from M=1025; the cost is one block timing per route on a shape's first call.
-BLOCK_ROUTE_MIN_M = int(os.environ.get("FUSED_BLOCK_ROUTE_MIN_M", "1025"))
+BLOCK_ROUTE_MIN_M = 1025
 _block_first_routes: dict = {}  # block key -> the first layer's (eager, graph) picks, once timed as whole blocks
 
 

@@ -34,6 +34,7 @@ from torch import nn
 from fused import dispatch
 from fused.configs import FusedFloat8MLP, FusedInt8MLP, _linear, is_mlp, quantize
 from fused.gptq import calibrate_gptq
+from fused.plots import pareto_front, plot_pareto  # noqa: F401  (sweep's API)
 from fused.smoothing import calibrate_smoothing
 from fused.tasks import Task, call, cast_inputs
 from lowbit.metrics import ratio_db
@@ -47,7 +48,7 @@ class SweepConfig:
     where fused.is_mlp matches (Linears elsewhere), False converts every Linear on its own.
     ``calibrate`` > 0: ``make(model, batches)`` gets the fp32 model and the task's first ``calibrate``
     batches (e.g. for fused.calibrate_smoothing) instead of no arguments. ``pack_cpu``: then fused.pack_for_cpu
-    (int8 layers on the CPU keep only oneDNN's reordered weight; "not available" where oneDNN's int8 ops are not)."""
+    (int8 layers on the CPU keep only the packed weight of the CPU's int8 GEMM; "not available" where it has none)."""
 
     name: str
     make: Callable[..., Any] | None
@@ -57,12 +58,12 @@ class SweepConfig:
     pack_cpu: bool = False
 
 
-# Adding a config is one line. The 2:4 ones report "not available" until sparsity lands.
+# Adding a config is one line.
 CONFIGS: list[SweepConfig] = [
     SweepConfig("bf16", None, dtype=torch.bfloat16),
     SweepConfig("int8 W8A16", lambda: FusedInt8MLP()),
     SweepConfig("int8 W8A8", lambda: FusedInt8MLP(weight_only=False)),
-    # the same, then fused.pack_for_cpu: oneDNN's int8 matmul on the reordered weights (CPU only; a no-op on a GPU)
+    # the same, then fused.pack_for_cpu: the CPU's int8 GEMM on its packed weights (a no-op on a GPU)
     SweepConfig("int8 W8A16 packed", lambda: FusedInt8MLP(), pack_cpu=True),
     SweepConfig("int8 W8A8 packed", lambda: FusedInt8MLP(weight_only=False), pack_cpu=True),
     # SmoothQuant alpha 0.5 calibrated on the first 2 batches (64 sentences for MiniLM)
@@ -142,8 +143,8 @@ def convert(model: nn.Module, entry: SweepConfig, dtype: torch.dtype, calibratio
         from fused.modules import pack_for_cpu
 
         on_cpu = any(b.device.type == "cpu" for b in model.buffers())
-        if on_cpu and not cpu.onednn_ok():
-            raise NotImplementedError("pack_for_cpu: no oneDNN int8 matmul in this torch build / CPU")
+        if on_cpu and not (cpu.onednn_ok() or cpu.fbgemm_here()):
+            raise NotImplementedError("pack_for_cpu: no exact int8 GEMM with a packed weight on this CPU")
         pack_for_cpu(model)
     return model
 
@@ -418,77 +419,6 @@ class SweepResult:
         self.plot(paths["plot"])
         return paths
 
-
-def pareto_front(points: list[dict]) -> list[dict]:
-    """Points not beaten on both time and error by another point, in order of time."""
-    front, best = [], math.inf
-    for p in sorted(points, key=lambda p: (p["ms"], p["error"])):
-        if p["error"] < best:
-            front.append(p)
-            best = p["error"]
-    return front
-
-
-def plot_pareto(points: list[dict], path: str | Path, title: str, ylabel: str, xlabel: str = "ms / forward",
-                reference: tuple | None = None, note: str | None = None, targets=()) -> Path:
-    """Error (log) vs time, one marker per config with area ∝ ``mib``, the Pareto front as a line.
-    ``points``: dicts with label, ms, error, mib. ``reference``: (label, ms[, mib]) drawn as a vertical line
-    (its error is 0, off a log axis); its mib, when given, sets the marker scale. ``targets``: (error, label)
-    horizontal lines."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(9, 6), dpi=110)
-    FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    pos = [p["error"] for p in points if p["error"] and p["error"] > 0 and math.isfinite(p["error"])]
-    floor = min(pos) / 3 if pos else 1e-6
-    # marker area relative to the largest model, the reference included (so 8-bit shows as half of bf16)
-    max_mib = max([p["mib"] for p in points] + ([reference[2]] if reference and len(reference) > 2 else []) + [1e-9])
-    colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-              "#bcbd22", "#17becf"]
-    by_error = sorted(range(len(points)), key=lambda i: points[i]["error"])
-    for i, p in enumerate(points):
-        err = p["error"] if p["error"] and p["error"] > 0 else floor
-        ax.scatter([p["ms"]], [err], s=60 + 900 * p["mib"] / max_mib, alpha=0.55,
-                   color=colors[i % len(colors)], edgecolors="black", linewidths=0.8, zorder=3,
-                   label=f'{p["label"]}  ({p["mib"]:.1f} MiB)')
-        # neighbours in error get labels above / below alternately, so close points stay readable
-        dy = 8 if by_error.index(i) % 2 else -14
-        ax.annotate(p["label"], (p["ms"], err), textcoords="offset points", xytext=(10, dy), fontsize=9, zorder=4)
-    front = pareto_front([dict(p, error=p["error"] if p["error"] and p["error"] > 0 else floor) for p in points])
-    if len(front) > 1:
-        ax.plot([p["ms"] for p in front], [p["error"] for p in front], "--", color="gray", lw=1, zorder=2,
-                label="Pareto front")
-    for err, text in targets:
-        ax.axhline(err, color="tab:green", lw=0.8, ls="-.", alpha=0.6, zorder=1)
-        ax.annotate(text, (0, err), xycoords=("axes fraction", "data"), xytext=(4, 2), textcoords="offset points",
-                    fontsize=7, color="tab:green")
-    if reference is not None:
-        ax.axvline(reference[1], color="black", lw=1, ls=":", zorder=1, label=f"{reference[0]}: {reference[1]:.1f} ms")
-    if pos:
-        ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=11)
-    ax.grid(True, which="both", alpha=0.3)
-    xs = [p["ms"] for p in points] + ([reference[1]] if reference else [])
-    if xs:
-        ax.set_xlim(0, max(xs) * 1.3)
-    leg = ax.legend(fontsize=8, loc="best", markerscale=0.5)
-    for h in leg.legend_handles:
-        if hasattr(h, "set_sizes"):
-            h.set_sizes([40])
-    if note:
-        fig.text(0.01, 0.01, note, fontsize=8, color="dimgray")
-    fig.tight_layout(rect=(0, 0.03 if note else 0, 1, 1))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
-
-
-# ------------------------------------------------------------------------------------------------ sweep
 
 def _machine(device: torch.device) -> str:
     if device.type == "cuda":

@@ -284,7 +284,7 @@ def test_compiled_per_linear_llama_block_launches_two_kernels_cuda(M, split, one
     (per-Linear) conversion: the gated kernel (gate + up + SiLU + product) and the down projection.
     Except where int8 W8A16 takes split activations (dispatch.SPLIT_MIN_M <= M <= SPLIT_MAX_M): act_split
     runs before each of the two GEMMs (4 launches; made inside the GEMM instead, one launch per layer, the
-    H200 block took 230.6 µs vs 86.6 at M=64). FUSED_SPLIT_MAX_M=0 gives back 2 launches there, and so does
+    H200 block took 230.6 µs vs 86.6 at M=64). dispatch.SPLIT_MAX_M = 0 gives back 2 launches there, and so does
     dispatch.SPLIT_ONE_LAUNCH (act_split and the split GEMM in one ticketed launch, fused.kernels.split_gemm)."""
     if not split:
         monkeypatch.setattr(dispatch, "SPLIT_MAX_M", 0)

@@ -134,7 +134,7 @@ def test_tuner_retimes_the_fastest_and_takes_the_median(monkeypatch):
     assert order == list("DABC") + list("CBA") + list("ABC")  # D (slowest) is not timed again
     assert dict((c["name"], t) for t, c in tuning.timings[("k", 7, "retime")]) == {"A": 1500.0, "B": 1000.0,
                                                                                  "C": 1200.0, "D": 2000.0}
-    monkeypatch.setattr(tuning, "RETIME_ROUNDS", 0)  # FUSED_TUNE_RETIME=0: one pass
+    monkeypatch.setattr(tuning, "RETIME_ROUNDS", 0)  # tuning.RETIME_ROUNDS = 0: one pass
     script.update(A=[0.9], B=[1.0], C=[1.2], D=[2.0])
     assert tuning.pick("k", (8, "retime"), lambda: list(cands), launch) == dict(name="A")
 
@@ -403,7 +403,7 @@ def test_w8a16_route_offers_split_up_to_its_bound(fmt, monkeypatch):
     q, s = quantize_weight(torch.randn(48, 40), fmt)  # N, K not multiples of 16
     # by M bucket (tuning.m_bucket: ..., 4096, then 8192 for every larger M): the default 8192 (forty-fourth session)
     # offers split at every M; a lower bound cuts at its bucket
-    assert dispatch.SPLIT_ROUTE_MAX_M >= 8192 or os.environ.get("FUSED_W8A16_SPLIT_ROUTE_MAX_M")
+    assert dispatch.SPLIT_ROUTE_MAX_M >= 8192
     monkeypatch.setattr(dispatch, "SPLIT_ROUTE_MAX_M", 2048)
     for M, dtype, want in ((1024, torch.bfloat16, dispatch.SPLIT_PATH), (2048, torch.bfloat16, dispatch.SPLIT_PATH),
                            (2049, torch.bfloat16, dispatch.CUBLAS_W8A16_PATH),
@@ -545,7 +545,7 @@ def test_w8a16_ws_mid_route(monkeypatch):
     monkeypatch.setenv("FUSED_TUNE", "0")  # untimed: split
     assert dispatch._ws_mid_route("linear", x[:300], q, s, None, "none", dispatch.SPLIT_PATH) == dispatch.SPLIT_PATH
     forms = ["ws split", "ws split coop", "ws split coop t64", "ws split t64"]
-    # t64 forms to WS_SPLIT_T64_MAX_M (256) only; split-K: opt-in (FUSED_WS_SPLITK=1)
+    # t64 forms to WS_SPLIT_T64_MAX_M (256) only; split-K: opt-in (dispatch.WS_SPLITK = True)
     assert offered == [(512, ["ws", "ws split", "ws split coop"]), (128, forms)]
     monkeypatch.setattr(dispatch, "WS_SPLITK", True)
     monkeypatch.setattr(w8a8_ws, "sm_count", lambda device: 132)
@@ -604,5 +604,5 @@ def test_route_check_leaves_out_a_wrong_candidate(monkeypatch):
     with pytest.warns(UserWarning, match="the bad route is left out"):
         kept, refused = dispatch._checked("dense_w8a8_route", cands)
     assert list(kept) == ["triton", "good"] and [n for n, _ in refused] == ["bad"]
-    monkeypatch.setattr(dispatch, "ROUTE_CHECK_DB", float("-inf"))  # FUSED_ROUTE_CHECK_DB=-inf: off
+    monkeypatch.setattr(dispatch, "ROUTE_CHECK_DB", float("-inf"))  # dispatch.ROUTE_CHECK_DB = -inf: off
     assert list(dispatch._checked("dense_w8a8_route", cands)[0]) == ["triton", "good", "bad"]

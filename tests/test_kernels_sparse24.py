@@ -179,7 +179,7 @@ def test_sqnr_thresholds_are_meaningful():
 @pytest.mark.parametrize("gated", [False, True], ids=["linear", "gated"])
 def test_prmt_expansion_candidates_opt_in(gated, monkeypatch):
     """EXPAND="prmt" (one PRMT per 2:4 group for 8-bit dots) joins the tuner's candidates for W8A8 only, and only
-    with FUSED_S24_PRMT=1; the interpreter runs the byte selects for it (the same dense bytes): the reference's
+    with sparse24_linear.S24_PRMT = True; the interpreter runs the byte selects for it (the same dense bytes): the reference's
     result either way. The GPU test below checks the asm bit for bit."""
     from fused.kernels import sparse24_linear as sl
 

@@ -93,7 +93,7 @@ def test_quad_matches_reference(bk, K, vdtype, gated, xdtype):
 @pytest.mark.parametrize("vdtype", [torch.int8, torch.float8_e4m3fn], ids=["int8", "fp8"])
 def test_quad_on_tiled_meta(vdtype, bn, runs16, monkeypatch):
     """"quad" on cuSPARSELt-tiled meta (what the modules hold): 32-row tiles read it as contiguous runs, 16-row
-    tiles as byte gathers unless FUSED_S24_QUAD16_RUNS (see _tiled_mode); gated (the up rows start at N), 2 tiles of
+    tiles as byte gathers unless sparse24_gemv.QUAD16_RUNS (see _tiled_mode); gated (the up rows start at N), 2 tiles of
     64 columns per K step (the two-step row sum)."""
     from fused.kernels import sparse24_gemv as sg
     from sparsity.packing import tile_meta
@@ -250,7 +250,7 @@ def test_vsel_stages_equal_the_plain_loop(K, monkeypatch):
     assert torch.equal(run_both(x, v, m, s, None, "silu", True, dict(plain, STAGES=3))[0], y)
     from fused.kernels import sparse24_gemv as sg
 
-    monkeypatch.setattr(sg, "GEMV_STAGES", False)  # FUSED_GEMV_STAGES=0
+    monkeypatch.setattr(sg, "GEMV_STAGES", False)  # fused.kernels.GEMV_STAGES = False
     assert not any(c.get("STAGES", 1) > 1 for c in _candidates(1, 14336, 4096, True))
     monkeypatch.setattr(sg, "GEMV_STAGES", True)
     cands = _candidates(1, 14336, 4096, True)

@@ -84,7 +84,7 @@ def test_gemv_32_row_tile_interpreted(fmt, gated, monkeypatch):
         w8a16_gemv(torch.randn(65, 50), *_case(1, 37, 50, fmt, gated, False, torch.float32, "cpu", "plain")[1:3])
     monkeypatch.setattr(dispatch, "GEMV_MAX_M", 32)
     monkeypatch.setattr(dispatch, "A8_GEMV_MAX_M", 32)
-    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 33)  # as FUSED_GEMV_MAX_M=32 sets it at import
+    monkeypatch.setattr(dispatch, "SPLIT_MIN_M", 33)  # as dispatch.GEMV_MAX_M = 32 sets it at import
     op = "gated" if gated else "linear"
     for dyn in (False, True):
         assert dispatch.plan(op, fmt, dyn, "cuda", M=32)[0] == "triton:w8a16_gemv"
@@ -409,7 +409,7 @@ def test_int8_prmt_widening_emulated():
 
 
 def test_gemv_prmt_config_interpreted(monkeypatch):
-    """CVT="prmt" (inline PTX) is offered for int8 weights at BLOCK_M=1 only (unless FUSED_GEMV_PRMT=0); the
+    """CVT="prmt" (inline PTX) is offered for int8 weights at BLOCK_M=1 only (unless w8a16_gemv.PRMT = False); the
     interpreter runs it as "magic", the same exact widening: equal bits."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
@@ -430,7 +430,7 @@ def test_gemv_prmt_config_interpreted(monkeypatch):
 
 def test_gemv_pfd_config_interpreted(monkeypatch):
     """PFD (in-loop L2 prefetch, inline PTX: nothing under the interpreter) is offered at BLOCK_M=1 only (unless
-    FUSED_GEMV_PFD=0) and leaves the result's bits alone."""
+    w8a16_gemv.PFD_CANDIDATES = False) and leaves the result's bits alone."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
@@ -449,8 +449,8 @@ def test_gemv_pfd_config_interpreted(monkeypatch):
 
 
 def test_gemv_fine_candidates_interpreted(monkeypatch):
-    """The finer items (16-row tiles or the split doubled) are offered at BLOCK_M=1 (unless FUSED_GEMV_FINE=0) and
-    at BLOCK_M=16 with FUSED_GEMV_FINE16=1, never split K below a tile, and their tag does not reach the kernel."""
+    """The finer items (16-row tiles or the split doubled) are offered at BLOCK_M=1 (unless w8a16_gemv.FINE_CANDIDATES = False) and
+    at BLOCK_M=16 with w8a16_gemv.FINE16 = True, never split K below a tile, and their tag does not reach the kernel."""
     from fused.kernels import w8a16_gemv as gv
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
@@ -666,7 +666,7 @@ def test_gemv_deterministic_cuda():
 @pytest.mark.parametrize("fmt", FMTS)
 def test_gemv_32_row_tile_cuda(fmt):
     """Every 32- and 64-row GEMV candidate on Llama shapes at M = 17, 32 and 64 against the reference (prepared in
-    the eleventh session after its last GPU call; FUSED_GEMV_MAX_M=32 / 64 routes these M to it)."""
+    the eleventh session after its last GPU call; dispatch.GEMV_MAX_M = 32 / 64 routes these M to it)."""
     from fused.kernels.w8a16_gemv import _candidates, w8a16_gemv
 
     for M in (17, 32, 64):
@@ -1095,7 +1095,7 @@ def _fp8_split_on(monkeypatch, dispatch):
 
 
 def test_dispatch_fp8_split_path_interpreted(monkeypatch):
-    """With FUSED_FP8_SPLIT (dispatch.FP8_SPLIT), W8A16 fp8 with bf16 activations at SPLIT_MIN_M <= M <=
+    """With dispatch.FP8_SPLIT (dispatch.FP8_SPLIT), W8A16 fp8 with bf16 activations at SPLIT_MIN_M <= M <=
     SPLIT_MAX_M takes act_split (e4m3 planes) + the split GEMM; fp16/fp32 activations keep the mixed-input
     GEMM, and explain says which."""
     from fused import dispatch
@@ -1189,7 +1189,7 @@ def test_cublas_w8a8_glue_emulated(fmt, gated, monkeypatch):
 @pytest.mark.parametrize("mode", ["rowwise", "rowwise_fast"])
 @pytest.mark.parametrize("gated", [False, True])
 def test_cublas_fp8_rowwise(mode, gated, monkeypatch):
-    """FUSED_CUBLAS_FP8 rowwise forms (torch._scaled_mm with the token and channel scales inside; the CPU build has
+    """dispatch.CUBLAS_FP8 rowwise forms (torch._scaled_mm with the token and channel scales inside; the CPU build has
     it too): the same outputs as the unit-scale form but for the rounding of y before the epilogue, for M a multiple
     of 16 (the quantized h of a block's first layer too); other M take the unit-scale form, bit for bit."""
     from fused import dispatch
@@ -1489,10 +1489,11 @@ def test_explain_lists_dense_graph_routes(monkeypatch):
 
 @pytest.mark.parametrize("evict", ["0", "1"])
 def test_decode_weight_loads_carry_the_l2_policy_for_sm90(evict, monkeypatch):
-    """FUSED_W_EVICT=1: the decode kernels' weight streams (dense GEMV, 2:4 quad GEMV, 2:4 mma) load with an L2
-    evict_first cache hint (createpolicy + .L2::cache_hint; the mma's inline PTX assembles with it); off: none."""
-    monkeypatch.setenv("FUSED_W_EVICT", evict)
-    code = ("from gemv_sass import compile_gemv; from sparse_sass import compile_sparse\n"
+    """fused.kernels._W_EVICT "evict_first" (the default): the decode kernels' weight streams (dense GEMV, 2:4 quad
+    GEMV, 2:4 mma) load with an L2 evict_first cache hint (createpolicy + .L2::cache_hint; the mma's inline PTX
+    assembles with it); "" (set before the kernels are imported): none."""
+    code = (f"import fused.kernels as K; K._W_EVICT = {'evict_first' if evict == '1' else ''!r}\n"
+            "from gemv_sass import compile_gemv; from sparse_sass import compile_sparse\n"
             "from sm90_compile import compile_sm90, sparse24_mma_configs\n"
             "d = compile_gemv(dict(BLOCK_M=1, BLOCK_N=16, BLOCK_K=512, SPLIT_K=1, num_warps=4,"
             " CVT='prmt')).asm['ptx']\n"

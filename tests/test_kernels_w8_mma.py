@@ -87,7 +87,7 @@ def test_w8_mma_bad_inputs():
 @pytest.mark.parametrize("gated,dtype,fmt", [(True, torch.bfloat16, "int8"), (False, torch.float16, "int8"),
                                             (True, torch.bfloat16, "float8_e4m3")])
 def test_w8a16_gemv_mma_config(gated, dtype, fmt):
-    """w8a16_gemv's MMA configs (offered to its tuner with FUSED_GEMV_MMA=1 on CUDA) run act_split + w8_mma into
+    """w8a16_gemv's MMA configs (offered to its tuner with w8a16_gemv.MMA_CANDIDATES = True on CUDA) run act_split + w8_mma into
     the call's output: W8A16 numerics on a strided x (the split planes carry x to ~15 bits)."""
     from fused.kernels.w8a16_gemv import w8a16_gemv
 
@@ -135,7 +135,7 @@ def test_cuda_w8_mma_every_candidate_llama(N, K, gated, fmt):
 
 @pytest.mark.cuda
 def test_cuda_w8a16_gemv_mma_route_and_pdl(monkeypatch):
-    """With FUSED_GEMV_MMA's candidates the tuner may pick act_split + w8_mma: right at M = 1 / 3 / 16 and strided x,
+    """With w8a16_gemv.MMA_CANDIDATES's candidates the tuner may pick act_split + w8_mma: right at M = 1 / 3 / 16 and strided x,
     the PDL chain bit-equal to plain launches, eagerly and replayed in a CUDA graph with fresh inputs."""
     from fused.kernels import sparse24_mma as sm
     from fused.kernels import w8a16_gemv as gv

@@ -466,7 +466,7 @@ def test_graphed_call_inputs_and_buffers_across_inference_mode():
 
 @pytest.mark.cuda
 def test_eager_graph_of_refused_signatures_cuda(monkeypatch):
-    """FUSED_EAGER_GRAPH_REFUSED: a smoothed W8A8 block (a torch op between the kernels: never recorded) is replayed
+    """dispatch.EAGER_GRAPH_REFUSED: a smoothed W8A8 block (a torch op between the kernels: never recorded) is replayed
     from a CUDA graph from its third call, bit-equal to the user's own capture; off, it stays refused."""
     import copy
 

@@ -496,7 +496,7 @@ def test_tma_input_tiles_equal_pointer_loads(device):
 
 
 def test_tma_candidates_offered(monkeypatch):
-    """With FUSED_NARROW_TMA (on by default) every width class offers hoisted TMA candidates, each fitting the
+    """With narrow_mlp.TMA (on by default) every width class offers hoisted TMA candidates, each fitting the
     shared-memory budget with its weights and input stages (width 128: only 64-row tiles do); without it, none."""
     from fused.kernels import narrow_mlp as nm
 
@@ -577,7 +577,7 @@ def test_cuda_tma_replay_in_another_thread():
 def test_tma_output_tiles_equal_pointer_stores(device, monkeypatch):
     """Output tiles by TMA store (clipped at M and at N_OUT) give the same bits as pointer stores, into a fresh
     output and into an out= view a descriptor can take; an output it cannot take (rows of 12 bytes) is stored
-    by pointers. Offered to the tuner unless FUSED_NARROW_TMA_OUT=0."""
+    by pointers. Offered to the tuner unless narrow_mlp.TMA_OUT = 0."""
     from fused.kernels import narrow_mlp as nm
 
     bm = 16 if device == "cpu" else 128

@@ -39,7 +39,7 @@ for M in (1, 16):  # one candidate per 2:4 decode MODE, gated Llama shape, tiled
             seen.add((c['MODE'], value))
             t = sg._tiled_mode(True, c['MODE'], c['BLOCK_N'], 14336, True)
             audit(f'sparse24_gemv M={M} {value} {c}', compile_sparse(c, True, 14336, 4096, M, value, t).asm['ttgir'])
-for bn in (16, 32):  # the quad tiles on tiled meta read as contiguous runs (16 rows: opt-in FUSED_S24_QUAD16_RUNS)
+for bn in (16, 32):  # the quad tiles on tiled meta read as contiguous runs (16 rows: opt-in sparse24_gemv.QUAD16_RUNS)
     c = dict(sg._cfg('quad', 1, bn, 512, 4, 4), SPLIT_K=1)
     audit(f'sparse24_gemv quad runs {bn}', compile_sparse(c, True, 14336, 4096, 1, 'int8', 2).asm['ttgir'])
 for M in (1, 16):

@@ -49,7 +49,7 @@ def test_tma_tiles_equal_w8_gemm_interpreted(fmt, gated, poisoned):
 
 
 def test_tma_candidates_and_refusals(monkeypatch):
-    """Offered only with FUSED_W8_TMA, above M=256 and for K a multiple of 16; a TMA config on operands TMA cannot
+    """Offered only with w8a8_tma.W8_TMA, above M=256 and for K a multiple of 16; a TMA config on operands TMA cannot
     read (K not a multiple of 16, planes, weight-only) is refused with a clear error."""
     from fused.kernels import w8a8_tma
 

@@ -257,7 +257,7 @@ def _block_operands(M, H, D, gated, fp8, seed, K=512):
 @sm90
 @pytest.mark.parametrize("gated,act,fp8", [(True, "silu", True), (False, "gelu_tanh", True), (True, "silu", False)])
 def test_block_route_on_gluon_cuda(monkeypatch, gated, act, fp8):
-    """The W8A8 block with both layers' routes (h out, h in) forced to "gluon" (FUSED_W8A8_WS) against the reference
+    """The W8A8 block with both layers' routes (h out, h in) forced to "gluon" (dispatch.W8A8_WS) against the reference
     and the Triton routes (the same quantization; the GEMMs' rounding apart); the stats name the routes: the tile and
     split-K forms."""
     from fused import dispatch
@@ -412,7 +412,7 @@ def test_barrier_protocols_in_a_random_interleaving_model():
 
 
 def test_grouped_forms_from_the_environment(monkeypatch):
-    """FUSED_W8A8_GROUPED: 1 times every grouped form, "a+b" those named (an unknown name is an error, not a silent
+    """dispatch._GROUPED_ENV: 1 times every grouped form, "a+b" those named (an unknown name is an error, not a silent
     skip)."""
     from fused import dispatch
 
@@ -500,7 +500,7 @@ def test_ws_quant_out_matches_reference_cuda(M, H, K, gated, act, bias, fp8):
                                                 (True, "silu", True, "grouped_g128"),
                                                 (False, "gelu_tanh", False, "grouped_g128")])
 def test_grouped_block_cuda(monkeypatch, gated, act, fp8, form):
-    """The W8A8 block with h handed over in groups (FUSED_W8A8_GROUPED, its route forced): against the reference with
+    """The W8A8 block with h handed over in groups (dispatch._GROUPED_ENV, its route forced): against the reference with
     h quantized the same way, and no further from the block with h unquantized than the per-token hand-off (the
     route forced the other way); the stats name both."""
     from fused import dispatch

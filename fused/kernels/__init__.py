@@ -13,8 +13,8 @@ INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 # 16x512 went 53.5 -> 41.8 µs for gate/up and 32.0 -> 24.6 for down (layer alone, graph), the int8 2:4 W8A16 block
 # at M=1 62.6 -> 59.4 (cuSPARSELt keeps gate/up in graphs, 38 µs); dense GEMVs 0-1.3 µs per layer. Every staged
 # candidate matches its plain twin (bit for bit at 4 warps; at 8 warps 1-4 outputs of 14336 differ in the last bit:
-# the pipelined loop's layout changes the cross-warp reduction order). FUSED_GEMV_STAGES=0: off.
-GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
+# the pipelined loop's layout changes the cross-warp reduction order). fused.kernels.GEMV_STAGES = False: off.
+GEMV_STAGES = True
 
 # The L2 policy of the decode kernels' weight loads (each weight byte is read once per forward): "evict_first"
 # makes the streamed lines each other's victims, so the stream does not evict what other kernels left in L2
@@ -22,8 +22,8 @@ GEMV_STAGES = os.environ.get("FUSED_GEMV_STAGES", "1") == "1"
 # (`bash .ci/h200_next.sh evict` / `evict2`): after do_bench's flush (256 MB zeroed: L2 left dirty) a pure read of
 # the 117 MB gate/up weight took 37.5 µs normal, 34.0 evict_first (29.9 after a clean flush); int8 W8A16 block M=1
 # 61.1-61.4 -> 59.5-59.9 (shipped picks, three runs each); with the GEMV retuned under it int8 58.8, fp8 W8A8 57.6
-# (`evictfinal`). Loads through cp.async (STAGES) drop the hint. FUSED_W_EVICT=0: off.
-_W_EVICT = "evict_first" if os.environ.get("FUSED_W_EVICT", "1") == "1" else ""
+# (`evictfinal`). Loads through cp.async (STAGES) drop the hint. fused.kernels._W_EVICT = 0: off.
+_W_EVICT = "evict_first"
 
 
 def __getattr__(name: str):

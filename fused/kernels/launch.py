@@ -10,7 +10,7 @@ shape and M: a few dozen per model, each a new key paying one ordinary launch.
 Convention: runtime arguments positional, constexprs and launch options (num_warps, ...) as keywords.
 ``compile_env``: environment variables set while Triton's own path runs (it compiles there), e.g. the
 narrow MLP's DISABLE_MMA_V3 (see fused.kernels.narrow_mlp); Triton's disk cache keys on them.
-Off under the interpreter, with FUSED_FAST_LAUNCH=0, and while a Triton launch hook is installed.
+Off under the interpreter, with launch.ENABLED = 0, and while a Triton launch hook is installed.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import torch
 
 from fused.kernels import INTERPRET
 
-ENABLED = not INTERPRET and os.environ.get("FUSED_FAST_LAUNCH", "1") != "0"
+ENABLED = not INTERPRET
 _cache: dict = {}
 # launches through Triton's own path ("jit": first call of a key, or a hook installed) vs the cache; also the 2:4
 # decode launches whose "quad" pick met an x it cannot read as words (fp32, unaligned) and ran as "vsel"

@@ -44,7 +44,6 @@ Design
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -309,22 +308,22 @@ SMEM_BUDGET = 200 * 1024
 # compare and a select per fp32 value: sm_90 loop of width 64 x 5 layers, hoisted BM 128 / 4 warps, 1226 -> 839
 # instructions per thread and tile, 150 -> 162 registers (triton 3.9 compile; 3 programs per SM fit up to 168).
 # H200, tenth session (`bash .ci/h200_next.sh relu16`, one call, same pick): 237.3 -> 215.5 µs at 2**21 rows
-# (predicted 195-215). FUSED_NARROW_RELU16=0: the fp32 relu.
-RELU16 = os.environ.get("FUSED_NARROW_RELU16", "1") == "1"
+# (predicted 195-215). narrow_mlp.RELU16 = False: the fp32 relu.
+RELU16 = True
 
 
-# The TMA candidates above (FUSED_NARROW_TMA=0: none). H200, eleventh session (width 64 x 5, 2**21 rows): 3 stages,
+# The TMA candidates above (narrow_mlp.TMA = False: none). H200, eleventh session (width 64 x 5, 2**21 rows): 3 stages,
 # 2 programs of 128 rows per SM 195.2 µs against 216.7 for the pointer-load pick in the same call, bit-equal; the
 # module call 197.4 (eager 1229.3, compiled 1399.3). Triton pipelines the descriptor loads (the next tiles' copies
 # are in flight in shared memory during this tile's layers, holding no registers).
-TMA = os.environ.get("FUSED_NARROW_TMA", "1") == "1"
-# Output tiles by TMA store (see candidates; FUSED_NARROW_TMA_OUT=0: none). Thirteenth session, `.ci/diag.py
+TMA = True
+# Output tiles by TMA store (see candidates; narrow_mlp.TMA_OUT = False: none). Thirteenth session, `.ci/diag.py
 # narrowtmaout` (width 64 x 5, 2**21, explicit configs, bit-equal to the pointer-store pick): (128 rows, 4 warps,
 # 3 stages, 2 per SM) 194.3 -> 162.2 µs, (64, 4, 3, 3) 193.9 -> 166.5, (128, 8, 3, 2) 194.6 -> 172.8. Fourteenth
 # session (`bash .ci/h200_next.sh fourteenth2`): the narrow cuda file passed whole (25), and with them offered
 # the tuner's top three were the TMA-store configs (161.8 / 165.5 / 172.2 vs 193.2 without); the module call
 # 165.1 µs (eager 1244.6, compiled 1416.0). On by default.
-TMA_OUT = os.environ.get("FUSED_NARROW_TMA_OUT", "1") == "1"
+TMA_OUT = True
 
 
 def _relu16_mode(dtype: torch.dtype) -> int:

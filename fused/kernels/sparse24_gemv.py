@@ -43,7 +43,6 @@ whose kept positions include k (exact zeros kept by the packing count as kept); 
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -60,9 +59,9 @@ from fused.kernels.w8a16_gemv import _split_for
 
 MODES = ("gather", "vsel", "quad", "dot")
 # "quad" candidates in the tuner (explicit configs run regardless); on since its cuda tests passed on the H200
-# (twentieth session); FUSED_S24_QUAD=0 leaves them out
-QUAD = os.environ.get("FUSED_S24_QUAD", "1") == "1"
-QUAD16_RUNS = os.environ.get("FUSED_S24_QUAD16_RUNS", "0") == "1"
+# (twentieth session); sparse24_gemv.QUAD = False leaves them out
+QUAD = True
+QUAD16_RUNS = False
 
 
 @triton.jit
@@ -524,7 +523,7 @@ def _tiled_mode(tiled: bool, mode: str, bn: int, N: int, gated: bool) -> int:
     if mode == "quad" and bn == 16 and not QUAD16_RUNS:
         # twentieth session, H200: quad 16-row tiles on contiguous-run meta summed wrong (SQNR -1 dB: Triton 3.6's
         # reduce over their layout, now reduced in two steps, see _quad_partial); byte gathers until that form has
-        # passed its cuda test (FUSED_S24_QUAD16_RUNS=1 takes the runs)
+        # passed its cuda test (sparse24_gemv.QUAD16_RUNS = True takes the runs)
         return 1
     return 2 if mode in ("vsel", "quad", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
 

@@ -21,7 +21,6 @@ bits (`_expand_24`). For small M (decode) there is one M tile: each program stre
 Weight-only (DOT "native"/"fp32") or dynamic W8A8 (DOT "int8"/"fp8": x quantized per token by the launcher
 with lowbit.quantize_activation, the dot in int8 -> int32 or fp8 -> fp32, scaled by s_x·s_w).
 """
-import os
 
 import torch
 import triton
@@ -109,9 +108,9 @@ def _expand_24(v, meta, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
 # kept values (bytes 0, 1 of a word) and zero bytes (the second source is 0): the selector starts as 0x4444 (every
 # entry a zero byte) and XORs entry p0 to 0 (0x4 << 4·p0) and entry p1 to 1 (0x5 << 4·p1). sm_90, W8A8 int8 tiled
 # kernel: see the SASS counts in examples/results/h200/NOTES.md (nineteenth session, triton 3.6, not yet run on a
-# GPU). Tuner candidates only with FUSED_S24_PRMT=1 until the cuda test (bit-equal to the byte selects) has passed
+# GPU). Tuner candidates only with sparse24_linear.S24_PRMT = True until the cuda test (bit-equal to the byte selects) has passed
 # on the H200; the interpreter runs its Triton twin (_group_word with ASM off: the same bytes by selects).
-S24_PRMT = os.environ.get("FUSED_S24_PRMT", "0") == "1"
+S24_PRMT = False
 
 
 @triton.jit

@@ -52,7 +52,6 @@ loop's instructions; 182 registers at 16 tokens, two planes, gated), int8 is one
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -69,12 +68,12 @@ from fused.kernels.act_quant import reciprocal
 from fused.kernels.act_split import split_planes, split_planes_fp8
 from lowbit.quant import FP8_SPLIT_LO, FP8_SPLIT_QMAX, MIN_SCALE, SPLIT_QMAX
 
-# the dispatch's "mma" route (int8 2:4 at M <= 16), timed per shape against the others; FUSED_S24_MMA=0 leaves it out.
+# the dispatch's "mma" route (int8 2:4 at M <= 16), timed per shape against the others; sparse24_mma.MMA = False leaves it out.
 # On since the twenty-third session (cuda tests green on the H200; it took int8 gate/up at M=1 from the quad GEMV)
-MMA = os.environ.get("FUSED_S24_MMA", "1") == "1"
+MMA = True
 # programmatic dependent launch after act_split / act_quant (the route's chain): the programs start and issue their
 # first weight loads while the small kernel before them runs, and wait (griddepcontrol.wait) before reading its planes
-PDL = os.environ.get("FUSED_S24_MMA_PDL", "1") == "1" and not INTERPRET
+PDL = not INTERPRET
 _pdl_devices: dict = {}
 
 
@@ -88,12 +87,12 @@ def pdl_ok(device) -> bool:
         ok = _pdl_devices[idx] = torch.cuda.get_device_capability(idx)[0] >= 9
     return ok
 # two planes at M <= 4: both planes in one mma's columns (PAIRS in the kernel)
-PAIRS = os.environ.get("FUSED_S24_MMA_PAIRS", "1") == "1"
+PAIRS = True
 # the STAGES and PFD candidates (see _candidates): opt-in. Twenty-fourth session (H200, int8 M=1, act_split +
 # mma in a graph): both right (every candidate's cuda test passed) and slower, none of them in the 10 fastest
 # (gate/up 32.0 µs, down 21.3 for the shipped XF + L2P=128 picks)
-STAGES_CANDIDATES = os.environ.get("FUSED_S24_MMA_STAGES", "0") == "1"
-PFD_CANDIDATES = os.environ.get("FUSED_S24_MMA_PFD", "0") == "1"
+STAGES_CANDIDATES = False
+PFD_CANDIDATES = False
 
 # operands: $0-$3 D; inputs in _mma's order: $4-$7 A, $8 the metadata word, $9-$12 B, $13-$16 C; sparsity selector 0
 _MMA_OPS: tl.constexpr = tl.constexpr("{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$9, $10, $11, $12}, {$13, $14, $15, $16}, "
@@ -683,7 +682,7 @@ def _candidates(M: int, N: int, K: int, gated: bool) -> list[dict]:
     # STAGES: one step per iteration with the weights streamed through shared memory by Triton's pipeliner (cp.async,
     # STAGES - 1 steps ahead: bytes in flight bounded by shared memory, not registers; sm_90: 72 registers gated,
     # 36 KB per 4-warp program at 4 stages). Prepared in the twenty-third session: offered only with
-    # FUSED_S24_MMA_STAGES=1 until its cuda tests have passed on the H200 (the tuner times, it does not check)
+    # sparse24_mma.STAGES_CANDIDATES = True until its cuda tests have passed on the H200 (the tuner times, it does not check)
     for w, sp, st in ((4, s, 3), (4, s, 4), (1, s, 4), (2, s, 4), (4, s // 2, 4)) if STAGES_CANDIDATES else ():
         sp = max(1, min(sp, K // 128))
         cfg = dict(W=w, SPLIT_K=sp, U=1, STAGES=st, num_warps=w)

@@ -23,7 +23,6 @@ W8A8 GEMM (2 launches per layer above M=16, 4 per block under torch.compile with
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -47,7 +46,7 @@ ROW_BLOCK = 2048
 # dependent loads (2 passes x 7 chunks for K=14336). The likely cause of the one-launch form's loss on the H200
 # (seventeenth session, NOTES); 1: the plain loops. Not yet timed (`bash .ci/h200_next.sh splitrows`). split_gemm
 # only: quant_gemm's fp8 down tile took 72 -> 104 registers with it (triton 3.9).
-ROW_STAGES = int(os.environ.get("FUSED_SPLIT_ROW_STAGES", "3"))
+ROW_STAGES = 3
 
 
 def _sync_buffer(device) -> torch.Tensor:

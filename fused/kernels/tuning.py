@@ -27,9 +27,9 @@ def retune(kernel: str) -> bool:
 
 
 # the RETIME_TOP fastest candidates of the first pass are timed RETIME_ROUNDS times more, alternating their order, and
-# the pick is the one with the lowest median (FUSED_TUNE_RETIME=0: one pass, as before the fortieth session)
+# the pick is the one with the lowest median (tuning.RETIME_ROUNDS = 0: one pass, as before the fortieth session)
 RETIME_TOP = 3
-RETIME_ROUNDS = 2 if os.environ.get("FUSED_TUNE_RETIME", "1") == "1" else 0
+RETIME_ROUNDS = 2
 
 _cache: dict = {}
 # (kernel, key) -> config for every pick made in this process: what `explain`/bench report

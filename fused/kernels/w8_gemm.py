@@ -15,7 +15,6 @@ fp8·fp8→fp32 tensor-core dots directly.
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -252,8 +251,8 @@ def _w8_gemm_kernel(
 # tile where two dots of BLOCK_M rows ran (at M <= 32 mostly padding rows, or 16/32-row mma.sync, which for e4m3
 # converts on sm_90). H200, fourteenth session (`bash .ci/h200_next.sh fourteenth1`, Llama block, graph µs, off ->
 # on, M = 17 / 32 / 64): fp8 W8A16 81.2 / 81.8 / 80.0 -> 77.2 / 77.7 / 77.8, int8 74.9 / 75.6 / 84.0 -> 75.0 / 75.3 /
-# 78.0 (at M <= 32 the int8 loop runs at the weight-stream rate either way). FUSED_SPLIT_STACK=0 leaves them out.
-STACK = os.environ.get("FUSED_SPLIT_STACK", "1") == "1"
+# 78.0 (at M <= 32 the int8 loop runs at the weight-stream rate either way). w8_gemm.STACK = False leaves them out.
+STACK = True
 
 
 def _split_fit(bm: int, bn: int, bk: int, stages: int, warps: int, gated: bool,

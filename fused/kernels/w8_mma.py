@@ -22,7 +22,7 @@ Lanes are the physical ones (%tid.x, fused.kernels.sparse24_mma._thread_ids); th
 there _mma_emu forms the warp product from the same lane registers by the rules above (the addressing's oracle).
 Split-K and the epilogue as sparse24_mma (deterministic partial sums, token and channel scales, bias, activation,
 gate). Reference: fused.reference.linear_ref / gated_ref on the planes' values.
-Prepared in the twenty-third session without a GPU: opt-in (FUSED_GEMV_MMA=1 offers it to w8a16_gemv's tuner).
+Prepared in the twenty-third session without a GPU: opt-in (w8a16_gemv.MMA_CANDIDATES = True offers it to w8a16_gemv's tuner).
 """
 from __future__ import annotations
 

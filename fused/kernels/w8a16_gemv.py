@@ -16,7 +16,6 @@ The last program also resets the counter, so the workspace needs no memset betwe
 """
 from __future__ import annotations
 
-import os
 
 import torch
 import triton
@@ -243,23 +242,23 @@ def _gemv_item(
 
 
 MAX_M = 64
-# CVT="prmt" candidates (epilogue.int8_to_f32_prmt) for int8 weights at BLOCK_M=1 (FUSED_GEMV_PRMT=0 drops them).
+# CVT="prmt" candidates (epilogue.int8_to_f32_prmt) for int8 weights at BLOCK_M=1 (w8a16_gemv.PRMT = False drops them).
 # The gated 32x512 loop on sm_90: 745 -> 637 SASS instructions (fp8's: 539). H200, nineteenth session (`bash
 # .ci/h200_next.sh prmt`): bit-equal to "magic" on every candidate; the retuner took prmt for both int8 M=1 layers,
 # Llama block 64.6 -> 63.4 µs (predicted 63-65)
-PRMT = os.environ.get("FUSED_GEMV_PRMT", "1") == "1"
-# PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1: opt-in (FUSED_GEMV_PFD=1). Twenty-fourth
+PRMT = True
+# PFD candidates (in-loop L2 prefetch of the weight tiles ahead) at BLOCK_M=1: opt-in (w8a16_gemv.PFD_CANDIDATES = True). Twenty-fourth
 # session, H200 tuner, M=1: the best PFD lost to the best other candidate on every Llama layer (int8 gate/up 44.7 vs
 # 42.9 µs, down 27.9 vs 25.8; fp8 44.5 vs 41.2, 27.7 vs 25.4)
-PFD_CANDIDATES = os.environ.get("FUSED_GEMV_PFD", "0") == "1"
-# FUSED_GEMV_MMA=1: 8-bit weights at M <= 16 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
+PFD_CANDIDATES = False
+# w8a16_gemv.MMA_CANDIDATES = True: 8-bit weights at M <= 16 with 16-bit x also time act_split + w8_mma (dense decode on mma.sync: no
 # per-weight widening in the int8 loop, the weights streamed by cp.async). Twenty-fourth session, H200: right (its
 # cuda tests pass) but slower, M=1 int8 gate/up 45.0 vs 42.9 µs, down 28.8 vs 25.8; M=16 53.7 vs 44.5, 86.6 vs 25.8
 # (every warp re-reads its K range of x: at M=16 that is as many L2 bytes as the weights). Opt-in
-MMA_CANDIDATES = os.environ.get("FUSED_GEMV_MMA", "0") == "1"
-# finer M=1 work items against the last wave's imbalance (_fine_candidates); FUSED_GEMV_FINE=0 drops them
-FINE_CANDIDATES = os.environ.get("FUSED_GEMV_FINE", "1") == "1"
-FINE16 = os.environ.get("FUSED_GEMV_FINE16", "0") == "1"
+MMA_CANDIDATES = False
+# finer M=1 work items against the last wave's imbalance (_fine_candidates); w8a16_gemv.FINE_CANDIDATES = False drops them
+FINE_CANDIDATES = True
+FINE16 = False
 
 
 def _block_m(M: int) -> int:
@@ -319,7 +318,7 @@ def _fine_candidates(bm: int, N: int, K: int, cvt: str) -> list[dict]:
     share; 896 items run as 7 / 6.8. H200, twenty-fourth session (`fine`, tuner µs): int8 M=1 gate/up 16x512 41.4
     vs 43.6 (predicted ~39), the pick until the twenty-fifth session's retune under the L2 policy (64x256 split 2
     38.9 vs 40.0); fp8 41.5 vs 41.3 (a tie); down (512 items already) 27.4 vs 25.6, lost;
-    at M=16 every fine candidate lost (gate/up 51.8 vs 45.4), so there they are opt-in (FUSED_GEMV_FINE16=1).
+    at M=16 every fine candidate lost (gate/up 51.8 vs 45.4), so there they are opt-in (w8a16_gemv.FINE16 = True).
     32x512 with the split doubled (896 items too) lost (45.7), 16x256 too (48.3). sm_90 SASS: the 16x512 4-warp
     loop is per thread the 32x512 8-warp one (309 vs 301 instructions, 64 registers, the same loads), so what
     differs is the grain: 896 4-warp programs put at most 28 warps of work on an SM (average 27.2) where 448 8-warp

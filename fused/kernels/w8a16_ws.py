@@ -21,7 +21,7 @@ stores.
 Config switches (the cuda tests cover each): A_HALVES (each K step's A widened in two halves; on), FP8_BITS (e4m3
 widened by bit placement; off: slower), U_PAD (the gated hand-over buffer's rows padded against 8-way bank conflicts;
 off: no clear gain), PERSIST (one program per SM walking the tiles; off: slower gated, down unchanged), 128-token
-tiles below M=1024 (default_config(M); a route only from FUSED_W8A16_WS_MIN_M, off: split activations win there).
+tiles below M=1024 (default_config(M); a route only from dispatch.W8A16_WS_MIN_M, off: split activations win there).
 
 H200 (thirty-first session, `.ci/h200_next.sh ppwait` / `ppturn`, do_bench µs, Llama layers): down M=1024 175-183
 (bf16 cuBLAS on a bf16 copy 149, widen + cuBLAS 198-200), gated gate/up 375-393 (widen + cuBLAS + scale_epilogue

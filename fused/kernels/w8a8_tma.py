@@ -1,5 +1,5 @@
 """The W8A8 GEMM (int8 / e4m3 x quantized per token, 8-bit weights) as persistent tiles fed by TMA: w8_gemm's
-candidate for large M (`FUSED_W8_TMA=1`; built in the seventeenth session, timed in the eighteenth).
+candidate for large M (`w8a8_tma.W8_TMA = True`; built in the seventeenth session, timed in the eighteenth).
 
 Why: at M=8192 the fp8 W8A8 Llama block takes cuBLAS for gate/up (H200, seventeenth session): its bf16 y of
 8192 x 28672 (470 MB) is written, then read back by epilogue_quant, ~110 µs of traffic that w8_gemm's fused
@@ -19,7 +19,6 @@ A retune of whole blocks with these candidates took one (fp8 down at 8192) into 
 """
 from __future__ import annotations
 
-import os
 import warnings
 
 import torch
@@ -30,9 +29,9 @@ from fused.kernels import cdiv, sm_count, strict
 from fused.kernels.launch import launch_kernel
 from fused.kernels.w8_gemm import _mma, grouped_tile, tile_epilogue
 
-# Offered to the tuner only with FUSED_W8_TMA=1 (each candidate costs a compile on first use of a shape); a shipped
+# Offered to the tuner only with w8a8_tma.W8_TMA = True (each candidate costs a compile on first use of a shape); a shipped
 # pick with "TMA" runs whatever the switch.
-W8_TMA = os.environ.get("FUSED_W8_TMA", "0") == "1"
+W8_TMA = False
 _HAS_DESC = hasattr(tl, "make_tensor_descriptor")
 
 

@@ -24,7 +24,7 @@ gate rows and their up rows), both reading each stage's x tile and releasing the
 shared-memory traffic per product (Triton's faster fp8 down GEMM runs 128 x 256 tiles), no ping-pong (a long K makes
 the epilogue small). On the H200 (thirty-sixth session) it took 1-4% fewer joules than the ping-pong form on the
 Llama shapes (fp8 down at 8192: 509.8 mJ against 526.9, Triton's 505.4; gated route 1640.8 µs against 1681.0), so
-dispatch times it beside the ping-pong form in both layers of a W8A8 block (FUSED_W8A8_WS_COOP=0: off).
+dispatch times it beside the ping-pong form in both layers of a W8A8 block (dispatch.W8A8_WS_COOP = False: off).
 
 A first form with both consumers on one 256-token tile and the up values handed over through shared memory spent
 160.7 mJ at M=1024 (no better than Triton); this one 142.9 (207.7 µs sustained; 4 stages 144.9), 1087-1252 at 8192
@@ -39,7 +39,7 @@ K group's product from zero, waited for and added times its tokens' scales (TMA-
 sum; one K group a stage (BLOCK_K 64) or two (BLOCK_K 128: two products in flight). Groups of 128 outputs
 (``group=128``: the gated COOP consumers trade their per-token absmaxes through shared memory) halve the promotions
 per product, as DeepSeek-V3's GEMM. Measured forms were slower than the per-token hand-off (the Llama block at M=1024
-477 and 423 µs against 314); these are not yet measured, so dispatch uses them only with FUSED_W8A8_GROUPED=1.
+477 and 423 µs against 314); these are not yet measured, so dispatch uses them only with dispatch._GROUPED_ENV = 1.
 
 X_SPLIT (forty-first session): W8A16 on act_split's planes interleaved (token t's hi / lo as rows 2t / 2t + 1): one
 8-bit GEMM of 2M rows whose accumulator holds a token's two sums in one thread, combined in the epilogue
