@@ -386,6 +386,8 @@ def main(args) -> int:
         json.dump({"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                    "torch": torch.__version__, "d": d, "h": h, "rows": [asdict(r) for r in rows],
                    "tuned": {str(k): v for k, v in tuning.picks.items()},
+                   # the same picks as `python -m fused tuned` reads them into the shipped table
+                   "picks": [{"key": [str(x) for x in k], "config": v} for k, v in tuning.picks.items()],
                    "timings": {str(k): v for k, v in tuning.timings.items()},
                    "failed_candidates": {str(k): v for k, v in tuning.failures.items()},
                    "refused_routes": {str(k): v for k, v in dispatch.route_refusals.items()}},

@@ -140,6 +140,17 @@ def _cmd_bench(args) -> int:
     return bench_main(args)
 
 
+def _cmd_tuned(args) -> int:
+    from fused.kernels import tuned
+
+    try:
+        n = tuned.merge(args.bench_json, args.table, args.out)
+    except (OSError, ValueError) as e:
+        return _fail("tuned", e)
+    print(f"merged {n} pick(s) into {args.out or tuned.path(args.table)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="fusedmlp", description="Fused quantized MLP toolkit")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -203,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("--max-sentences", type=int, default=None, help="sentence encoders: use the first N sentences")
     sw.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     sw.set_defaults(func=_cmd_sweep)
+
+    t = sub.add_parser("tuned", help="fold a bench run's kernel picks (bench.json) into the shipped tuned table")
+    t.add_argument("bench_json", help="bench.json from `python -m fused bench` on the GPU the table is for")
+    t.add_argument("--table", default="h200", help="table name: fused/data/tuned_<name>.json (default h200)")
+    t.add_argument("--out", default=None, help="write here instead of over the shipped table")
+    t.set_defaults(func=_cmd_tuned)
     return p
 
 

@@ -606,3 +606,29 @@ def test_route_check_leaves_out_a_wrong_candidate(monkeypatch):
     assert list(kept) == ["triton", "good"] and [n for n, _ in refused] == ["bad"]
     monkeypatch.setattr(dispatch, "ROUTE_CHECK_DB", float("-inf"))  # dispatch.ROUTE_CHECK_DB = -inf: off
     assert list(dispatch._checked("dense_w8a8_route", cands)[0]) == ["triton", "good", "bad"]
+
+
+def test_shipped_picks_are_data_and_a_bench_run_merges_into_them(tmp_path):
+    """The tuned table is JSON read on first use; `python -m fused tuned bench.json` folds a run's picks into it (a pick
+    replaces its key's entry, other entries stay), and the result reads back as the same table plus the pick."""
+    import json
+
+    from fused import cli
+    from fused.kernels import tuned, tuning
+
+    table = tuned.table()
+    assert table and all(isinstance(k, tuple) and all(isinstance(x, str) for x in k) for k in table)
+    assert tuning.TUNED is table
+    key = next(iter(table))
+    new = ("w8_gemm", "64", "123", "456", "True", "False", "torch.int8")
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"picks": [{"key": list(key), "config": {"BLOCK_M": 7}},
+                                           {"key": [new[0], 64, 123, 456, True, False, "torch.int8"],
+                                            "config": {"BLOCK_M": 8}}]}))
+    out = tmp_path / "tuned_h200.json"
+    assert cli.main(["tuned", str(bench), "--out", str(out)]) == 0
+    merged = {tuple(e["key"]): e["config"] for e in json.loads(out.read_text())["entries"]}
+    assert merged == {**table, key: {"BLOCK_M": 7}, new: {"BLOCK_M": 8}}
+    assert tuned.table() == table  # the shipped file is untouched with --out
+    bench.write_text(json.dumps({"rows": []}))
+    assert cli.main(["tuned", str(bench), "--out", str(out)]) == 2  # no picks: a clear error

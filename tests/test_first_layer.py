@@ -109,7 +109,7 @@ def test_gemm_config_follows_the_w8a8_gemm(monkeypatch):
     from fused.kernels.first_layer import gemm_config
 
     tile = dict(BLOCK_M=128, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8)
-    assert gemm_config(100, 14336, 4096, True, torch.int8) == tile  # tuned_h200.py, bucket 128
+    assert gemm_config(100, 14336, 4096, True, torch.int8) == tile  # the shipped H200 table, bucket 128
     assert gemm_config(100, 14336, 4096, True, torch.float8_e4m3fn) == tile
     assert gemm_config(100, 14000, 4096, True, torch.int8) is None
     monkeypatch.setattr(tuning, "_cache", {})

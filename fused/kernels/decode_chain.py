@@ -160,7 +160,7 @@ def _decode_chain_kernel(
 
 
 def candidates(M: int, gated: bool) -> list[dict]:
-    """Tile pairs from the two GEMVs' H200 picks for the Llama block (fused.kernels.tuned_h200: int8 takes the
+    """Tile pairs from the two GEMVs' H200 picks for the Llama block (fused/data/tuned_h200.json: int8 takes the
     16-row tensor-core tile, fp8 the broadcast GEMV at M=1), times programs per SM (0: one per item)."""
     if M == 1:
         # the last: the twenty-fifth session's retuned GEMV tiles (64x256, gate/up split 2; down split 8)

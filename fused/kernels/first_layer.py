@@ -151,7 +151,7 @@ def _interpret_config():
 
 
 def default_config(M: int) -> dict:
-    """The H200's M=128 pick of the W8A8 gated GEMM (tuned_h200.py): a 128x64x128 tile, 3 stages, 8 warps, 2 CTAs
+    """The H200's M=128 pick of the W8A8 gated GEMM (fused/data/tuned_h200.json): a 128x64x128 tile, 3 stages, 8 warps, 2 CTAs
     per SM."""
     return dict(BLOCK_M=128 if M > 64 else 64, BLOCK_N=64, BLOCK_K=128, GROUP_M=8, num_stages=3, num_warps=8)
 

@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import statistics
 
-from fused.kernels import INTERPRET
-from fused.kernels.tuned_h200 import TUNED
+from fused.kernels import INTERPRET, tuned
 
 # FUSED_RETUNE=1: every kernel; a comma list of kernel names (e.g. sparse24_gemv,w8a16_gemv): those only (a retune of
 # every kernel at a new M compiles hundreds of candidates)
@@ -60,8 +59,14 @@ def known(kernel: str, key: tuple) -> dict | None:
 
 
 def _shipped(kernel: str, key: tuple) -> dict | None:
-    # tuned_h200.py keys its entries by the key's values as strings
-    return TUNED.get((kernel,) + tuple(str(k) for k in key))
+    # the shipped table keys its entries by the key's values as strings
+    return tuned.table().get((kernel,) + tuple(str(k) for k in key))
+
+
+def __getattr__(name: str):
+    if name == "TUNED":  # the shipped table, read on first use (fused/data/tuned_h200.json)
+        return tuned.table()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pick(kernel: str, key: tuple, candidates, launch) -> dict:

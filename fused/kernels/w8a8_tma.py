@@ -15,7 +15,7 @@ TMA needs 16-byte aligned rows: K a multiple of 16 (1-byte operands) and unit st
 Measured (H200, eighteenth session, layer alone in a graph, `.ci/diag.py w8tma`), pointer pick -> best TMA tile:
 int8 gate/up 233.6 -> 217.9 (M=1024), 1858 -> 1730 (8192); down 92.9 -> 103.8, 808 -> 775; fp8 gate/up 215.9 ->
 234.3, 1750 -> 1876; down 89.9 -> 89.5, ~835 -> 717. Gated fp8 tiles lose (cause not measured; 255 registers a thread).
-A retune of whole blocks with these candidates took one (fp8 down at 8192) into tuned_h200.py.
+A retune of whole blocks with these candidates took one (fp8 down at 8192) into the shipped H200 table (fused/data/tuned_h200.json).
 """
 from __future__ import annotations
 
