@@ -30,19 +30,17 @@ Decode is bound by the weight bytes: 0.625 per weight for 8-bit values. Four way
             The interpreter runs the same arithmetic in Triton (_quad_fma_ref: equal bits).
   "dot"     (BLOCK_M = 16, for 2 <= M <= 16) expands the tile to dense in registers
             (sparse24_linear._load_dense_tile) and runs tl.dot: the expansion is paid once for all M rows
-            (sm_90, 64×128 int8 tile: 594 instructions per thread and step with the 16-bit word expansion,
-            1330 with byte selects).
+            (sm_90, 64×128 int8 tile: 594 instructions per thread and step; 1330 with byte selects).
 Split-K exactly as in w8a16_gemv (and sharing its workspace): each program stores an fp32 partial, bumps a
 per-tile counter, and the last to arrive sums the SPLIT_K partials in a fixed order and runs the epilogue
 (scale, bias, activation, gate): one launch, bit-identical results from run to run, counters reset by the
 kernel itself.
 
-NaN/inf in x: "gather"/"vsel" multiply only kept positions, so a non-finite x[m, k] reaches the outputs
-whose kept positions include k (exact zeros kept by the packing count as kept); the dense reference and
-"dot" spread it to every output of row m (0·NaN). Finite inputs agree to fp32 rounding.
+NaN/inf in x: "gather"/"vsel" multiply only kept positions, so a non-finite x[m, k] reaches the outputs whose kept
+positions include k (exact zeros kept by the packing count as kept); the dense reference and "dot" spread it to
+every output of row m (0·NaN). Finite inputs agree to fp32 rounding.
 """
 from __future__ import annotations
-
 
 import torch
 import triton
@@ -58,8 +56,7 @@ from fused.kernels.tuning import m_bucket, pick
 from fused.kernels.w8a16_gemv import _split_for
 
 MODES = ("gather", "vsel", "quad", "dot")
-# "quad" candidates in the tuner (explicit configs run regardless); on since its cuda tests passed on the H200
-# (twentieth session); sparse24_gemv.QUAD = False leaves them out
+# "quad" candidates in the tuner (explicit configs run regardless); QUAD = False leaves them out
 QUAD = True
 QUAD16_RUNS = False
 
@@ -274,7 +271,7 @@ def _quad_partial(x_ptr, v_ptr, m_ptr, rows, row0, R_END, K, k_lo, k_hi, stride_
     if TILED == 2 and BLOCK_N == 16:
         # meta_chunks' layout at 16 rows puts a 64-column tile's quads and the tiles on non-adjacent lanes (bits 0
         # and 4); Triton 3.6's reduce assumes the reduced lanes adjacent and shuffled wrong lanes (fixed in 3.9,
-        # triton#9192). Per tile first, then over tiles: each step's lanes are adjacent (.ci/reduce_audit.py).
+        # triton#9192). Per tile first, then over tiles: each step's lanes are adjacent (tests/reduce_audit.py).
         # 32 rows (one lane bit on the axis, right on the H200) keep the plain sum
         return tl.sum(tl.sum(tl.reshape(acc, (BLOCK_N, Q // 8, 8)), axis=2), axis=1)[None, :]
     return tl.sum(acc, axis=1)[None, :]
@@ -477,15 +474,9 @@ def _candidates(M: int, N: int, K: int, gated: bool, quad: bool = True) -> list[
     2 <= M <= 16: expand + tl.dot (the expansion is shared by the 16 rows); for M <= 4 also vsel and gather with
     BLOCK_M = next power of two (their cost grows with M)."""
     if M == 1:
-        # vsel won every M=1 comparison on the H200 (gate/up 50.2 vs 62.1 µs, down 29.8 vs 55.4); the best
-        # gather tile stays as the fallback.
-        # STAGES: the plain loop has one tile of 4-5 KB in flight per program, ~20 KB per SM where ~25-30 KB are
-        # needed to cover the memory latency at 4 TB/s. Pipelined through shared memory by Triton (cp.async), the
-        # 16x512 tile went 53.5 -> 41.8 µs for gate/up with STAGES=4 and 32.0 -> 24.6 for down (H200, seventeenth
-        # session; 42.7 / 24.8 with 3 stages; 32x256 with 3: 46.3 / 25.1). 16x512 with 8 warps, 6 stages, 16x1024
-        # with 8 warps and 32x512 with 8 warps lost to it (eighteenth session, `s24stages`), and ncu found it bound
-        # by per-SM work (nineteenth: L1 78%, issue 66%, DRAM 41%), hence "quad" (sm_90, int8 gate/up 16x512 with 4
-        # stages: 399 -> 275 SASS instructions per iteration, 96 -> 64 registers: 8 CTAs per SM instead of 5)
+        # vsel beats gather on the H200 (gate/up 50.2 vs 62.1 µs); STAGES pipelines the loads through shared memory
+        # (16x512 gate/up 41.8 µs against 53.5), which left the loop bound by per-SM work (ncu: L1 78%, issue 66%),
+        # hence "quad" (int8 gate/up: 275 SASS instructions per iteration instead of 399, 8 CTAs per SM)
         out = [_cfg("vsel", 1, 32, 256, 4)]
         if GEMV_STAGES:
             out.append(_cfg("vsel", 1, 16, 512, 4, 4))
@@ -506,9 +497,7 @@ def _candidates(M: int, N: int, K: int, gated: bool, quad: bool = True) -> list[
         if M <= 4:
             out += [_cfg("gather", bm, 32, 64, 4), _cfg("gather", bm, 16, 128, 4), _cfg("vsel", bm, 16, 128, 4),
                     _cfg("vsel", bm, 32, 128, 4)]
-        # vsel with BLOCK_M 8 / 16 lost on the H200 (2026-12-01): its per-row select costs about one M=1 GEMV
-        # per row (gated: BM 1 51.0 µs, 2 94.8, 4 160.1); 'dot' took 190-198 at M = 8, 16 and the unpacked
-        # route 112 (the route keeps that)
+        # vsel with BLOCK_M 8 / 16 loses on the H200: its per-row select costs about one M=1 GEMV per row
     for c in out:
         c["SPLIT_K"] = _split_for(cdiv(N, c["BLOCK_N"]), K, c["BLOCK_K"])
     return out
@@ -521,9 +510,9 @@ def _tiled_mode(tiled: bool, mode: str, bn: int, N: int, gated: bool) -> int:
     if not tiled:
         return 0
     if mode == "quad" and bn == 16 and not QUAD16_RUNS:
-        # twentieth session, H200: quad 16-row tiles on contiguous-run meta summed wrong (SQNR -1 dB: Triton 3.6's
-        # reduce over their layout, now reduced in two steps, see _quad_partial); byte gathers until that form has
-        # passed its cuda test (sparse24_gemv.QUAD16_RUNS = True takes the runs)
+        # quad 16-row tiles on contiguous-run meta summed wrong on the H200 (SQNR -1 dB: Triton 3.6's reduce over
+        # their layout, now reduced in two steps, see _quad_partial); byte gathers until that form has passed its
+        # cuda test (QUAD16_RUNS = True takes the runs)
         return 1
     return 2 if mode in ("vsel", "quad", "dot") and bn in (16, 32, 64) and (not gated or N % bn == 0) else 1
 
