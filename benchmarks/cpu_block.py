@@ -7,7 +7,7 @@
 Rows, all from the same fp32 weights: fp32 eager, bf16 eager, PyTorch's dynamic int8 quantization
 (``torch.ao.quantization.quantize_dynamic``: fbgemm, 7-bit per-tensor activations), ours int8 weight-only (W8A16) with
 fp32 and with bf16 activations, ours int8 W8A8 with fp32 activations; ours plain (as converted) and after
-``fused.pack_for_cpu``. Method: every row runs once per round, rounds interleaved (so load from elsewhere hits all rows
+``fused.pack_for_cpu`` (on x86 without VNNI also with ``activation_bits=7``). Method: every row runs once per round, rounds interleaved (so load from elsewhere hits all rows
 alike) until each row has ``--repeats`` timings of at least 0.1 s of calls; the median ms per call is reported. SQNR
 of each output against fp32 eager on the same input (dB). The first line names the CPU, its ISA level and what
 `fused.cpu_isa` probed.
@@ -49,6 +49,10 @@ def rows(model: nn.Module) -> dict:
         out[f"ours int8 W8A16{tag} (fp32 x)"] = (wo, torch.float32)
         out[f"ours int8 W8A16{tag} (bf16 x)"] = (wo, torch.bfloat16)
         out[f"ours int8 W8A8{tag} (fp32 x)"] = (dyn, torch.float32)
+    if fused.cpu.fbgemm_here():  # speed over accuracy, offered on x86 without VNNI
+        fast = fused.quantize(copy.deepcopy(model), fused.FusedInt8MLP(weight_only=False))
+        fused.pack_for_cpu(fast, min_bytes=0, activation_bits=7)
+        out["ours int8 W8A8 packed, 7-bit acts (fp32 x)"] = (fast, torch.float32)
     return out
 
 

@@ -171,8 +171,9 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
         m.set_tiled_meta(False)
     # layers packed for the CPU (fused.pack_for_cpu) hand out their plain weight rebuilt: plain for the copy, packed
     # again after
-    packed = [m for m in model.modules() if cpu.packed_only(m._buffers.get("qweight"))]
-    for m in packed:
+    packed = [(m, cpu.packed_act_bits(m._buffers["qweight"])) for m in model.modules()
+              if cpu.packed_only(m._buffers.get("qweight"))]
+    for m, _ in packed:
         m._buffers["qweight"] = cpu.unpack_weight(m._buffers["qweight"])
     state = model.state_dict()
     _check_tensors(meta["tensors"], state, p)
@@ -190,8 +191,8 @@ def load(path: str | os.PathLike, model: nn.Module) -> nn.Module:
                 state[key].copy_(f.get_tensor(key))
     for m in tiled:
         m.set_tiled_meta(True)
-    for m in packed:
-        m._buffers["qweight"] = cpu.pack_weight(m._buffers["qweight"])
+    for m, bits in packed:
+        m._buffers["qweight"] = cpu.pack_weight(m._buffers["qweight"], bits)
     from fused.explain import converted_modules
 
     for name, mod in converted_modules(model):

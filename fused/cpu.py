@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from fused import cpu_fbgemm, cpu_isa
 from fused.cpu_weights import (  # noqa: F401  (the CPU's weight store, used through fused.cpu)
     ONEDNN_MAX_K, FbgemmWeight, _unit_bf16, cacheable, cached_bytes, cast_cached, clear_cache, fbgemm_cached,
-    fbgemm_here, onednn_ok, pack_weight, packed_cached, packed_only, unpack_weight)
+    fbgemm_here, onednn_ok, pack_weight, packed_act_bits, packed_cached, packed_only, unpack_weight)
 from lowbit import quantize_activation
 from lowbit.quant import MIN_SCALE, SPLIT_QMAX
 from sparsity.packing import expand_24

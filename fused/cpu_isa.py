@@ -66,9 +66,12 @@ def fbgemm_unpack(packed) -> torch.Tensor:
         return torch.ops.quantized.linear_unpack(packed)[0].int_repr().contiguous()
 
 
-def fbgemm_linear(rows: torch.Tensor, packed) -> torch.Tensor:
+def fbgemm_linear(rows: torch.Tensor, packed, pin: bool = True) -> torch.Tensor:
     """fp32 [R, N] = rows · Wᵀ for integer-valued fp32 ``rows`` in [FBGEMM_LO, FBGEMM_HI], exact int32 sums each
-    rounded once to fp32. Two rows pinning fbgemm's per-call quantization to scale 1 / zero point 64 go on the end."""
+    rounded once to fp32. Two rows pinning fbgemm's per-call quantization to scale 1 / zero point 64 go on the end;
+    ``pin=False`` where the rows themselves hold both FBGEMM_LO and FBGEMM_HI."""
+    if not pin:
+        return torch.ops.quantized.linear_dynamic(rows, packed, True)
     K = rows.shape[1]
     pin = rows.new_empty(2, K)
     pin[0].fill_(FBGEMM_LO)

@@ -27,10 +27,14 @@ def _copy(weight_packed: bool) -> str:
 
 
 def plan(dynamic: bool, dtype: torch.dtype, m: int, k: int | None, n: int | None, weight_aligned: bool,
-         weight_cacheable: bool | None, weight_packed: bool = False) -> tuple[str, str]:
-    """(path, why) for a dense (``weight_cacheable`` True/False) or 2:4 tile (None) int8 weight."""
+         weight_cacheable: bool | None, weight_packed: bool = False, act_bits: int = 8) -> tuple[str, str]:
+    """(path, why) for a dense (``weight_cacheable`` True/False) or 2:4 tile (None) int8 weight; ``act_bits`` 7: a
+    W8A8 weight packed for 7-bit activations (fused.pack_for_cpu(model, activation_bits=7))."""
     backend = cpu_isa.int8_backend()
     if backend == "fbgemm" and (weight_packed or (weight_cacheable and cpu.ONEDNN)):
+        if dynamic and act_bits == 7:
+            return "cpu:fbgemm", ("W8A8 with 7-bit per-token activations, asked for (fused.pack_for_cpu(model, "
+                                  "activation_bits=7)): one fbgemm pass on its packed weight, ~6 dB below 8-bit")
         if dynamic:
             return "cpu:fbgemm", (f"W8A8: per-token int8 activations; {_WHY_FBGEMM}, {_copy(weight_packed)}; "
                                   "the same int32 sums as the reference")

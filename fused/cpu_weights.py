@@ -30,8 +30,12 @@ _only: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 class FbgemmWeight(NamedTuple):
-    """fbgemm's packed copy of an int8 weight (cpu_isa.fbgemm_prepack), as a `pack_weight` stand-in's data."""
+    """fbgemm's packed copy of an int8 weight (cpu_isa.fbgemm_prepack), kept beside it or a `pack_weight` stand-in's
+    data. ``act_bits`` 7: W8A8 layers run on 7-bit per-token activations (one fbgemm pass instead of two; see
+    `fused.cpu_fbgemm`), with ``colsum`` [N] fp32 = Σ_k w[n, k] for their zero point."""
     packed: object
+    act_bits: int = 8
+    colsum: torch.Tensor | None = None
 
 
 def cast_cached(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor | None:
@@ -75,23 +79,30 @@ def fbgemm_cached(w: torch.Tensor):
     if only is not None:
         if not isinstance(only, FbgemmWeight):
             raise RuntimeError("this weight is packed for oneDNN, not fbgemm")
-        return only.packed
+        return only
     entry = _fbgemm.get(w)
     if entry is None or entry[0] != w._version:
-        entry = _fbgemm[w] = (w._version, cpu_isa.fbgemm_prepack(w))
+        entry = _fbgemm[w] = (w._version, FbgemmWeight(cpu_isa.fbgemm_prepack(w)))
     return entry[1]
 
 
-def pack_weight(w: torch.Tensor) -> torch.Tensor:
+def pack_weight(w: torch.Tensor, act_bits: int = 8) -> torch.Tensor:
     """oneDNN's reordered copy of the int8 [N, K] CPU weight ``w``, kept, and a stand-in for ``w`` in its place: an
     [N, K] int8 tensor with one byte of storage (expanded), so the layer holds 1 B/weight (the copy) instead of 2.
     The qlinear paths run on the copy at every M; other paths get the plain weight rebuilt for the call
     (`unpack_weight`). `fused.pack_for_cpu` swaps it into a model's layers; their state_dict, load_state_dict and
-    device moves go through the plain weight."""
+    device moves go through the plain weight. ``act_bits`` 7 (W8A8 layers, CPUs without VNNI only): 7-bit
+    per-token activations, one fbgemm pass instead of two (`fused.pack_for_cpu`'s ``activation_bits``)."""
     if w.dtype != torch.int8 or w.dim() != 2 or w.device.type != "cpu":
         raise ValueError(f"pack_weight takes an int8 [N, K] CPU tensor, got {w.dtype} {tuple(w.shape)} on {w.device}")
+    if act_bits not in (7, 8):
+        raise ValueError(f"pack_weight: act_bits must be 8 or 7, got {act_bits!r}")
+    if act_bits == 7 and not fbgemm_here():
+        raise RuntimeError("7-bit activations are for x86 CPUs without VNNI, where exact 8-bit activations take two "
+                           f"int8 passes; on this CPU 8-bit ones take one ({cpu_isa.summary()})")
     if fbgemm_here():  # x86 without VNNI: fbgemm's copy, run on 7-bit planes (fused.cpu_fbgemm)
-        data = FbgemmWeight(cpu_isa.fbgemm_prepack(w))
+        colsum = w.sum(1, dtype=torch.int64).float() if act_bits == 7 else None
+        data = FbgemmWeight(cpu_isa.fbgemm_prepack(w), act_bits, colsum)
     else:
         if not onednn_ok():
             raise RuntimeError(f"cannot pack int8 weights on this CPU: no exact int8 GEMM with a packed weight here "
@@ -120,6 +131,12 @@ def _unit_params(N: int) -> tuple[torch.Tensor, torch.Tensor]:
 def _unit_bf16(N: int) -> torch.Tensor:
     """Unit bf16 scales [N] for _weight_int8pack_mm (read only)."""
     return torch.ones(N, dtype=torch.bfloat16)
+
+
+def packed_act_bits(w) -> int:
+    """The activation bits a `pack_weight` stand-in runs its W8A8 layer with (8 for anything else)."""
+    data = _only.get(w) if type(w) is torch.Tensor else None
+    return data.act_bits if isinstance(data, FbgemmWeight) else 8
 
 
 def packed_only(w) -> bool:

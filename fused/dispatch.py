@@ -191,7 +191,8 @@ def triton_kernel_for(op: str, fmt: str, dynamic: bool, M: int | None) -> str:
 
 def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | None = None,
          dtype: torch.dtype | None = None, k: int | None = None, weight_aligned: bool = True,
-         weight_cacheable: bool = True, weight_packed: bool = False, n: int | None = None) -> tuple[str, str]:
+         weight_cacheable: bool = True, weight_packed: bool = False, n: int | None = None,
+         weight_act_bits: int = 8) -> tuple[str, str]:
     """(path, why) for a call of ``op`` on ``device`` at batch size M: what `explain` prints.
 
     On the CPU the path also depends on the activation dtype, M (rows of x), K, N (the weight's rows: its size) and
@@ -265,7 +266,7 @@ def plan(op: str, fmt: str, dynamic: bool, device: torch.device | str, M: int | 
     if device.type == "cpu":
         if cpu_routes.applies(fmt) and fmt == "int8" and op not in SPARSE_OPS:
             return cpu_routes.plan(dynamic, torch.bfloat16 if dtype is None else dtype, 1 if M is None else M, k, n,
-                                   weight_aligned, weight_cacheable, weight_packed)
+                                   weight_aligned, weight_cacheable, weight_packed, weight_act_bits)
         if weight_packed and fmt == "int8" and op not in SPARSE_OPS:
             return _plan_cpu_packed(dynamic, dtype, M, k)
         return _plan_cpu(fmt, dynamic, dtype, M, k, weight_aligned, sparse=op in SPARSE_OPS,
@@ -279,7 +280,8 @@ def cpu_weight_facts(device: torch.device, *weights: torch.Tensor) -> dict:
         return {}
     return dict(weight_aligned=all(cpu.aligned(w) for w in weights),
                 weight_cacheable=all(cpu.cacheable(w) for w in weights),
-                weight_packed=all(cpu.packed_only(w) for w in weights))
+                weight_packed=all(cpu.packed_only(w) for w in weights),
+                weight_act_bits=min(cpu.packed_act_bits(w) for w in weights))
 
 
 def _plan_block(device: torch.device, M: int | None) -> tuple[str, str]:

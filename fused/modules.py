@@ -122,11 +122,12 @@ class _Fused8bit(_Replayable):
             raise ValueError(f"state dict for {prefix.rstrip('.') or 'the root module'!r} was saved from a {saved} "
                              f"layer; this layer is {self.mode_tag()}: convert the model with the same config")
         packed = cpu.packed_only(self._buffers.get("qweight"))
+        bits = cpu.packed_act_bits(self._buffers.get("qweight"))
         if packed:  # load into the plain weight, then pack it again
             self._buffers["qweight"] = cpu.unpack_weight(self._buffers["qweight"])
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
         if packed:
-            self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"])
+            self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"], bits)
 
     def __getstate__(self):
         # pickle / copy.deepcopy of a layer packed for the CPU: the plain weight goes in its state, packed again by
@@ -134,14 +135,14 @@ class _Fused8bit(_Replayable):
         state = self.__dict__.copy()
         if cpu.packed_only(self._buffers.get("qweight")):
             state["_buffers"] = dict(self._buffers, qweight=cpu.unpack_weight(self._buffers["qweight"]))
-            state["_fused_cpu_packed"] = True
+            state["_fused_cpu_packed"] = cpu.packed_act_bits(self._buffers["qweight"])  # its activation bits
         return state
 
     def __setstate__(self, state):
         packed = state.pop("_fused_cpu_packed", False)
         super().__setstate__(state)
         if packed:
-            self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"])
+            self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"], 8 if packed is True else packed)
 
     def _save_to_state_dict(self, destination, prefix, keep_vars):
         super()._save_to_state_dict(destination, prefix, keep_vars)
@@ -150,10 +151,11 @@ class _Fused8bit(_Replayable):
 
     def _apply(self, fn, recurse=True):
         if cpu.packed_only(self._buffers.get("qweight")):  # moves and casts act on the plain weight; packed again
-            self._buffers["qweight"] = cpu.unpack_weight(self._buffers["qweight"])  # if it stays on the CPU
+            bits = cpu.packed_act_bits(self._buffers["qweight"])  # if it stays on the CPU
+            self._buffers["qweight"] = cpu.unpack_weight(self._buffers["qweight"])
             self._apply_plain(fn, recurse)
             if self._buffers["qweight"].device.type == "cpu":
-                self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"])
+                self._buffers["qweight"] = cpu.pack_weight(self._buffers["qweight"], bits)
             return self
         return self._apply_plain(fn, recurse)
 
@@ -333,10 +335,12 @@ class FusedMLP(_Block):
         return self.fc1, self.fc2, False
 
 
-def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = None) -> int:
-    """Each int8 CPU layer of ``model`` keeps only oneDNN's reordered copy of its weight (fused.cpu.pack_weight):
-    1 B/weight, as stored, and the oneDNN paths at every M (W8A8 ``cpu:qlinear``, W8A16 ``cpu:split_qlinear``: x as
-    two int8 planes, 15 bits per token, so fp32 / fp16 activations no longer get exact fp32 math: ~85 dB against it).
+def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = None, activation_bits: int = 8) -> int:
+    """Each int8 CPU layer of ``model`` keeps only the packed copy of its weight that the CPU's int8 GEMM reads
+    (fused.cpu.pack_weight: oneDNN's on VNNI / AMX x86, fbgemm's on x86 without VNNI): 1 B/weight, as stored, and the
+    packed-weight paths at every M (W8A16 with x as two int8 planes, so fp32 / fp16 activations no longer get exact
+    fp32 math: ~85 dB against it). ``activation_bits=7`` (x86 without VNNI only; W8A8 layers): speed over accuracy,
+    7-bit per-token activations in one int8 pass instead of exact 8-bit ones in two, ~6 dB lower SQNR.
     state_dict / save, load_state_dict and ``.to()`` work on the plain weight, rebuilt when needed; the ``qweight``
     buffer itself becomes a one-byte stand-in (fused.cpu.pack_weight), so read weights through ``state_dict()``.
     ``pack=False`` restores the plain weights. Returns the number of layers changed. fp8 and 2:4 layers are left as
@@ -347,15 +351,25 @@ def pack_for_cpu(model: nn.Module, pack: bool = True, min_bytes: int | None = No
     For small batches (M >= 2; at M=1 the plain kernels are as fast or faster): at long prefills W8A16's two planes
     are slower than the default's bf16 GEMM on the dequantized tile (MiniLM, 608 tokens per call, 1 thread: 94.8 ->
     113.2 ms; README "CPU (edge)")."""
+    if activation_bits not in (7, 8):
+        raise ValueError(f"pack_for_cpu: activation_bits must be 8 or 7, got {activation_bits!r}")
+    if pack and activation_bits == 7 and not cpu.fbgemm_here():
+        raise RuntimeError("pack_for_cpu: activation_bits=7 is for x86 CPUs without VNNI, where exact 8-bit "
+                           "activations take two int8 passes; on this CPU they take one")
     n = 0
     for m in model.modules():
         w = m._buffers.get("qweight") if isinstance(m, _Fused8bit) else None
-        if w is None or w.dtype != torch.int8 or w.device.type != "cpu" or cpu.packed_only(w) == pack:
+        if w is None or w.dtype != torch.int8 or w.device.type != "cpu":
+            continue
+        if pack and cpu.packed_only(w) and m.dynamic and cpu.packed_act_bits(w) != activation_bits:
+            w = m._buffers["qweight"] = cpu.unpack_weight(w)  # packed before with the other activation bits
+        elif cpu.packed_only(w) == pack:
             continue
         small = not cpu.fbgemm_here() and not cpu.onednn_pays(*w.shape, m.dynamic)  # fbgemm: every weight gains
         if pack and (small if min_bytes is None else w.numel() < min_bytes):
             continue
-        m._buffers["qweight"] = cpu.pack_weight(w) if pack else cpu.unpack_weight(w)
+        bits = activation_bits if m.dynamic else 8
+        m._buffers["qweight"] = cpu.pack_weight(w, bits) if pack else cpu.unpack_weight(w)
         n += 1
     dispatch.epoch += 1
     return n

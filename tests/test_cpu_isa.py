@@ -157,3 +157,49 @@ def test_explain_names_the_probed_backend(backend, capsys):
         assert all(r["path"] == "cpu:fbgemm" for r in rows)
     assert max(len(line) for line in out.splitlines()) <= 160
     assert repr(rows).startswith("module")  # a REPL shows the table, once
+
+
+def _seven_bit_reference(x, q, s):
+    """x quantized per token to 7 bits, asymmetric (lo + s·u, u in [0, 127]), times the dequantized weight (fp64)."""
+    x = x.double()
+    lo, hi = x.amin(-1, keepdim=True), x.amax(-1, keepdim=True)
+    st = ((hi - lo) / 127).clamp_min(1e-12)
+    xq = ((x - lo) / st).round() * st + lo
+    return xq @ (q.double() * s.double()[:, None]).t()
+
+
+@pytest.mark.skipif(not cpu_isa.fbgemm_ok(), reason="no exact fbgemm here")
+def test_seven_bit_activations_on_request(monkeypatch):
+    """pack_for_cpu(activation_bits=7): W8A8 layers run one fbgemm pass on 7-bit per-token activations; the result is
+    that quantization's (>= 60 dB against a 7-bit reference), below 8-bit's accuracy, explain says so, and it survives
+    deepcopy / state_dict round trips. Refused where 8-bit activations already take one pass (VNNI)."""
+    import copy
+
+    monkeypatch.setattr(cpu_isa, "int8_backend", lambda: "fbgemm")
+    model = LlamaMLP(96, 200).eval()
+    x = torch.randn(5, 96)
+    x[2] += 3.0  # an offset token: asymmetric ranges matter
+    with torch.no_grad():
+        ref = model(x)
+        m8 = fused.quantize(copy.deepcopy(model), fused.FusedInt8MLP(weight_only=False))
+        assert fused.pack_for_cpu(m8, min_bytes=0) == 2
+        m7 = copy.deepcopy(m8)
+        assert fused.pack_for_cpu(m7, min_bytes=0, activation_bits=7) == 2  # repacked with the other bits
+        assert all(cpu.packed_act_bits(m.qweight) == 7 for m in (m7.gate_up, m7.down))
+        q, s = m7.down.state_dict()["qweight"], m7.down.scale
+        h = torch.randn(5, 200)
+        y = dispatch.linear(h, m7.down.qweight, s, None, "none", True)
+        assert sqnr(_seven_bit_reference(h, q, s).float(), y) >= 60
+        y7, y8 = m7(x), m8(x)
+        assert sqnr(ref, y8) - 9 <= sqnr(ref, y7) < sqnr(ref, y8)
+        assert all(r["path"] == "cpu:fbgemm" and "7-bit" in r["why"] for r in fused.explain(m7, print_table=False))
+        again = copy.deepcopy(m7)
+        assert cpu.packed_act_bits(again.down.qweight) == 7 and torch.equal(again(x), y7)
+        x_nan = x.clone()
+        x_nan[1, 0] = float("nan")
+        out = m7(x_nan)
+        assert out[1].isnan().all() and out[[0, 2, 3, 4]].isfinite().all()
+    monkeypatch.setattr(cpu_isa, "int8_backend", lambda: "onednn")
+    with pytest.raises(RuntimeError, match="without VNNI"):
+        fused.pack_for_cpu(fused.quantize(LlamaMLP(96, 200), fused.FusedInt8MLP(weight_only=False)),
+                           activation_bits=7)
