@@ -13,7 +13,7 @@ _narrow_cache: WeakIdKeyDictionary = WeakIdKeyDictionary()
 def _narrow_layers(weights: torch.Tensor, params: torch.Tensor, dims) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The dequantized fp32 layers of a packed narrow MLP, unpacked once and reused until either buffer is
     modified in place (at most 8 x 128 x 128 x 4 B = 512 KiB; `narrow_cached_bytes`)."""
-    from fused.narrow import unpack_narrow  # (fused.narrow imports fused.dispatch, which imports this module)
+    from fused.narrow_pack import unpack_narrow
 
     if type(weights) is not torch.Tensor or weights.is_inference() or params.is_inference():
         return unpack_narrow(weights, params, dims)

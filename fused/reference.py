@@ -126,7 +126,7 @@ def sparse24_gated_ref(x, values, meta, wscale=None, bias=None, act="silu", dyna
 def narrow_mlp_ref(x, weights, params, dims, acts):
     """Reference narrow MLP on the packed buffers of fused.narrow.pack_narrow: every layer
     act(h · dequant(W)ᵀ + b) in fp32 (no rounding between layers), output in x's dtype."""
-    from fused.narrow import unpack_narrow  # (fused.narrow imports this module)
+    from fused.narrow_pack import unpack_narrow
 
     K = x.shape[-1]
     dev = x.device.type

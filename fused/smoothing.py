@@ -29,7 +29,7 @@ S_MIN, S_MAX = 1e-5, 1e5
 
 
 def _targets(model: nn.Module, filter_fn: Callable | None, who: str = "calibrate_smoothing") -> dict[str, nn.Linear]:
-    from fused.configs import _linear
+    from fused.matching import _linear
 
     chosen = {}
     for fqn, mod in model.named_modules():
@@ -65,7 +65,7 @@ def calibrate_smoothing(model: nn.Module, calibration: Iterable, alpha: float = 
     selects Linears (default: every nn.Linear the converter replaces). Runs in eval mode under
     no_grad; the model's mode is restored after. Pass the result to the config before converting:
     ``fused.quantize(model, fused.FusedInt8MLP(weight_only=False, smoothing=s))``."""
-    from fused.configs import mlp_kind
+    from fused.matching import mlp_kind
 
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 <= alpha <= 1.0:
         raise ValueError(f"calibrate_smoothing: alpha must be a number in [0, 1], got {alpha!r}")

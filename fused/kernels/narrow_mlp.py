@@ -53,7 +53,7 @@ from fused.kernels import INTERPRET, cdiv, check_out, dot_mode, sm_count
 from fused.kernels.epilogue import activation
 from fused.kernels.launch import empty, ensure_scratch_allocator, launch_kernel
 from fused.kernels.tuning import m_bucket, pick
-from fused.narrow import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
+from fused.narrow_pack import MAX_LAYERS, MAX_WIDTH, MIN_PAD, packed_sizes, padded_width
 
 _HAS_DESC = hasattr(tl, "make_tensor_descriptor")  # older triton: the TMA candidates run pointer loads
 
