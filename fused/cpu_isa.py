@@ -123,6 +123,17 @@ def fbgemm_ok() -> bool:
     return torch.equal(y.double(), rows.double() @ w.double().t())
 
 
+def _best_of_3(f) -> float:
+    """Seconds of the fastest of 3 calls of ``f`` after one warm-up call (the probes' short timings)."""
+    f()
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        f()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 @functools.cache
 def int_mm_fast() -> bool:
     """torch._int_mm is no slower than an fp32 GEMM of the same shape here (best of 3 each: ~5 ms in all where it is
@@ -130,16 +141,7 @@ def int_mm_fast() -> bool:
     M, K, N = 32, 1024, 1024
     q, w = torch.ones(M, K, dtype=torch.int8), torch.ones(N, K, dtype=torch.int8)
     x, wf = q.float(), w.float()
-
-    def best(f) -> float:
-        f()
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    return best(lambda: torch._int_mm(q, w.t())) <= best(lambda: F.linear(x, wf))
+    return _best_of_3(lambda: torch._int_mm(q, w.t())) <= _best_of_3(lambda: F.linear(x, wf))
 
 
 @functools.cache
@@ -149,16 +151,7 @@ def bf16_gemm_fast() -> bool:
     M, K, N = 64, 1024, 1024
     x, w = torch.ones(M, K), torch.ones(N, K)
     xb, wb = x.bfloat16(), w.bfloat16()
-
-    def best(f) -> float:
-        f()
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            f()
-            times.append(time.perf_counter() - t0)
-        return min(times)
-    return best(lambda: F.linear(xb, wb)) <= best(lambda: F.linear(x, w))
+    return _best_of_3(lambda: F.linear(xb, wb)) <= _best_of_3(lambda: F.linear(x, w))
 
 
 @functools.cache
